@@ -1,0 +1,81 @@
+"""Argument checks shared by the core and the stores.
+
+They run before any state changes, so a call that raises leaves everything as it was.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import Any, TypeAlias
+
+from rehydrate.errors import InvalidArgumentError, InvalidTypeError
+
+__all__ = ["InvalidArgumentError", "InvalidTypeError", "Seconds"]
+
+#: What the API accepts wherever it takes a duration: seconds, or a timedelta.
+Seconds: TypeAlias = float | int | timedelta
+
+
+def seconds(value: object, name: str) -> float:
+    """Return ``value`` as a finite, non-negative number of seconds.
+
+    ``bool`` is refused although it is an ``int``: ``ttl=True`` is a bug, not one second.
+    """
+    if isinstance(value, timedelta):
+        result = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        result = float(value)
+    else:
+        raise InvalidTypeError(
+            f"{name} must be a number of seconds or a datetime.timedelta, not {type(value).__name__}"
+        )
+    if math.isnan(result) or math.isinf(result):
+        raise InvalidArgumentError(f"{name} must be finite, got {value!r}")
+    if result < 0:
+        raise InvalidArgumentError(f"{name} must not be negative, got {value!r}")
+    return result
+
+
+def element_id(value: object, name: str = "id") -> str:
+    """Return ``value`` if it is a non-empty ``str``."""
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{name} must be a str, not {type(value).__name__}")
+    if not value:
+        raise InvalidArgumentError(f"{name} must not be empty")
+    return value
+
+
+def limit(value: object) -> int | None:
+    """Return ``value`` if it is ``None`` (no limit) or an ``int`` of at least 1."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidTypeError(f"limit must be an int or None, not {type(value).__name__}")
+    if value < 1:
+        raise InvalidArgumentError(f"limit must be at least 1, got {value!r}")
+    return value
+
+
+def limit_or_inf(value: object) -> float:
+    """Like :func:`limit`, with "no limit" as infinity so loops can count down without a branch."""
+    checked = limit(value)
+    return math.inf if checked is None else checked
+
+
+def attempt(value: object) -> int | None:
+    """Return ``value`` if it is ``None`` (no fencing) or an ``int`` of at least 0."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidTypeError(f"attempt must be an int or None, not {type(value).__name__}")
+    if value < 0:
+        raise InvalidArgumentError(f"attempt must not be negative, got {value!r}")
+    return value
+
+
+def ids(values: tuple[Any, ...]) -> tuple[str, ...]:
+    """Check every id of a variadic call before any is acted upon."""
+    for value in values:
+        element_id(value)
+    return values

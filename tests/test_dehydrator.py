@@ -1,0 +1,403 @@
+"""The Dehydrator beyond ReDe: leases, fencing, ordering, bad input, memory bounds."""
+
+from __future__ import annotations
+
+import copy
+import math
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from rehydrate import (
+    Claim,
+    Dehydrator,
+    DuplicateIdError,
+    ElementInfo,
+    InvalidArgumentError,
+    InvalidTypeError,
+    RehydrateError,
+    UnknownIdError,
+)
+from rehydrate.testing import FakeClock
+
+
+def snapshot(d: Dehydrator) -> dict[str, Any]:
+    """Everything observable about a dehydrator, without changing it."""
+    return {
+        "len": len(d),
+        "ids": sorted(d),
+        "info": {id: d.info(id) for id in d},
+        "elements": {id: copy.deepcopy(d.look(id)) for id in d},
+        "due": d.xpoll(),
+        "ttn": d.ttn(),
+    }
+
+
+class TestOrdering:
+    def test_due_order_across_ttls_ties_in_push_order(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+        dehydrator.push("a", ttl=2, id="a")  # due 1002
+        clock.advance(1)
+        dehydrator.push("b", ttl=1, id="b")  # due 1002 too: pushed later, comes later
+        dehydrator.push("c", ttl=0.5, id="c")  # due 1001.5
+        dehydrator.push("d", ttl=1, id="d")  # due 1002, after b
+        clock.advance(5)
+        assert dehydrator.xpoll() == ["c", "a", "b", "d"]
+        assert dehydrator.poll(limit=2) == ["c", "a"]
+        assert dehydrator.poll() == ["b", "d"]
+
+    def test_zero_ttl_is_due_at_once(self, dehydrator: Dehydrator) -> None:
+        dehydrator.push("x", ttl=0)
+        assert dehydrator.ttn() == 0.0
+        assert dehydrator.poll() == ["x"]
+
+    def test_timedelta_ttl(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+        dehydrator.push("x", ttl=timedelta(milliseconds=1500), id="x")
+        assert dehydrator.ttn() == 1.5
+        clock.advance(1.5)
+        assert dehydrator.poll() == ["x"]
+
+    def test_clock_that_steps_back_stands_still(self) -> None:
+        now = [10.0]
+        d = Dehydrator(clock=lambda: now[0])
+        d.push("a", ttl=1, id="a")
+        now[0] = 5.0  # a clock stepping back must not break due order
+        d.push("b", ttl=1, id="b")
+        assert d.ttn() == 1.0
+        now[0] = 11.0
+        assert d.poll() == ["a", "b"]
+
+    def test_poll_limit_keeps_the_rest(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+        for i in range(10):
+            dehydrator.push(i, ttl=i % 3, id=str(i))
+        clock.advance(3)
+        got = []
+        while batch := dehydrator.poll(limit=4):
+            assert len(batch) <= 4
+            got.extend(batch)
+        assert got == [0, 3, 6, 9, 1, 4, 7, 2, 5, 8]
+
+    def test_pull_before_and_after_due(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+        dehydrator.push("early", ttl=5, id="e")
+        dehydrator.push("late", ttl=1, id="l")
+        assert dehydrator.pull("e") == "early"
+        clock.advance(2)
+        assert dehydrator.pull("l") == "late"
+        assert dehydrator.poll() == []
+        assert dehydrator.ttn() is None
+
+    def test_id_can_be_reused_after_it_left(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+        dehydrator.push("one", ttl=5, id="x")
+        assert dehydrator.pull("x") == "one"
+        dehydrator.push("two", ttl=1, id="x")
+        clock.advance(1)
+        assert dehydrator.poll() == ["two"]
+
+    def test_none_is_a_valid_element(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+        dehydrator.push(None, ttl=1, id="n")
+        assert "n" in dehydrator
+        clock.advance(1)
+        assert dehydrator.poll() == [None]
+        assert "n" not in dehydrator
+
+
+class TestClaims:
+    def test_claim_leases_and_redelivers(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+        dehydrator.push("job", ttl=1, id="j")
+        assert dehydrator.claim(lease=10) == []
+        clock.advance(1)
+        (first,) = dehydrator.claim(lease=10)
+        assert first == Claim(id="j", element="job", attempt=1, lease_until=1011.0)
+        # Nobody else sees it while the lease runs.
+        assert dehydrator.claim(lease=10) == []
+        assert dehydrator.xpoll() == []
+        assert dehydrator.ttn() == 10.0
+        info = dehydrator.info("j")
+        assert info == ElementInfo(id="j", due=1011.0, ttl=10.0, attempt=1, claimed=True)
+        clock.advance(10)
+        (second,) = dehydrator.claim(lease=10)
+        assert second.attempt == 2
+        assert second.lease_until == 1021.0
+
+    def test_claim_limit_and_order(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+        for i in range(5):
+            dehydrator.push(i, ttl=5 - i, id=str(i))
+        clock.advance(5)
+        claims = dehydrator.claim(lease=1, limit=3)
+        assert [c.element for c in claims] == [4, 3, 2]
+        assert [c.element for c in dehydrator.claim(lease=1)] == [1, 0]
+
+    def test_xack_removes_a_claimed_element(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+        dehydrator.push("job", ttl=0, id="j")
+        (claim,) = dehydrator.claim(lease=30)
+        assert dehydrator.xack("j", attempt=claim.attempt) == ["job"]
+        assert "j" not in dehydrator
+        clock.advance(60)
+        assert dehydrator.poll() == []
+
+    def test_stale_ack_does_nothing(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+        dehydrator.push("job", ttl=0, id="j")
+        (old,) = dehydrator.claim(lease=5)
+        clock.advance(5)  # lease ran out: redelivered to someone else
+        (new,) = dehydrator.claim(lease=5)
+        assert dehydrator.xack("j", attempt=old.attempt) == [None]
+        assert dehydrator.reschedule("j", ttl=100, attempt=old.attempt) is False
+        assert dehydrator.extend("j", lease=100, attempt=old.attempt) is None
+        assert dehydrator.info("j") == ElementInfo(id="j", due=1010.0, ttl=5.0, attempt=2, claimed=True)
+        assert dehydrator.xack("j", attempt=new.attempt) == ["job"]
+
+    def test_ack_after_lease_ran_out_but_before_reclaim(
+        self, dehydrator: Dehydrator, clock: FakeClock
+    ) -> None:
+        dehydrator.push("job", ttl=0, id="j")
+        (claim,) = dehydrator.claim(lease=5)
+        clock.advance(7)  # the worker was slow, but nobody claimed it again
+        assert dehydrator.xack("j", attempt=claim.attempt) == ["job"]
+
+    def test_xack_leaves_undue_unclaimed_elements(self, dehydrator: Dehydrator) -> None:
+        dehydrator.push("later", ttl=5, id="l")
+        assert dehydrator.xack("l") == [None]
+        assert dehydrator.look("l") == "later"
+
+    def test_reschedule_is_a_delayed_retry(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+        dehydrator.push("job", ttl=0, id="j")
+        (claim,) = dehydrator.claim(lease=30)
+        assert dehydrator.reschedule("j", ttl=2, attempt=claim.attempt) is True
+        info = dehydrator.info("j")
+        assert info is not None
+        assert not info.claimed
+        assert info.attempt == 1
+        assert dehydrator.claim(lease=30) == []
+        clock.advance(2)
+        (again,) = dehydrator.claim(lease=30)
+        assert again.attempt == 2
+
+    def test_reschedule_unknown_and_unclaimed(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+        assert dehydrator.reschedule("nope", ttl=1) is False
+        dehydrator.push("x", ttl=10, id="x")
+        assert dehydrator.reschedule("x", ttl=1) is True
+        clock.advance(1)
+        assert dehydrator.poll() == ["x"]
+
+    def test_extend_keeps_a_claim_alive(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+        dehydrator.push("slow", ttl=0, id="s")
+        (claim,) = dehydrator.claim(lease=10)
+        clock.advance(6)
+        assert dehydrator.extend("s", lease=10, attempt=claim.attempt) == 1016.0
+        clock.advance(6)
+        assert dehydrator.claim(lease=10) == []  # the original lease would have run out
+        assert dehydrator.xack("s", attempt=1) == ["slow"]
+
+    def test_extend_needs_a_claim(self, dehydrator: Dehydrator) -> None:
+        dehydrator.push("x", ttl=5, id="x")
+        assert dehydrator.extend("x", lease=10, attempt=0) is None
+        assert dehydrator.extend("missing", lease=10, attempt=1) is None
+
+    def test_update_keeps_the_claim(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+        dehydrator.push("v1", ttl=0, id="x")
+        dehydrator.claim(lease=5)
+        assert dehydrator.update("x", "v2") == "v1"
+        clock.advance(5)
+        (claim,) = dehydrator.claim(lease=5)
+        assert (claim.element, claim.attempt) == ("v2", 2)
+
+    def test_pull_a_claimed_element(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+        dehydrator.push("x", ttl=0, id="x")
+        dehydrator.claim(lease=5)
+        assert dehydrator.pull("x") == "x"
+        clock.advance(10)
+        assert dehydrator.claim(lease=5) == []
+
+    def test_reclaim_drains_the_lease_queue_it_refills(
+        self, dehydrator: Dehydrator, clock: FakeClock
+    ) -> None:
+        """Claims whose leases ran out are claimed again into the very same lease queue."""
+        for i in range(3):
+            dehydrator.push(i, ttl=0, id=str(i))
+        assert len(dehydrator.claim(lease=5)) == 3
+        clock.advance(5)
+        assert [c.attempt for c in dehydrator.claim(lease=5)] == [2, 2, 2]
+        assert dehydrator.ttn() == 5.0
+        clock.advance(5)
+        assert [c.element for c in dehydrator.claim(lease=5)] == [0, 1, 2]
+
+
+BAD_DURATIONS = [-1, -0.001, math.nan, math.inf, -math.inf, timedelta(seconds=-1), True]
+BAD_DURATION_TYPES = ["5", None, b"1", [1]]
+BAD_IDS = ["", 7, None, b"id", ("a",)]
+BAD_LIMITS = [0, -1, 1.5, "3", True]
+
+
+@pytest.fixture
+def loaded(dehydrator: Dehydrator, clock: FakeClock) -> Dehydrator:
+    dehydrator.push({"n": 1}, ttl=1, id="due")
+    dehydrator.push({"n": 2}, ttl=100, id="later")
+    dehydrator.push({"n": 3}, ttl=0, id="claimed")
+    dehydrator.claim(lease=50, limit=1)
+    clock.advance(1)
+    return dehydrator
+
+
+class TestBadInput:
+    """Each bad argument raises a clear RehydrateError and changes nothing."""
+
+    @pytest.mark.parametrize("ttl", BAD_DURATIONS + BAD_DURATION_TYPES)
+    def test_push_bad_ttl(self, loaded: Dehydrator, ttl: Any) -> None:
+        before = snapshot(loaded)
+        with pytest.raises(InvalidArgumentError, match="ttl"):
+            loaded.push("x", ttl=ttl, id="new")
+        assert snapshot(loaded) == before
+
+    @pytest.mark.parametrize("ttl", BAD_DURATION_TYPES)
+    def test_bad_ttl_type_is_a_type_error(self, loaded: Dehydrator, ttl: Any) -> None:
+        with pytest.raises(TypeError):
+            loaded.push("x", ttl=ttl)
+
+    @pytest.mark.parametrize("bad_id", [i for i in BAD_IDS if i is not None])
+    def test_push_bad_id(self, loaded: Dehydrator, bad_id: Any) -> None:
+        before = snapshot(loaded)
+        with pytest.raises(InvalidArgumentError, match="id"):
+            loaded.push("x", ttl=1, id=bad_id)
+        assert snapshot(loaded) == before
+
+    def test_push_duplicate_id(self, loaded: Dehydrator) -> None:
+        before = snapshot(loaded)
+        with pytest.raises(DuplicateIdError, match="already dehydrating") as info:
+            loaded.push("x", ttl=1, id="later")
+        assert isinstance(info.value, KeyError)
+        assert isinstance(info.value, RehydrateError)
+        assert snapshot(loaded) == before
+
+    @pytest.mark.parametrize("bad_id", BAD_IDS)
+    @pytest.mark.parametrize(
+        "call",
+        [
+            lambda d, i: d.pull(i),
+            lambda d, i: d.look(i),
+            lambda d, i: d.update(i, "x"),
+            lambda d, i: d.info(i),
+            lambda d, i: d.xack("due", i),
+            lambda d, i: d.reschedule(i, ttl=1),
+            lambda d, i: d.extend(i, lease=1, attempt=1),
+        ],
+        ids=["pull", "look", "update", "info", "xack", "reschedule", "extend"],
+    )
+    def test_bad_id_everywhere(self, loaded: Dehydrator, bad_id: Any, call: Any) -> None:
+        before = snapshot(loaded)
+        with pytest.raises(InvalidArgumentError, match="id"):
+            call(loaded, bad_id)
+        assert snapshot(loaded) == before
+
+    @pytest.mark.parametrize("limit", BAD_LIMITS)
+    @pytest.mark.parametrize(
+        "call",
+        [
+            lambda d, n: d.poll(limit=n),
+            lambda d, n: d.xpoll(limit=n),
+            lambda d, n: d.claim(lease=1, limit=n),
+        ],
+        ids=["poll", "xpoll", "claim"],
+    )
+    def test_bad_limit(self, loaded: Dehydrator, limit: Any, call: Any) -> None:
+        before = snapshot(loaded)
+        with pytest.raises(InvalidArgumentError, match="limit"):
+            call(loaded, limit)
+        assert snapshot(loaded) == before
+
+    @pytest.mark.parametrize("lease", BAD_DURATIONS + BAD_DURATION_TYPES)
+    def test_bad_lease(self, loaded: Dehydrator, lease: Any) -> None:
+        before = snapshot(loaded)
+        with pytest.raises(InvalidArgumentError, match="lease"):
+            loaded.claim(lease=lease)
+        with pytest.raises(InvalidArgumentError, match="lease"):
+            loaded.extend("claimed", lease=lease, attempt=1)
+        assert snapshot(loaded) == before
+
+    @pytest.mark.parametrize("ttl", BAD_DURATIONS)
+    def test_bad_reschedule_ttl(self, loaded: Dehydrator, ttl: Any) -> None:
+        before = snapshot(loaded)
+        with pytest.raises(InvalidArgumentError, match="ttl"):
+            loaded.reschedule("later", ttl=ttl)
+        assert snapshot(loaded) == before
+
+    @pytest.mark.parametrize("attempt", [-1, "1", 1.0, True])
+    def test_bad_attempt(self, loaded: Dehydrator, attempt: Any) -> None:
+        before = snapshot(loaded)
+        with pytest.raises(InvalidArgumentError, match="attempt"):
+            loaded.xack("claimed", attempt=attempt)
+        with pytest.raises(InvalidArgumentError, match="attempt"):
+            loaded.reschedule("claimed", ttl=1, attempt=attempt)
+        with pytest.raises(InvalidArgumentError, match="attempt"):
+            loaded.extend("claimed", lease=1, attempt=attempt)
+        assert snapshot(loaded) == before
+
+    def test_extend_without_attempt(self, loaded: Dehydrator) -> None:
+        with pytest.raises(InvalidArgumentError, match="attempt"):
+            loaded.extend("claimed", lease=1, attempt=None)  # type: ignore[arg-type]
+
+    def test_xack_checks_every_id_first(self, loaded: Dehydrator) -> None:
+        before = snapshot(loaded)
+        with pytest.raises(InvalidArgumentError):
+            loaded.xack("due", "")
+        assert snapshot(loaded) == before
+
+    def test_update_unknown(self, loaded: Dehydrator) -> None:
+        before = snapshot(loaded)
+        with pytest.raises(UnknownIdError) as info:
+            loaded.update("missing", 1)
+        assert isinstance(info.value, KeyError)
+        assert "missing" in str(info.value)
+        assert snapshot(loaded) == before
+
+    def test_bad_clock(self) -> None:
+        with pytest.raises(InvalidTypeError, match="clock"):
+            Dehydrator(clock=3.0)  # type: ignore[arg-type]
+
+    def test_errors_share_a_base(self) -> None:
+        for cls in (DuplicateIdError, UnknownIdError, InvalidArgumentError, InvalidTypeError):
+            assert issubclass(cls, RehydrateError)
+        assert issubclass(InvalidArgumentError, ValueError)
+        assert issubclass(InvalidTypeError, TypeError)
+
+
+class TestMemoryBounds:
+    def test_pulled_elements_do_not_pile_up(self, dehydrator: Dehydrator) -> None:
+        """Push and pull a long-TTL element over and over: dead nodes are compacted away."""
+        dehydrator.push("keep", ttl=3600, id="keep")
+        for i in range(10_000):
+            dehydrator.push(i, ttl=3600, id=f"x{i}")
+            assert dehydrator.pull(f"x{i}") == i
+        queues = dehydrator._queues
+        assert len(queues) == 1
+        (queue,) = queues.values()
+        assert len(queue.items) - queue.head < 100
+
+    def test_pulled_payload_is_released_at_once(self, dehydrator: Dehydrator) -> None:
+        import weakref
+
+        class Payload:
+            pass
+
+        dehydrator.push("keep", ttl=3600, id="keep")
+        payload = Payload()
+        ref = weakref.ref(payload)
+        dehydrator.push(payload, ttl=3600, id="p")
+        del payload
+        dehydrator.pull("p")
+        assert ref() is None
+
+    def test_stale_heads_do_not_pile_up(self, dehydrator: Dehydrator) -> None:
+        """Many distinct TTLs each pushed then pulled leave no unbounded heap behind."""
+        dehydrator.push("keep", ttl=1e6, id="keep")
+        for i in range(10_000):
+            dehydrator.push(i, ttl=1000 + i, id="x")
+            dehydrator.pull("x")
+        assert len(dehydrator._heads) < 200
+        assert dehydrator.ttn() == 1e6
+
+    def test_rescheduled_elements_do_not_pile_up(self, dehydrator: Dehydrator) -> None:
+        dehydrator.push("debounced", ttl=60, id="d")
+        for _ in range(10_000):
+            assert dehydrator.reschedule("d", ttl=60)
+        assert sum(len(q.items) - q.head for q in dehydrator._queues.values()) < 100
+        assert len(dehydrator) == 1

@@ -1,0 +1,202 @@
+"""A hypothesis state machine drives every verb against a plain reference model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from rehydrate import Claim, Dehydrator, DuplicateIdError, ElementInfo, UnknownIdError
+from rehydrate._core import _dehydrator
+from rehydrate.testing import FakeClock
+
+from . import strategies as s
+
+
+@attrs.define
+class Entry:
+    element: Any
+    due: float
+    seq: int
+    ttl: float
+    attempt: int = 0
+    claimed: bool = False
+
+
+class Model:
+    """The obvious O(n) dehydrator: sort everything on every call."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.entries: dict[str, Entry] = {}
+        self.seq = 0
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def due_ids(self, limit: int | None) -> list[str]:
+        due = sorted((e.due, e.seq, id) for id, e in self.entries.items() if e.due <= self.now)
+        return [id for _, _, id in due][:limit]
+
+    def schedule(self, id: str, seconds: float, *, claimed: bool) -> Entry:
+        entry = self.entries[id]
+        entry.due = self.now + seconds
+        entry.ttl = float(seconds)
+        entry.seq = self.next_seq()
+        entry.claimed = claimed
+        return entry
+
+
+class DehydratorMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock(0.0)
+        self.d = Dehydrator(clock=self.clock)
+        self.model = Model()
+
+    @rule(element=s.elements, ttl=s.ttls, id=s.ids)
+    def push(self, element: Any, ttl: float, id: str) -> None:
+        if id in self.model.entries:
+            with pytest.raises(DuplicateIdError):
+                self.d.push(element, ttl=ttl, id=id)
+            return
+        assert self.d.push(element, ttl=ttl, id=id) == id
+        m = self.model
+        m.entries[id] = Entry(element, m.now + ttl, m.next_seq(), float(ttl))
+
+    @rule(element=s.elements, ttl=s.ttls)
+    def gidpush(self, element: Any, ttl: float) -> None:
+        id = self.d.push(element, ttl=ttl)
+        assert id not in self.model.entries
+        m = self.model
+        m.entries[id] = Entry(element, m.now + ttl, m.next_seq(), float(ttl))
+
+    @rule(id=s.ids)
+    def pull(self, id: str) -> None:
+        entry = self.model.entries.pop(id, None)
+        assert self.d.pull(id) == (None if entry is None else entry.element)
+
+    @rule(id=s.ids)
+    def look(self, id: str) -> None:
+        entry = self.model.entries.get(id)
+        assert self.d.look(id) == (None if entry is None else entry.element)
+
+    @rule(limit=s.limits)
+    def poll(self, limit: int | None) -> None:
+        ids = self.model.due_ids(limit)
+        expected = [self.model.entries.pop(id).element for id in ids]
+        assert self.d.poll(limit=limit) == expected
+
+    @rule(limit=s.limits)
+    def xpoll(self, limit: int | None) -> None:
+        assert self.d.xpoll(limit=limit) == self.model.due_ids(limit)
+
+    @rule(ids=st.lists(s.ids, max_size=4), attempt=st.none() | st.integers(0, 3))
+    def xack(self, ids: list[str], attempt: int | None) -> None:
+        expected = []
+        m = self.model
+        for id in ids:
+            entry = m.entries.get(id)
+            if (
+                entry is None
+                or (attempt is not None and entry.attempt != attempt)
+                or (entry.due > m.now and not entry.claimed)
+            ):
+                expected.append(None)
+            else:
+                expected.append(m.entries.pop(id).element)
+        assert self.d.xack(*ids, attempt=attempt) == expected
+
+    @rule(lease=s.leases, limit=s.limits)
+    def claim(self, lease: float, limit: int | None) -> None:
+        m = self.model
+        expected = []
+        for id in m.due_ids(limit):
+            entry = m.entries[id]
+            entry.attempt += 1
+            m.schedule(id, lease, claimed=True)
+            expected.append(Claim(id=id, element=entry.element, attempt=entry.attempt, lease_until=entry.due))
+        assert self.d.claim(lease=lease, limit=limit) == expected
+
+    @rule(id=s.ids, ttl=s.ttls, attempt=st.none() | st.integers(0, 3))
+    def reschedule(self, id: str, ttl: float, attempt: int | None) -> None:
+        entry = self.model.entries.get(id)
+        ok = entry is not None and (attempt is None or entry.attempt == attempt)
+        if ok:
+            self.model.schedule(id, ttl, claimed=False)
+        assert self.d.reschedule(id, ttl=ttl, attempt=attempt) is ok
+
+    @rule(id=s.ids, lease=s.leases, attempt=st.integers(0, 3))
+    def extend(self, id: str, lease: float, attempt: int) -> None:
+        entry = self.model.entries.get(id)
+        expected = None
+        if entry is not None and entry.attempt == attempt and entry.claimed:
+            expected = self.model.schedule(id, lease, claimed=True).due
+        assert self.d.extend(id, lease=lease, attempt=attempt) == expected
+
+    @rule(id=s.ids, element=s.elements)
+    def update(self, id: str, element: Any) -> None:
+        entry = self.model.entries.get(id)
+        if entry is None:
+            with pytest.raises(UnknownIdError):
+                self.d.update(id, element)
+            return
+        assert self.d.update(id, element) == entry.element
+        entry.element = element
+
+    @rule(id=s.ids)
+    def info(self, id: str) -> None:
+        e = self.model.entries.get(id)
+        expected = (
+            None
+            if e is None
+            else ElementInfo(id=id, due=e.due, ttl=e.ttl, attempt=e.attempt, claimed=e.claimed)
+        )
+        assert self.d.info(id) == expected
+
+    @rule(seconds=s.advances)
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        self.model.now = self.clock()
+
+    @precondition(lambda self: self.model.entries)
+    @rule()
+    def advance_to_next_due(self) -> None:
+        """Jump exactly to the next due time, where ties and boundaries live."""
+        nxt = min(e.due for e in self.model.entries.values())
+        if nxt > self.model.now:
+            self.clock.advance(nxt - self.model.now)
+            self.model.now = self.clock()
+
+    @invariant()
+    def same_size_and_ttn(self) -> None:
+        m = self.model
+        assert len(self.d) == len(m.entries)
+        assert set(self.d) == set(m.entries)
+        expected = None if not m.entries else max(0.0, min(e.due for e in m.entries.values()) - m.now)
+        assert self.d.ttn() == expected
+
+
+DehydratorMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=60, deadline=None)
+test_dehydrator_matches_model = DehydratorMachine.TestCase
+
+
+def test_with_eager_housekeeping(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same machine with compaction and heap rebuilds on a hair trigger, so they run often."""
+    monkeypatch.setattr(_dehydrator, "_COMPACT_MIN", 0)
+    monkeypatch.setattr(_dehydrator, "_REBUILD_SLACK", 0)
+    run_state_machine_as_test(
+        DehydratorMachine,
+        settings=settings(max_examples=200, stateful_step_count=60, deadline=None),
+    )

@@ -1,0 +1,52 @@
+"""Pin the public surface: adding or removing a name is a deliberate act."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import rehydrate
+
+PUBLIC = {
+    "Claim",
+    "Dehydrator",
+    "DuplicateIdError",
+    "ElementInfo",
+    "InvalidArgumentError",
+    "InvalidTypeError",
+    "RehydrateError",
+    "UnknownIdError",
+}
+
+
+def test_all_is_pinned() -> None:
+    assert set(rehydrate.__all__) == PUBLIC
+
+
+def test_every_name_in_all_exists() -> None:
+    for name in rehydrate.__all__:
+        assert getattr(rehydrate, name) is not None
+
+
+def test_public_objects_say_where_they_live() -> None:
+    for name in rehydrate.__all__:
+        module = getattr(rehydrate, name).__module__
+        assert module.startswith("rehydrate"), (name, module)
+
+
+def test_private_modules_are_private() -> None:
+    """Implementation lives in ``_``-modules; public modules declare ``__all__``."""
+    for info in pkgutil.walk_packages(rehydrate.__path__, "rehydrate."):
+        leaf = info.name.rsplit(".", 1)[-1]
+        if any(part.startswith("_") for part in info.name.split(".")[1:]):
+            continue
+        module = importlib.import_module(info.name)
+        if leaf == "__main__":
+            continue
+        assert hasattr(module, "__all__"), info.name
+
+
+def test_py_typed_ships() -> None:
+    from importlib.resources import files
+
+    assert files("rehydrate").joinpath("py.typed").is_file()
