@@ -11,7 +11,9 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidTypeError",
     "RehydrateError",
+    "StoreUnavailableError",
     "UnknownIdError",
+    "UnsupportedStoreError",
 ]
 
 
@@ -52,3 +54,14 @@ class UnknownIdError(RehydrateError, KeyError):
 
     def __str__(self) -> str:
         return f"no element with id {self.id!r} is dehydrating"
+
+
+class StoreUnavailableError(RehydrateError, ConnectionError):
+    """The store's backend could not be reached, even after the store's own retries.
+
+    The call may or may not have taken effect; every verb is safe to retry.
+    """
+
+
+class UnsupportedStoreError(RehydrateError, ValueError):
+    """``open_store`` was given a URL whose scheme names no store, or a store's extra is missing."""

@@ -58,6 +58,15 @@ class Claim:
     element: Any
     attempt: int
     lease_until: float
+    #: When the element became due (its lateness is ``claimed_at - due``).
+    due: float = attrs.field(default=0.0, eq=False)
+    #: When it was claimed, in the same clock.
+    claimed_at: float = attrs.field(default=0.0, eq=False)
+
+    @property
+    def lateness(self) -> float:
+        """Seconds between the element's due time and its claim."""
+        return max(0.0, self.claimed_at - self.due)
 
 
 @attrs.frozen(kw_only=True)
@@ -237,6 +246,20 @@ class Dehydrator:
             self._kill(node)
         return out
 
+    def ack(self, id: str, *, attempt: int) -> bool:
+        """Remove a claimed element if its attempt is still ``attempt``; whether it did.
+
+        The fenced acknowledgement a worker sends when it is done: the element need not be due.
+        """
+        node = self._checked_get(id)
+        if _validate.attempt(attempt) is None:
+            raise InvalidArgumentError("ack needs the claim's attempt")
+        if node is None or node.attempt != attempt or not node.queue.lease:  # type: ignore[union-attr]
+            return False
+        del self._index[id]
+        self._kill(node)
+        return True
+
     def ttn(self) -> float | None:
         """Seconds until the next element is due (TTN): ``0.0`` if one is due now, ``None`` if empty."""
         entry = self._top()
@@ -287,11 +310,21 @@ class Dehydrator:
         append = claims.append
         for node in taken:
             attempt = node.attempt = node.attempt + 1
+            was_due = node.due
             node.due = due
             node.seq = next(seq)
             node.queue = queue
             items.append(node)
-            append(Claim(id=node.id, element=node.element, attempt=attempt, lease_until=due))
+            append(
+                Claim(
+                    id=node.id,
+                    element=node.element,
+                    attempt=attempt,
+                    lease_until=due,
+                    due=was_due,
+                    claimed_at=now,
+                )
+            )
         if new:
             self._seat(queue)
         return claims
@@ -334,6 +367,12 @@ class Dehydrator:
             return None
         queue: _Queue = node.queue  # type: ignore[assignment]
         return ElementInfo(id=node.id, due=node.due, ttl=queue.key, attempt=node.attempt, claimed=queue.lease)
+
+    def ids(self, *, limit: int | None = None) -> list[str]:
+        """Every id, due or not, in due order (ties in filing order), at most ``limit``. O(n log n)."""
+        n = _validate.limit(limit)
+        nodes = sorted(self._index.values(), key=_order)
+        return [node.id for node in (nodes if n is None else nodes[:n])]
 
     def __len__(self) -> int:
         return len(self._index)

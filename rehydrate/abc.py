@@ -1,0 +1,246 @@
+"""The contracts every store (and clock) implements.
+
+A *store* holds many named dehydrators, like keys in Redis, and offers the
+:class:`~rehydrate.Dehydrator` verbs with the dehydrator's name first. The memory, SQLite and Redis
+stores implement exactly this contract and pass one contract test suite
+(``tests/stores/test_contract.py``); a new store should too.
+
+Rules that hold for every method unless its docstring says otherwise:
+
+* **Atomicity.** Each call is atomic with respect to every other call on the same dehydrator, from
+  any process sharing the store: two concurrent ``claim`` calls never return the same element.
+* **Ordering.** Due elements come out in due order; elements due at the same instant come out in the
+  order they were pushed (or claimed, rescheduled or extended: each of those files the element anew).
+* **Time.** Durations (``ttl``, ``lease``) are relative seconds (``float``, ``int`` or
+  :class:`datetime.timedelta`). Absolute times (``Claim.due``, ``Claim.lease_until``,
+  ``ElementInfo.due``) are in the store's clock (:attr:`Store.clock`): monotonic for the memory store,
+  Unix time for SQLite, the Redis server's ``TIME`` for Redis. Compare them with each other, not
+  with another clock.
+* **Leases and fencing.** ``claim`` files each element anew at ``now + lease`` and adds one to its
+  attempt; until then nobody else can claim it, after that it is due again (redelivery). Calls that
+  take ``attempt`` do nothing when the element's attempt differs: a worker whose lease ran out and
+  whose element was claimed again cannot ack, extend or move the newer claim.
+* **Errors.** Bad arguments raise :class:`~rehydrate.errors.InvalidArgumentError` (also a
+  ``ValueError``/``TypeError``) before anything changes. An unknown id is not an error except for
+  ``update`` (:class:`~rehydrate.errors.UnknownIdError`). ``push`` of an id that is present raises
+  :class:`~rehydrate.errors.DuplicateIdError`. A store that cannot reach its backend raises
+  :class:`~rehydrate.errors.StoreUnavailableError` after its own retries; the call may or may not
+  have taken effect (it is safe to retry: every verb is idempotent or fenced).
+* **Elements** are what the store's serializer accepts (any object for the memory store, JSON data
+  by default for SQLite and Redis).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import Any, Protocol, Self, runtime_checkable
+
+from rehydrate._core._dehydrator import Claim, ElementInfo
+from rehydrate._core._validate import Seconds
+
+__all__ = ["Clock", "Serializer", "Store", "Subscription"]
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Where a store and a scheduler read the time and wait for it to pass.
+
+    ``rehydrate.testing.FakeClock`` implements it for tests: its time moves only when told to, and
+    sleepers wake when it does.
+    """
+
+    def __call__(self) -> float:
+        """The current time in seconds. Never goes backwards."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Return once ``seconds`` have passed on this clock."""
+        ...
+
+
+@runtime_checkable
+class Serializer(Protocol):
+    """Turns elements into bytes and back, for stores that keep bytes (SQLite, Redis)."""
+
+    #: A short name, stored beside the payload so a mismatched reader fails loudly.
+    name: str
+
+    def dumps(self, element: Any) -> bytes:
+        """Serialize ``element``; raise ``TypeError`` or ``ValueError`` if it cannot be."""
+        ...
+
+    def loads(self, data: bytes) -> Any:
+        """The inverse of :meth:`dumps`."""
+        ...
+
+
+class Subscription(ABC):
+    """Tells a sleeping loop that something in one dehydrator may have become due sooner.
+
+    Obtained from :meth:`Store.subscribe` *before* reading ``ttn``, so nothing that happens between
+    reading ``ttn`` and going to sleep is missed: the notification is remembered until the next
+    :meth:`wait`.
+    """
+
+    @abstractmethod
+    async def wait(self, timeout: float | None) -> bool:
+        """Sleep until notified or until ``timeout`` seconds of the store's clock pass.
+
+        Returns ``True`` when a notification arrived (possibly before the call: notifications since
+        the last ``wait`` are remembered, and one ``wait`` consumes them all), ``False`` on timeout.
+        ``timeout=None`` waits for a notification only. Spurious wake-ups are allowed; missed ones
+        are not: every push, reschedule or extend that makes an element due earlier than every
+        other element of the dehydrator notifies.
+        """
+
+
+class Store(ABC):
+    """Many named dehydrators behind one async API. See the module docstring for the shared rules.
+
+    Use a store as an async context manager (``async with store:``), or call :meth:`aclose`.
+    Names are non-empty strings.
+    """
+
+    #: The clock that absolute times from this store are in, and that subscriptions sleep on.
+    clock: Clock
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def open(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
+        """Connect to the backend. Idempotent. Called by ``async with``."""
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Release connections and threads. Idempotent. Elements stay (except in memory)."""
+
+    # -- ReDe verbs ----------------------------------------------------------------------------
+
+    @abstractmethod
+    async def push(self, name: str, element: Any, *, ttl: Seconds, id: str | None = None) -> str:
+        """Dehydrate ``element`` for ``ttl`` seconds (PUSH/GIDPUSH) and return its id.
+
+        Without ``id`` a unique one is generated. Raises ``DuplicateIdError`` if ``id`` is present.
+        Durable stores have the element on disk (or acknowledged by the server) when this returns.
+        """
+
+    @abstractmethod
+    async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
+        """Push ``(element, ttl, id or None)`` items all at once and return their ids in order.
+
+        All or nothing: if any id is present (or repeats within the batch) ``DuplicateIdError`` is
+        raised and nothing is pushed. Costs one round trip per batch, not per item.
+        """
+
+    @abstractmethod
+    async def pull(self, name: str, id: str) -> Any:
+        """Remove and return the element, due or not, claimed or not (PULL); ``None`` if unknown."""
+
+    @abstractmethod
+    async def poll(self, name: str, *, limit: int | None = None) -> list[Any]:
+        """Remove and return the due elements in due order, at most ``limit`` (POLL).
+
+        Due includes claimed elements whose lease has run out.
+        """
+
+    @abstractmethod
+    async def xpoll(self, name: str, *, limit: int | None = None) -> list[str]:
+        """The ids of the due elements in due order, at most ``limit``, none removed (XPOLL)."""
+
+    @abstractmethod
+    async def xack(self, name: str, *ids: str, attempt: int | None = None) -> list[Any]:
+        """Remove and return each element that is due or claimed; ``None`` in its place otherwise (XACK).
+
+        With ``attempt``, only elements whose attempt equals it are removed (fencing).
+        """
+
+    @abstractmethod
+    async def look(self, name: str, id: str) -> Any:
+        """The element, not removed (LOOK); ``None`` if unknown."""
+
+    @abstractmethod
+    async def ttn(self, name: str) -> float | None:
+        """Seconds until the next element is due (TTN); ``0.0`` if one is due; ``None`` if empty."""
+
+    @abstractmethod
+    async def update(self, name: str, id: str, element: Any) -> Any:
+        """Replace the element, keeping its due time, attempt and claim; return the old one (UPDATE).
+
+        Raises ``UnknownIdError`` if the id is unknown.
+        """
+
+    # -- leases --------------------------------------------------------------------------------
+
+    @abstractmethod
+    async def claim(self, name: str, *, lease: Seconds, limit: int | None = None) -> list[Claim]:
+        """Atomically take up to ``limit`` due elements for ``lease`` seconds, in due order.
+
+        Each is filed anew at ``now + lease`` with its attempt increased by one, and comes back
+        (is due again) if the lease runs out before ``ack``/``xack``, ``reschedule`` or ``extend``.
+        Stores bound ``limit`` internally (at most a few thousand per round trip) so one call never
+        blocks the backend for long; loop to take more.
+        """
+
+    @abstractmethod
+    async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
+        """Fenced batch acknowledgement: remove each ``(id, attempt)`` whose attempt still matches.
+
+        Returns, per pair, whether it was removed. The element need not be due (an ack of a
+        claim whose lease is still running is the normal case). One round trip per batch.
+        """
+
+    @abstractmethod
+    async def reschedule(self, name: str, id: str, *, ttl: Seconds, attempt: int | None = None) -> bool:
+        """File the element anew at ``now + ttl`` and release its claim (a delayed retry).
+
+        The attempt count is kept. ``False`` (nothing done) if unknown or fenced out.
+        """
+
+    @abstractmethod
+    async def extend(self, name: str, id: str, *, lease: Seconds, attempt: int) -> float | None:
+        """Keep a running claim alive until ``now + lease``; return the new ``lease_until``.
+
+        ``None`` (nothing done) if the element is gone, not claimed, or claimed again since.
+        """
+
+    @abstractmethod
+    async def info(self, name: str, id: str) -> ElementInfo | None:
+        """What the store knows of the element; ``None`` if unknown."""
+
+    # -- inspection and waiting ----------------------------------------------------------------
+
+    @abstractmethod
+    async def names(self) -> list[str]:
+        """The names of the dehydrators that hold at least one element, sorted."""
+
+    @abstractmethod
+    async def size(self, name: str) -> int:
+        """How many elements the dehydrator holds (due, waiting and claimed)."""
+
+    @abstractmethod
+    def subscribe(self, name: str) -> AbstractAsyncContextManager[Subscription]:
+        """Listen for "something may be due sooner" in ``name``; see :class:`Subscription`.
+
+        Works across processes for shared stores (Redis: pub/sub; SQLite: a short bounded nap).
+        """
+
+    @abstractmethod
+    async def ids(self, name: str, *, limit: int | None = None) -> list[str]:
+        """The ids in the dehydrator, due or not, in due order, at most ``limit``.
+
+        For inspection (listing dead letters, the ``stats`` command): it may cost O(n).
+        """

@@ -1,0 +1,111 @@
+"""Serializers for stores that keep bytes (SQLite, Redis).
+
+JSON is the default: safe to load whatever another service wrote into a shared Redis. msgpack is
+more compact; pickle takes any Python object but loading it runs code, so use it only when every
+writer is trusted. Neither is ever chosen for you.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+from rehydrate.abc import Serializer
+from rehydrate.errors import InvalidArgumentError, InvalidTypeError
+
+__all__ = ["JSONSerializer", "MsgpackSerializer", "PickleSerializer", "get_serializer"]
+
+
+class JSONSerializer:
+    """Compact UTF-8 JSON. Tuples come back as lists; non-JSON data raises ``TypeError``."""
+
+    name = "json"
+
+    def dumps(self, element: Any) -> bytes:
+        try:
+            return json.dumps(element, separators=(",", ":"), allow_nan=False).encode()
+        except (TypeError, ValueError) as exc:
+            raise InvalidTypeError(
+                f"element is not JSON-serializable ({exc}); pass JSON data or choose "
+                "serializer='msgpack' or 'pickle'"
+            ) from exc
+
+    def loads(self, data: bytes) -> Any:
+        return json.loads(data)
+
+    def __repr__(self) -> str:
+        return "JSONSerializer()"
+
+
+class MsgpackSerializer:
+    """msgpack (the ``msgpack`` package, extra ``rehydrate[msgpack]``)."""
+
+    name = "msgpack"
+
+    def __init__(self) -> None:
+        try:
+            import msgpack
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise InvalidArgumentError(
+                "serializer 'msgpack' needs the msgpack package: pip install 'rehydrate[msgpack]'"
+            ) from exc
+        self._msgpack = msgpack
+
+    def dumps(self, element: Any) -> bytes:
+        try:
+            data: bytes = self._msgpack.packb(element, use_bin_type=True)
+        except (TypeError, ValueError) as exc:
+            raise InvalidTypeError(f"element is not msgpack-serializable ({exc})") from exc
+        return data
+
+    def loads(self, data: bytes) -> Any:
+        return self._msgpack.unpackb(data, raw=False)
+
+    def __repr__(self) -> str:
+        return "MsgpackSerializer()"
+
+
+class PickleSerializer:
+    """pickle: any picklable object. Loading runs code: only for stores no stranger can write."""
+
+    name = "pickle"
+
+    def dumps(self, element: Any) -> bytes:
+        try:
+            return pickle.dumps(element, protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            raise InvalidTypeError(f"element cannot be pickled ({exc})") from exc
+
+    def loads(self, data: bytes) -> Any:
+        return pickle.loads(data)
+
+    def __repr__(self) -> str:
+        return "PickleSerializer()"
+
+
+_BY_NAME: dict[str, Callable[[], Serializer]] = {
+    "json": JSONSerializer,
+    "msgpack": MsgpackSerializer,
+    "pickle": PickleSerializer,
+}
+
+
+def get_serializer(value: str | Serializer | None) -> Serializer:
+    """A serializer from a name (``"json"``, ``"msgpack"``, ``"pickle"``) or an instance; JSON if ``None``."""
+    if value is None:
+        return JSONSerializer()
+    if isinstance(value, str):
+        try:
+            factory = _BY_NAME[value]
+        except KeyError:
+            raise InvalidArgumentError(
+                f"unknown serializer {value!r}; choose one of {', '.join(_BY_NAME)}"
+            ) from None
+        return factory()
+    if isinstance(value, Serializer):
+        return value
+    raise InvalidTypeError(
+        f"serializer must be a name or have name, dumps and loads, not {type(value).__name__}"
+    )

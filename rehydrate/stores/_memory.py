@@ -1,0 +1,245 @@
+"""The embedded store: named Dehydrators in this process. Fast, and gone when the process ends."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import anyio
+
+from rehydrate._clock import SystemClock, wait_or_sleep
+from rehydrate._core import _validate
+from rehydrate._core._dehydrator import Claim, Dehydrator, ElementInfo
+from rehydrate._core._validate import Seconds
+from rehydrate.abc import Clock, Store, Subscription
+from rehydrate.errors import DuplicateIdError, InvalidTypeError
+
+__all__ = ["MemoryStore"]
+
+
+class _MemorySubscription(Subscription):
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._event = anyio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float | None) -> bool:
+        woke = await wait_or_sleep(self._event, self._clock, timeout)
+        if woke:
+            self._event = anyio.Event()
+        return woke
+
+
+class MemoryStore(Store):
+    """Dehydrators held in this process: the embedded default (``memory://``).
+
+    Elements are kept as the objects given (not copied or serialized), and are lost when the
+    process ends. Time is ``clock`` (monotonic by default; a :class:`~rehydrate.testing.FakeClock`
+    in tests). Every call completes without yielding to other tasks, so each is atomic.
+    """
+
+    def __init__(self, *, clock: Clock | None = None) -> None:
+        if clock is not None and not isinstance(clock, Clock):
+            raise InvalidTypeError(
+                f"clock must be callable and have an async sleep(seconds) method, not {type(clock).__name__}"
+            )
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self._dehydrators: dict[str, Dehydrator] = {}
+        self._subscribers: dict[str, set[_MemorySubscription]] = {}
+
+    @classmethod
+    def from_url(cls, url: str, *, clock: Clock | None = None) -> MemoryStore:
+        """``memory://`` (nothing after the scheme is used)."""
+        return cls(clock=clock)
+
+    def __repr__(self) -> str:
+        return f"MemoryStore(clock={self.clock!r})"
+
+    async def aclose(self) -> None:
+        await anyio.lowlevel.checkpoint()
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _get(self, name: str) -> Dehydrator | None:
+        return self._dehydrators.get(_validate.element_id(name, "name"))
+
+    def _get_or_create(self, name: str) -> Dehydrator:
+        d = self._dehydrators.get(_validate.element_id(name, "name"))
+        if d is None:
+            d = self._dehydrators[name] = Dehydrator(clock=self.clock)
+        return d
+
+    @staticmethod
+    def _absent(id: str) -> None:
+        """What a read of an id in a dehydrator that does not exist returns (after checking the id)."""
+        _validate.element_id(id)
+
+    def _notify_if_sooner(self, name: str, d: Dehydrator, before: float | None) -> None:
+        after = d.next_due()
+        if after is not None and (before is None or after < before):
+            for subscription in self._subscribers.get(name, ()):
+                subscription.notify()
+
+    # -- ReDe verbs ------------------------------------------------------------------------------
+
+    async def push(self, name: str, element: Any, *, ttl: Seconds, id: str | None = None) -> str:
+        d = self._get_or_create(name)
+        before = d.next_due()
+        id = d.push(element, ttl=ttl, id=id)
+        self._notify_if_sooner(name, d, before)
+        await anyio.lowlevel.checkpoint()
+        return id
+
+    async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
+        d = self._get_or_create(name)
+        batch = [(element, _validate.seconds(ttl, "ttl"), id) for element, ttl, id in items]
+        seen: set[str] = set()
+        for _, _, id in batch:
+            if id is None:
+                continue
+            _validate.element_id(id)
+            if id in d or id in seen:
+                raise DuplicateIdError(id)
+            seen.add(id)
+        before = d.next_due()
+        ids = [d.push(element, ttl=ttl, id=id) for element, ttl, id in batch]
+        self._notify_if_sooner(name, d, before)
+        await anyio.lowlevel.checkpoint()
+        return ids
+
+    async def pull(self, name: str, id: str) -> Any:
+        d = self._get(name)
+        result = d.pull(id) if d is not None else self._absent(id)
+        await anyio.lowlevel.checkpoint()
+        return result
+
+    async def poll(self, name: str, *, limit: int | None = None) -> list[Any]:
+        _validate.limit(limit)
+        d = self._get(name)
+        result = d.poll(limit=limit) if d is not None else []
+        await anyio.lowlevel.checkpoint()
+        return result
+
+    async def xpoll(self, name: str, *, limit: int | None = None) -> list[str]:
+        _validate.limit(limit)
+        d = self._get(name)
+        result = d.xpoll(limit=limit) if d is not None else []
+        await anyio.lowlevel.checkpoint()
+        return result
+
+    async def xack(self, name: str, *ids: str, attempt: int | None = None) -> list[Any]:
+        _validate.ids(ids)
+        _validate.attempt(attempt)
+        d = self._get(name)
+        result = d.xack(*ids, attempt=attempt) if d is not None else [None] * len(ids)
+        await anyio.lowlevel.checkpoint()
+        return result
+
+    async def look(self, name: str, id: str) -> Any:
+        d = self._get(name)
+        result = d.look(id) if d is not None else self._absent(id)
+        await anyio.lowlevel.checkpoint()
+        return result
+
+    async def ttn(self, name: str) -> float | None:
+        d = self._get(name)
+        result = d.ttn() if d is not None else None
+        await anyio.lowlevel.checkpoint()
+        return result
+
+    async def update(self, name: str, id: str, element: Any) -> Any:
+        d = self._get_or_create(name)
+        result = d.update(id, element)
+        await anyio.lowlevel.checkpoint()
+        return result
+
+    # -- leases ----------------------------------------------------------------------------------
+
+    async def claim(self, name: str, *, lease: Seconds, limit: int | None = None) -> list[Claim]:
+        _validate.seconds(lease, "lease")
+        _validate.limit(limit)
+        d = self._get(name)
+        result = d.claim(lease=lease, limit=limit) if d is not None else []
+        await anyio.lowlevel.checkpoint()
+        return result
+
+    async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
+        pairs = list(claims)
+        for id, attempt in pairs:
+            _validate.element_id(id)
+            if _validate.attempt(attempt) is None:
+                raise _validate.InvalidArgumentError("ack needs each claim's attempt")
+        d = self._get(name)
+        result = [d.ack(id, attempt=attempt) for id, attempt in pairs] if d else [False] * len(pairs)
+        await anyio.lowlevel.checkpoint()
+        return result
+
+    async def reschedule(self, name: str, id: str, *, ttl: Seconds, attempt: int | None = None) -> bool:
+        d = self._get(name)
+        if d is None:
+            _validate.seconds(ttl, "ttl")
+            _validate.element_id(id)
+            _validate.attempt(attempt)
+            result = False
+        else:
+            before = d.next_due()
+            result = d.reschedule(id, ttl=ttl, attempt=attempt)
+            self._notify_if_sooner(name, d, before)
+        await anyio.lowlevel.checkpoint()
+        return result
+
+    async def extend(self, name: str, id: str, *, lease: Seconds, attempt: int) -> float | None:
+        d = self._get(name)
+        if d is None:
+            _validate.seconds(lease, "lease")
+            _validate.element_id(id)
+            _validate.attempt(attempt)
+            result = None
+        else:
+            before = d.next_due()
+            result = d.extend(id, lease=lease, attempt=attempt)
+            self._notify_if_sooner(name, d, before)
+        await anyio.lowlevel.checkpoint()
+        return result
+
+    async def info(self, name: str, id: str) -> ElementInfo | None:
+        d = self._get(name)
+        result = d.info(id) if d is not None else self._absent(id)
+        await anyio.lowlevel.checkpoint()
+        return result
+
+    # -- inspection and waiting ------------------------------------------------------------------
+
+    async def names(self) -> list[str]:
+        await anyio.lowlevel.checkpoint()
+        return sorted(name for name, d in self._dehydrators.items() if len(d))
+
+    async def size(self, name: str) -> int:
+        d = self._get(name)
+        await anyio.lowlevel.checkpoint()
+        return 0 if d is None else len(d)
+
+    async def ids(self, name: str, *, limit: int | None = None) -> list[str]:
+        _validate.limit(limit)
+        d = self._get(name)
+        await anyio.lowlevel.checkpoint()
+        return [] if d is None else d.ids(limit=limit)
+
+    @asynccontextmanager
+    async def _subscribe(self, name: str) -> AsyncIterator[Subscription]:
+        subscription = _MemorySubscription(self.clock)
+        subscribers = self._subscribers.setdefault(name, set())
+        subscribers.add(subscription)
+        try:
+            yield subscription
+        finally:
+            subscribers.discard(subscription)
+            if not subscribers:
+                self._subscribers.pop(name, None)
+
+    def subscribe(self, name: str) -> AbstractAsyncContextManager[Subscription]:
+        _validate.element_id(name, "name")
+        return self._subscribe(name)

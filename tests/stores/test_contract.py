@@ -1,0 +1,275 @@
+"""The store contract (rehydrate.abc.Store), once, for every store. See tests/stores/conftest.py."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import pytest
+
+from rehydrate import DuplicateIdError, InvalidArgumentError, UnknownIdError
+from rehydrate.abc import Store
+
+from .harnesses import Harness
+
+pytestmark = pytest.mark.anyio
+
+N = "jobs"
+
+
+async def state(store: Store, name: str = N) -> Any:
+    ids = await store.ids(name)
+    return (ids, [await store.info(name, id) for id in ids], await store.xpoll(name))
+
+
+class TestVerbs:
+    async def test_push_look_poll(self, harness: Harness) -> None:
+        s = harness.store
+        assert await s.push(N, "Dehydrate this", ttl=3, id="101") == "101"
+        assert await s.look(N, "101") == "Dehydrate this"
+        assert await s.poll(N) == []
+        harness.advance(3)
+        assert await s.poll(N) == ["Dehydrate this"]
+        assert await s.size(N) == 0
+
+    async def test_generated_ids(self, harness: Harness) -> None:
+        s = harness.store
+        ids = {await s.push(N, i, ttl=1) for i in range(50)}
+        assert len(ids) == 50
+        assert await s.size(N) == 50
+
+    async def test_duplicate_id(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push(N, "a", ttl=1, id="x")
+        with pytest.raises(DuplicateIdError):
+            await s.push(N, "b", ttl=1, id="x")
+        assert await s.look(N, "x") == "a"
+
+    async def test_same_id_in_two_dehydrators(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push("one", "a", ttl=1, id="x")
+        await s.push("two", "b", ttl=1, id="x")
+        assert await s.look("one", "x") == "a"
+        assert await s.look("two", "x") == "b"
+        assert await s.names() == ["one", "two"]
+
+    async def test_due_order_and_ties(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push(N, "a", ttl=2, id="a")
+        harness.advance(1)
+        await s.push(N, "b", ttl=1, id="b")
+        await s.push(N, "c", ttl=0.5, id="c")
+        await s.push(N, "d", ttl=1, id="d")
+        assert await s.ids(N) == ["c", "a", "b", "d"]
+        harness.advance(5)
+        assert await s.xpoll(N) == ["c", "a", "b", "d"]
+        assert await s.xpoll(N, limit=2) == ["c", "a"]
+        assert await s.poll(N, limit=3) == ["c", "a", "b"]
+        assert await s.poll(N) == ["d"]
+
+    async def test_pull(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push(N, "x", ttl=3, id="101")
+        assert await s.pull(N, "101") == "x"
+        assert await s.pull(N, "101") is None
+        assert await s.pull("never-used", "101") is None
+
+    async def test_xack(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push(N, "this", ttl=3, id="101")
+        await s.push(N, "that", ttl=1, id="102")
+        harness.advance(1)
+        assert await s.poll(N) == ["that"]
+        assert await s.xack(N, "101") == [None]  # not due yet
+        harness.advance(2)
+        assert await s.xack(N, "101", "102", "103") == ["this", None, None]
+
+    async def test_ttn(self, harness: Harness) -> None:
+        s = harness.store
+        assert await s.ttn(N) is None
+        await s.push(N, "this", ttl=3, id="101")
+        await s.push(N, "that", ttl=1, id="102")
+        assert await s.ttn(N) == pytest.approx(1.0, abs=1e-3)
+        harness.advance(1)
+        assert await s.ttn(N) == 0.0
+        await s.poll(N)
+        assert await s.ttn(N) == pytest.approx(2.0, abs=1e-3)
+
+    async def test_update(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push(N, "this", ttl=3, id="101")
+        assert await s.update(N, "101", "that") == "this"
+        assert await s.look(N, "101") == "that"
+        with pytest.raises(UnknownIdError):
+            await s.update(N, "nope", "x")
+
+    async def test_push_many(self, harness: Harness) -> None:
+        s = harness.store
+        ids = await s.push_many(N, [("a", 2, "a"), ("b", 1, None), ("c", timedelta(seconds=3), "c")])
+        assert ids[0] == "a"
+        assert ids[2] == "c"
+        assert await s.size(N) == 3
+        harness.advance(3)
+        assert await s.poll(N) == ["b", "a", "c"]
+
+    async def test_push_many_is_all_or_nothing(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push(N, "old", ttl=1, id="taken")
+        with pytest.raises(DuplicateIdError):
+            await s.push_many(N, [("a", 1, "fresh"), ("b", 1, "taken")])
+        with pytest.raises(DuplicateIdError):
+            await s.push_many(N, [("a", 1, "twice"), ("b", 1, "twice")])
+        with pytest.raises(InvalidArgumentError):
+            await s.push_many(N, [("a", 1, "fresh"), ("b", -1, "bad")])
+        assert await s.ids(N) == ["taken"]
+
+    async def test_json_like_elements_round_trip(self, harness: Harness) -> None:
+        s = harness.store
+        element = {"user": 7, "tags": ["a", "b"], "ratio": 0.5, "ok": True, "none": None}
+        await s.push(N, element, ttl=0, id="e")
+        assert await s.look(N, "e") == element
+        assert await s.poll(N) == [element]
+
+
+class TestLeases:
+    async def test_claim_and_redeliver(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push(N, "job", ttl=1, id="j")
+        assert await s.claim(N, lease=10) == []
+        harness.advance(1)
+        (first,) = await s.claim(N, lease=10)
+        assert (first.id, first.element, first.attempt) == ("j", "job", 1)
+        assert first.lease_until - first.claimed_at == pytest.approx(10, abs=1e-3)
+        assert first.lateness >= 0
+        assert await s.claim(N, lease=10) == []
+        info = await s.info(N, "j")
+        assert info is not None
+        assert info.claimed
+        assert info.attempt == 1
+        harness.advance(10)
+        (second,) = await s.claim(N, lease=10)
+        assert second.attempt == 2
+
+    async def test_claim_limit_and_order(self, harness: Harness) -> None:
+        s = harness.store
+        for i in range(5):
+            await s.push(N, i, ttl=5 - i, id=str(i))
+        harness.advance(5)
+        assert [c.element for c in await s.claim(N, lease=1, limit=3)] == [4, 3, 2]
+        assert [c.element for c in await s.claim(N, lease=1)] == [1, 0]
+
+    async def test_ack_is_fenced(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push(N, "job", ttl=0, id="j")
+        (old,) = await s.claim(N, lease=5)
+        harness.advance(5)
+        (new,) = await s.claim(N, lease=5)
+        assert await s.ack(N, [("j", old.attempt)]) == [False]
+        assert await s.xack(N, "j", attempt=old.attempt) == [None]
+        assert await s.reschedule(N, "j", ttl=100, attempt=old.attempt) is False
+        assert await s.extend(N, "j", lease=100, attempt=old.attempt) is None
+        assert await s.ack(N, [("j", new.attempt), ("missing", 1)]) == [True, False]
+        assert await s.size(N) == 0
+
+    async def test_ack_needs_a_claim(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push(N, "job", ttl=0, id="j")
+        assert await s.ack(N, [("j", 0)]) == [False]
+        assert await s.size(N) == 1
+
+    async def test_xack_removes_claimed(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push(N, "job", ttl=0, id="j")
+        (c,) = await s.claim(N, lease=30)
+        assert await s.xack(N, "j", attempt=c.attempt) == ["job"]
+
+    async def test_reschedule_and_extend(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push(N, "job", ttl=0, id="j")
+        (c,) = await s.claim(N, lease=10)
+        harness.advance(6)
+        until = await s.extend(N, "j", lease=10, attempt=c.attempt)
+        assert until is not None
+        assert until > c.lease_until
+        harness.advance(6)
+        assert await s.claim(N, lease=10) == []
+        assert await s.reschedule(N, "j", ttl=2, attempt=c.attempt) is True
+        info = await s.info(N, "j")
+        assert info is not None
+        assert not info.claimed
+        harness.advance(2)
+        (again,) = await s.claim(N, lease=10)
+        assert again.attempt == 2
+
+    async def test_concurrent_claims_never_share(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push_many(N, [(i, 0, f"e{i}") for i in range(200)])
+        seen: list[str] = []
+
+        async def claimer() -> None:
+            while claims := await s.claim(N, lease=60, limit=7):
+                seen.extend(c.id for c in claims)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):
+                tg.start_soon(claimer)
+        assert sorted(seen) == sorted(f"e{i}" for i in range(200))
+
+
+class TestSubscriptions:
+    async def test_earlier_push_notifies(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push(N, "late", ttl=100, id="late")
+        async with s.subscribe(N) as sub:
+            await s.push(N, "later", ttl=200, id="later")  # not sooner: may or may not notify
+            await sub.wait(0)
+            await s.push(N, "soon", ttl=1, id="soon")
+            with anyio.fail_after(5):
+                assert await sub.wait(None) is True
+
+    async def test_notification_before_wait_is_kept(self, harness: Harness) -> None:
+        s = harness.store
+        async with s.subscribe(N) as sub:
+            await s.push(N, "x", ttl=1, id="x")
+            with anyio.fail_after(5):
+                assert await sub.wait(30) is True
+
+    async def test_wait_times_out(self, harness: Harness) -> None:
+        s = harness.store
+        async with s.subscribe(N) as sub:
+            assert await sub.wait(0) is False
+
+
+class TestBadInput:
+    @pytest.mark.parametrize(
+        "call",
+        [
+            lambda s: s.push(N, "x", ttl=-1),
+            lambda s: s.push(N, "x", ttl=float("nan")),
+            lambda s: s.push(N, "x", ttl="5"),
+            lambda s: s.push(N, "x", ttl=1, id=""),
+            lambda s: s.push("", "x", ttl=1),
+            lambda s: s.pull(N, ""),
+            lambda s: s.look(N, 7),
+            lambda s: s.poll(N, limit=0),
+            lambda s: s.xpoll(N, limit=-1),
+            lambda s: s.xack(N, "a", ""),
+            lambda s: s.claim(N, lease=-1),
+            lambda s: s.claim(N, lease=1, limit=0),
+            lambda s: s.ack(N, [("a", -1)]),
+            lambda s: s.reschedule(N, "a", ttl=float("inf")),
+            lambda s: s.extend(N, "a", lease=-2, attempt=1),
+            lambda s: s.update(N, "", 1),
+            lambda s: s.info(N, None),
+            lambda s: s.size(""),
+            lambda s: s.ids(N, limit=0),
+        ],
+    )
+    async def test_rejected_and_nothing_changes(self, harness: Harness, call: Any) -> None:
+        s = harness.store
+        await s.push(N, "keep", ttl=1, id="a")
+        before = await state(s)
+        with pytest.raises(InvalidArgumentError):
+            await call(s)
+        assert await state(s) == before
