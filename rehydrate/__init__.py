@@ -6,21 +6,46 @@ A dehydrator holds elements that arrived too early and gives them back once thei
 from __future__ import annotations
 
 from rehydrate._core._dehydrator import Claim, Dehydrator, ElementInfo
+from rehydrate._core._retry import Backoff, Retry
+from rehydrate._scheduler import (
+    DeadLetter,
+    Delivery,
+    Scheduler,
+    SchedulerNotRunningError,
+    Stats,
+    current_delivery,
+)
+from rehydrate._sync import SyncScheduler
 from rehydrate.errors import (
     DuplicateIdError,
     InvalidArgumentError,
     InvalidTypeError,
     RehydrateError,
+    StoreUnavailableError,
     UnknownIdError,
+    UnsupportedStoreError,
 )
+from rehydrate.stores import open_store
 
 __all__ = [
+    "Backoff",
     "Claim",
+    "DeadLetter",
     "Dehydrator",
+    "Delivery",
     "DuplicateIdError",
     "ElementInfo",
     "InvalidArgumentError",
     "InvalidTypeError",
     "RehydrateError",
+    "Retry",
+    "Scheduler",
+    "SchedulerNotRunningError",
+    "Stats",
+    "StoreUnavailableError",
+    "SyncScheduler",
     "UnknownIdError",
+    "UnsupportedStoreError",
+    "current_delivery",
+    "open_store",
 ]

@@ -27,7 +27,7 @@ class FakeClock:
     >>> clock()
     1.5
 
-    In an async test, follow ``advance`` with ``await anyio.testing.wait_all_tasks_blocked()`` to let
+    In an async test, follow ``advance`` with ``await anyio.wait_all_tasks_blocked()`` to let
     the woken tasks run before asserting.
     """
 

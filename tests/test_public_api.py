@@ -8,19 +8,51 @@ import pkgutil
 import rehydrate
 
 PUBLIC = {
+    "Backoff",
     "Claim",
+    "DeadLetter",
     "Dehydrator",
+    "Delivery",
     "DuplicateIdError",
     "ElementInfo",
     "InvalidArgumentError",
     "InvalidTypeError",
     "RehydrateError",
+    "Retry",
+    "Scheduler",
+    "SchedulerNotRunningError",
+    "Stats",
+    "StoreUnavailableError",
+    "SyncScheduler",
     "UnknownIdError",
+    "UnsupportedStoreError",
+    "current_delivery",
+    "open_store",
+}
+SUBMODULES = {
+    "rehydrate.abc": {"Clock", "Serializer", "Store", "Subscription"},
+    "rehydrate.errors": {
+        "DuplicateIdError",
+        "InvalidArgumentError",
+        "InvalidTypeError",
+        "RehydrateError",
+        "StoreUnavailableError",
+        "UnknownIdError",
+        "UnsupportedStoreError",
+    },
+    "rehydrate.serializers": {"JSONSerializer", "MsgpackSerializer", "PickleSerializer", "get_serializer"},
+    "rehydrate.stores": {"MemoryStore", "RedisStore", "SQLiteStore", "open_store"},
+    "rehydrate.testing": {"FakeClock"},
 }
 
 
 def test_all_is_pinned() -> None:
     assert set(rehydrate.__all__) == PUBLIC
+
+
+def test_public_modules_are_pinned() -> None:
+    for name, expected in SUBMODULES.items():
+        assert set(importlib.import_module(name).__all__) == expected, name
 
 
 def test_every_name_in_all_exists() -> None:

@@ -1,0 +1,784 @@
+"""The scheduler: a timer loop per dehydrator that sleeps until TTN and delivers at least once.
+
+For each dehydrator with a handler, one claim loop:
+
+1. subscribes to the store's "something may be due sooner" notifications (before reading TTN, so
+   nothing slips between reading it and going to sleep);
+2. claims due elements in batches, as many as the handler has free slots, each under a lease;
+3. starts one task per claimed element; the task runs the handler and queues a fenced ack;
+4. when nothing more is due, sleeps exactly until the store's TTN or until notified.
+
+Beside it, a lease keeper renews the lease of every running element at half its length (so a slow
+handler is never delivered twice to healthy workers) and an acker sends finished elements' acks in
+batches. A failed element is rescheduled with backoff, then dead-lettered. If the process dies, the
+leases run out and the elements are delivered again: at least once, nothing lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import inspect
+import random
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import Any, Final, Self, TypeVar
+
+import anyio
+import anyio.abc
+import attrs
+import structlog
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from rehydrate._core import _validate
+from rehydrate._core._dehydrator import Claim
+from rehydrate._core._retry import Retry
+from rehydrate._core._validate import Seconds
+from rehydrate.abc import Store, Subscription
+from rehydrate.errors import (
+    DuplicateIdError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    RehydrateError,
+)
+
+__all__ = ["DeadLetter", "Delivery", "Scheduler", "Stats", "current_delivery"]
+
+logger = structlog.get_logger("rehydrate")
+
+Handler = TypeVar("Handler", bound=Callable[..., Any])
+
+#: Suffix of the dehydrator that holds a dehydrator's dead letters.
+DEAD_SUFFIX: Final = ".dead"
+#: How many lateness samples the stats keep (the most recent ones).
+_LATENESS_SAMPLES: Final = 10_000
+#: Store errors in a loop are retried after this backoff, doubling up to the cap.
+_ERROR_BACKOFF: Final = (0.05, 5.0)
+
+
+class SchedulerNotRunningError(RehydrateError, RuntimeError):
+    """A call that needs the scheduler running (``async with scheduler``) was made outside it."""
+
+
+@attrs.frozen(kw_only=True)
+class Delivery:
+    """One element handed to a handler or a channel, under a lease.
+
+    ``ack()`` removes it for good, ``retry(delay)`` brings it back later, ``extend()`` keeps the lease
+    alive. Each is fenced by ``attempt``: once the lease has run out and someone else has claimed the
+    element, they do nothing and return ``False``.
+    """
+
+    name: str
+    id: str
+    element: Any
+    #: 1 on first delivery; counts every claim.
+    attempt: int
+    #: When it was due and when it was claimed, in the store's clock.
+    due: float
+    claimed_at: float
+    lease_until: float
+    _store: Store = attrs.field(repr=False, alias="store")
+
+    @property
+    def lateness(self) -> float:
+        """Seconds between the due time and the claim."""
+        return max(0.0, self.claimed_at - self.due)
+
+    async def ack(self) -> bool:
+        """Done: remove the element. ``False`` if the claim was lost (it will be redelivered)."""
+        (ok,) = await self._store.ack(self.name, [(self.id, self.attempt)])
+        return ok
+
+    async def retry(self, delay: Seconds = 0) -> bool:
+        """Give the element back, due again in ``delay`` seconds. ``False`` if the claim was lost."""
+        return await self._store.reschedule(self.name, self.id, ttl=delay, attempt=self.attempt)
+
+    async def extend(self, lease: Seconds) -> float | None:
+        """Keep the claim for ``lease`` more seconds; the new ``lease_until``, or ``None`` if lost."""
+        return await self._store.extend(self.name, self.id, lease=lease, attempt=self.attempt)
+
+    @classmethod
+    def _from_claim(cls, name: str, claim: Claim, store: Store) -> Delivery:
+        return cls(
+            name=name,
+            id=claim.id,
+            element=claim.element,
+            attempt=claim.attempt,
+            due=claim.due,
+            claimed_at=claim.claimed_at,
+            lease_until=claim.lease_until,
+            store=store,
+        )
+
+
+_current: contextvars.ContextVar[Delivery] = contextvars.ContextVar("rehydrate_delivery")
+
+
+def current_delivery() -> Delivery:
+    """The delivery a handler is running for (id, attempt, lateness...), from inside the handler."""
+    try:
+        return _current.get()
+    except LookupError:
+        raise SchedulerNotRunningError("current_delivery() is only available inside a handler") from None
+
+
+@attrs.frozen(kw_only=True)
+class DeadLetter:
+    """An element that failed every attempt, as kept in ``<name>.dead``."""
+
+    id: str
+    element: Any
+    #: ``repr`` of the last exception.
+    error: str
+    attempts: int
+    #: Unix time of the last failure.
+    failed_at: float
+
+
+@attrs.frozen(kw_only=True)
+class Stats:
+    """Counters since the scheduler started, and the lateness of recent deliveries (seconds)."""
+
+    delivered: int
+    acked: int
+    retried: int
+    dead_lettered: int
+    #: Acks that came too late: the lease had run out and the element was claimed again.
+    lost: int
+    in_flight: int
+    lateness_p50: float | None
+    lateness_p99: float | None
+    lateness_max: float | None
+
+
+@attrs.define(eq=False)
+class _Counters:
+    delivered: int = 0
+    acked: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    lost: int = 0
+    in_flight: int = 0
+    lateness: deque[float] = attrs.field(factory=lambda: deque(maxlen=_LATENESS_SAMPLES))
+    lateness_max: float | None = None
+
+    def record_lateness(self, seconds: float) -> None:
+        self.lateness.append(seconds)
+        if self.lateness_max is None or seconds > self.lateness_max:
+            self.lateness_max = seconds
+
+
+def _percentile(ordered: list[float], fraction: float) -> float:
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+@attrs.define(eq=False)
+class _Route:
+    """A registered handler and the state of its claim loop."""
+
+    name: str
+    func: Callable[[Any], Any]
+    is_async: bool
+    retry: Retry
+    lease: float
+    concurrency: int
+    batch: int
+    limiter: anyio.CapacityLimiter | None = None
+    in_flight: int = 0
+    slot_freed: anyio.Event | None = None
+    claim_scope: anyio.CancelScope | None = None
+    idle: anyio.Event | None = None
+
+
+class _LeaseKeeper:
+    """Renews the lease of every running element of one route at half its length.
+
+    All leases of a route have the same length, so renewals come due in the order they were
+    queued: a FIFO, not a heap. Finished elements are dropped when they reach the front.
+    """
+
+    def __init__(self, store: Store, route: _Route) -> None:
+        self._store = store
+        self._route = route
+        self._queue: deque[tuple[float, str, int]] = deque()
+        self._active: dict[str, int] = {}
+        self._wake = anyio.Event()
+
+    def add(self, claim: Claim) -> None:
+        self._active[claim.id] = claim.attempt
+        self._queue.append((claim.claimed_at + self._route.lease / 2, claim.id, claim.attempt))
+        if len(self._queue) == 1:
+            self._wake.set()
+
+    def discard(self, id: str, attempt: int) -> None:
+        if self._active.get(id) == attempt:
+            del self._active[id]
+
+    async def run(self) -> None:
+        store, route = self._store, self._route
+        clock = store.clock
+        queue, active = self._queue, self._active
+        half = route.lease / 2
+        while True:
+            while queue and active.get(queue[0][1]) != queue[0][2]:
+                queue.popleft()
+            if not queue:
+                await self._wake.wait()
+                self._wake = anyio.Event()
+                continue
+            renew_at, id, attempt = queue[0]
+            wait = renew_at - clock()
+            if wait > 0:
+                # Later entries renew later; finished ones are skipped on waking.
+                await clock.sleep(wait)
+                continue
+            queue.popleft()
+            try:
+                until = await store.extend(route.name, id, lease=route.lease, attempt=attempt)
+            except RehydrateError as exc:
+                logger.warning(
+                    "lease renewal failed, will retry",
+                    dehydrator=route.name,
+                    id=id,
+                    attempt=attempt,
+                    error=repr(exc),
+                )
+                queue.appendleft((clock() + min(half, 1.0), id, attempt))
+                continue
+            if until is None:
+                if active.pop(id, None) is not None:
+                    logger.warning(
+                        "lease lost: the element was acked, pulled or claimed again elsewhere",
+                        dehydrator=route.name,
+                        id=id,
+                        attempt=attempt,
+                    )
+            else:
+                queue.append((clock() + half, id, attempt))
+
+
+class _Acker:
+    """Sends the fenced acks of finished elements in batches: one store call for many."""
+
+    def __init__(self, store: Store, name: str, counters: _Counters) -> None:
+        self._store = store
+        self._name = name
+        self._counters = counters
+        self._pending: list[tuple[str, int]] = []
+        self._wake = anyio.Event()
+
+    def add(self, id: str, attempt: int) -> None:
+        self._pending.append((id, attempt))
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            await self.flush()
+
+    async def flush(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending[:1000], self._pending[1000:]
+            try:
+                results = await self._store.ack(self._name, batch)
+            except anyio.get_cancelled_exc_class():
+                self._pending[:0] = batch  # not known to be sent: the final flush sends it again
+                raise
+            except RehydrateError as exc:
+                # The leases will run out and the elements come back: at least once, nothing lost.
+                logger.error(
+                    "ack failed; the elements will be delivered again",
+                    dehydrator=self._name,
+                    count=len(batch),
+                    error=repr(exc),
+                )
+                continue
+            acked = sum(results)
+            self._counters.acked += acked
+            if acked != len(batch):
+                self._counters.lost += len(batch) - acked
+                for (id, attempt), ok in zip(batch, results, strict=True):
+                    if not ok:
+                        logger.warning(
+                            "ack fenced out: the lease had run out and the element was claimed again",
+                            dehydrator=self._name,
+                            id=id,
+                            attempt=attempt,
+                        )
+
+
+def _as_store(store: Store | str | None) -> tuple[Store, bool]:
+    """The store to use, and whether the scheduler owns it (opened from a URL, so closes it)."""
+    if store is None:
+        from rehydrate.stores import MemoryStore
+
+        return MemoryStore(), True
+    if isinstance(store, str):
+        from rehydrate.stores import open_store
+
+        return open_store(store), True
+    if isinstance(store, Store):
+        return store, False
+    raise InvalidTypeError(f"store must be a Store, a URL or None, not {type(store).__name__}")
+
+
+def _positive_int(value: object, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidArgumentError(f"{name} must be an int of at least 1, got {value!r}")
+    return value
+
+
+def _delay_until(at: datetime) -> float:
+    if not isinstance(at, datetime):
+        raise InvalidTypeError(f"at must be a datetime, not {type(at).__name__}")
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise InvalidArgumentError(
+            "at must be an aware datetime (with a tzinfo, e.g. datetime.now(UTC) + ...): "
+            "a naive one is ambiguous"
+        )
+    return max(0.0, (at - datetime.now(UTC)).total_seconds())
+
+
+class Scheduler:
+    """Delayed delivery: defer elements to named dehydrators, and handle them when they are due.
+
+    ::
+
+        scheduler = Scheduler()                      # memory:// by default
+
+        @scheduler.handler("reminders", retry=Retry(attempts=5), lease=30)
+        async def send_reminder(element): ...
+
+        async with scheduler:                        # runs the timer loops in a task group
+            await scheduler.defer("reminders", {"user": 7}, delay=30, id="user-7")
+
+    ``store`` is a :class:`~rehydrate.abc.Store`, a store URL, or ``None`` for a new memory store.
+    A store given as an object is opened but not closed by the scheduler; one it made is both.
+    ``grace`` is how long shutdown waits for running handlers before cancelling them (their
+    elements are handed back to the store at once). Dead letters are kept ``dead_letter_ttl``.
+    """
+
+    def __init__(
+        self,
+        store: Store | str | None = None,
+        *,
+        grace: Seconds = 10.0,
+        dead_letter_ttl: Seconds = timedelta(days=365),
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store, self._owns_store = _as_store(store)
+        self.grace = _validate.seconds(grace, "grace")
+        self.dead_letter_ttl = _validate.seconds(dead_letter_ttl, "dead_letter_ttl")
+        self._rng = rng or random.Random()
+        self._routes: dict[str, _Route] = {}
+        self._counters = _Counters()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._running = False
+        self._stopping = False
+        self._stopped: anyio.Event | None = None
+
+    def __repr__(self) -> str:
+        return f"<Scheduler store={self.store!r} handlers={sorted(self._routes)}>"
+
+    # -- registration ----------------------------------------------------------------------------
+
+    def handler(
+        self,
+        name: str,
+        *,
+        retry: Retry | None = None,
+        lease: Seconds = 30.0,
+        concurrency: int = 100,
+        batch: int | None = None,
+    ) -> Callable[[Handler], Handler]:
+        """Register the decorated function as the handler of dehydrator ``name``.
+
+        It is called with each due element; an ``async def`` runs in the event loop, a plain
+        function in a worker thread. Returning means done (the element is acked); raising means
+        failed (retried per ``retry``, then dead-lettered). At most ``concurrency`` elements run at
+        once; they are claimed ``batch`` at a time (default: ``min(concurrency, 100)``). Each runs
+        under a ``lease`` (seconds) renewed at half its length while the handler runs.
+        """
+        _validate.element_id(name, "name")
+        if name in self._routes:
+            raise InvalidArgumentError(f"dehydrator {name!r} already has a handler")
+        if retry is not None and not isinstance(retry, Retry):
+            raise InvalidTypeError(f"retry must be a rehydrate.Retry, not {type(retry).__name__}")
+        seconds = _validate.seconds(lease, "lease")
+        if seconds <= 0:
+            raise InvalidArgumentError("lease must be positive")
+        _positive_int(concurrency, "concurrency")
+        size = min(concurrency, 100) if batch is None else _positive_int(batch, "batch")
+
+        def register(func: Handler) -> Handler:
+            if not callable(func):
+                raise InvalidTypeError("a handler must be callable")
+            route = _Route(
+                name=name,
+                func=func,
+                is_async=inspect.iscoroutinefunction(func)
+                or inspect.iscoroutinefunction(type(func).__call__),
+                retry=retry or Retry(),
+                lease=seconds,
+                concurrency=concurrency,
+                batch=size,
+            )
+            self._routes[name] = route
+            if self._tg is not None:
+                self._tg.start_soon(self._serve, route)
+            return func
+
+        return register
+
+    # -- deferring -------------------------------------------------------------------------------
+
+    async def defer(
+        self,
+        name: str,
+        element: Any,
+        *,
+        delay: Seconds | None = None,
+        at: datetime | None = None,
+        id: str | None = None,
+    ) -> str:
+        """Deliver ``element`` to ``name``'s handler after ``delay`` seconds or at ``at``; its id.
+
+        ``at`` must be timezone-aware. With neither, it is due at once. Raises
+        ``DuplicateIdError`` if ``id`` is already deferred in ``name``.
+        """
+        ttl = self._ttl(delay, at)
+        return await self.store.push(name, element, ttl=ttl, id=id)
+
+    async def cancel(self, name: str, id: str) -> Any:
+        """Remove a deferred element before it is delivered (PULL); the element, or ``None``."""
+        return await self.store.pull(name, id)
+
+    @staticmethod
+    def _ttl(delay: Seconds | None, at: datetime | None) -> float:
+        if delay is not None and at is not None:
+            raise InvalidArgumentError("give delay or at, not both")
+        if at is not None:
+            return _delay_until(at)
+        return 0.0 if delay is None else _validate.seconds(delay, "delay")
+
+    # -- dead letters ----------------------------------------------------------------------------
+
+    async def dead_letters(self, name: str, *, limit: int | None = None) -> list[DeadLetter]:
+        """The elements of ``name`` that failed every attempt, oldest first."""
+        dead = _validate.element_id(name, "name") + DEAD_SUFFIX
+        letters = []
+        for id in await self.store.ids(dead, limit=limit):
+            record = await self.store.look(dead, id)
+            if isinstance(record, dict):
+                letters.append(
+                    DeadLetter(
+                        id=id,
+                        element=record.get("element"),
+                        error=str(record.get("error", "")),
+                        attempts=int(record.get("attempts", 0)),
+                        failed_at=float(record.get("failed_at", 0.0)),
+                    )
+                )
+        return letters
+
+    async def requeue(self, name: str, ids: Iterable[str] | None = None, *, delay: Seconds = 0) -> list[str]:
+        """Put dead letters back into ``name`` (all of them, or ``ids``), due in ``delay``; the ids moved.
+
+        A dead letter whose id is live again in ``name`` stays where it is.
+        """
+        dead = _validate.element_id(name, "name") + DEAD_SUFFIX
+        ttl = _validate.seconds(delay, "delay")
+        chosen = list(await self.store.ids(dead)) if ids is None else list(_validate.ids(tuple(ids)))
+        moved = []
+        for id in chosen:
+            record = await self.store.look(dead, id)
+            if not isinstance(record, dict):
+                continue
+            try:
+                await self.store.push(name, record.get("element"), ttl=ttl, id=id)
+            except DuplicateIdError:
+                continue
+            await self.store.pull(dead, id)
+            moved.append(id)
+        return moved
+
+    # -- stats -----------------------------------------------------------------------------------
+
+    def stats(self) -> Stats:
+        """Counters since the scheduler was made, and the lateness of the recent deliveries."""
+        c = self._counters
+        ordered = sorted(c.lateness)
+        return Stats(
+            delivered=c.delivered,
+            acked=c.acked,
+            retried=c.retried,
+            dead_lettered=c.dead_lettered,
+            lost=c.lost,
+            in_flight=c.in_flight,
+            lateness_p50=_percentile(ordered, 0.50) if ordered else None,
+            lateness_p99=_percentile(ordered, 0.99) if ordered else None,
+            lateness_max=c.lateness_max,
+        )
+
+    # -- channels --------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def channel(
+        self, name: str, *, lease: Seconds = 30.0, prefetch: int = 0, batch: int = 100
+    ) -> AsyncIterator[MemoryObjectReceiveStream[Delivery]]:
+        """Receive due elements of ``name`` as :class:`Delivery` objects, over a memory stream.
+
+        ``async with scheduler.channel("reminders") as deliveries: async for d in deliveries:``.
+        The consumer calls ``await d.ack()`` (or ``d.retry(delay)``); an unacked delivery comes back
+        after its ``lease``. Elements are claimed only when the consumer can take them: at most
+        ``prefetch`` wait in the stream (plus one being handed over), so leases do not run out in a
+        buffer. Needs the store open (inside ``async with scheduler``, or the store's own).
+        """
+        _validate.element_id(name, "name")
+        seconds = _validate.seconds(lease, "lease")
+        if seconds <= 0:
+            raise InvalidArgumentError("lease must be positive")
+        if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 0:
+            raise InvalidArgumentError(f"prefetch must be an int of at least 0, got {prefetch!r}")
+        _positive_int(batch, "batch")
+        send, receive = anyio.create_memory_object_stream[Delivery](max_buffer_size=prefetch)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._feed, name, seconds, prefetch, batch, send)
+            try:
+                async with receive:
+                    yield receive
+            finally:
+                tg.cancel_scope.cancel()
+
+    async def _feed(
+        self,
+        name: str,
+        lease: float,
+        prefetch: int,
+        batch: int,
+        send: MemoryObjectSendStream[Delivery],
+    ) -> None:
+        store = self.store
+        async with send, store.subscribe(name) as subscription:
+            backoff = _ERROR_BACKOFF[0]
+            while True:
+                room = max(1, min(batch, prefetch + 1 - send.statistics().current_buffer_used))
+                try:
+                    claims = await store.claim(name, lease=lease, limit=room)
+                except RehydrateError as exc:
+                    backoff = await self._store_trouble(name, exc, backoff)
+                    continue
+                backoff = _ERROR_BACKOFF[0]
+                for claim in claims:
+                    self._counters.delivered += 1
+                    self._counters.record_lateness(claim.lateness)
+                    try:
+                        await send.send(Delivery._from_claim(name, claim, store))
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                        return
+                if len(claims) < room:
+                    await self._sleep_until_due(name, subscription)
+
+    # -- running ---------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        if self._running:
+            raise RehydrateError("this scheduler is already running")
+        await self.store.open()
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        self._running = True
+        self._stopping = False
+        self._stopped = anyio.Event()
+        for route in self._routes.values():
+            tg.start_soon(self._serve, route)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._tg is not None
+        self.stop()
+        try:
+            return await self._tg.__aexit__(exc_type, exc, tb)
+        finally:
+            self._tg = None
+            self._running = False
+            if self._owns_store:
+                with anyio.CancelScope(shield=True):
+                    await self.store.aclose()
+
+    def stop(self) -> None:
+        """Stop claiming; running handlers get ``grace`` seconds, then are cancelled. Idempotent."""
+        self._stopping = True
+        if self._stopped is not None:
+            self._stopped.set()
+        for route in self._routes.values():
+            if route.claim_scope is not None:
+                route.claim_scope.cancel()
+
+    async def run(self) -> None:
+        """Serve every handler until cancelled or until :meth:`stop`, then shut down gracefully."""
+        async with self:
+            assert self._stopped is not None
+            await self._stopped.wait()
+
+    async def _serve(self, route: _Route) -> None:
+        store = self.store
+        keeper = _LeaseKeeper(store, route)
+        acker = _Acker(store, route.name, self._counters)
+        if not route.is_async:
+            route.limiter = anyio.CapacityLimiter(route.concurrency)
+        route.claim_scope = anyio.CancelScope()
+        if self._stopping:
+            route.claim_scope.cancel()
+        async with anyio.create_task_group() as work:
+            work.start_soon(keeper.run)
+            work.start_soon(acker.run)
+            with route.claim_scope:
+                async with store.subscribe(route.name) as subscription:
+                    await self._claim_loop(route, work, keeper, acker, subscription)
+            # Stopping: no more claims. Give running handlers their grace period.
+            with anyio.move_on_after(self.grace):
+                while route.in_flight:
+                    route.idle = anyio.Event()
+                    await route.idle.wait()
+            work.cancel_scope.cancel()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(max(self.grace, 1.0)):
+                await acker.flush()
+
+    async def _claim_loop(
+        self,
+        route: _Route,
+        work: anyio.abc.TaskGroup,
+        keeper: _LeaseKeeper,
+        acker: _Acker,
+        subscription: Subscription,
+    ) -> None:
+        store = self.store
+        name = route.name
+        backoff = _ERROR_BACKOFF[0]
+        while True:
+            free = route.concurrency - route.in_flight
+            if free <= 0:
+                route.slot_freed = anyio.Event()
+                await route.slot_freed.wait()
+                continue
+            want = min(free, route.batch)
+            try:
+                claims = await store.claim(name, lease=route.lease, limit=want)
+            except RehydrateError as exc:
+                backoff = await self._store_trouble(name, exc, backoff)
+                continue
+            backoff = _ERROR_BACKOFF[0]
+            for claim in claims:
+                route.in_flight += 1
+                self._counters.in_flight += 1
+                keeper.add(claim)
+                work.start_soon(self._deliver, route, claim, keeper, acker)
+            if len(claims) < want:
+                await self._sleep_until_due(name, subscription)
+            else:
+                await anyio.lowlevel.checkpoint()
+
+    async def _sleep_until_due(self, name: str, subscription: Subscription) -> None:
+        try:
+            ttn = await self.store.ttn(name)
+        except RehydrateError as exc:
+            await self._store_trouble(name, exc, _ERROR_BACKOFF[0])
+            return
+        if ttn is None or ttn > 0:
+            await subscription.wait(ttn)
+
+    async def _store_trouble(self, name: str, exc: BaseException, backoff: float) -> float:
+        logger.error("store call failed, retrying", dehydrator=name, error=repr(exc), retry_in=backoff)
+        await anyio.sleep(backoff)
+        return min(backoff * 2, _ERROR_BACKOFF[1])
+
+    async def _deliver(self, route: _Route, claim: Claim, keeper: _LeaseKeeper, acker: _Acker) -> None:
+        counters = self._counters
+        counters.delivered += 1
+        counters.record_lateness(claim.lateness)
+        delivery = Delivery._from_claim(route.name, claim, self.store)
+        token = _current.set(delivery)
+        try:
+            if route.is_async:
+                await route.func(claim.element)
+            else:
+                context = contextvars.copy_context()
+                await anyio.to_thread.run_sync(
+                    functools.partial(context.run, route.func, claim.element),
+                    limiter=route.limiter,
+                    abandon_on_cancel=True,
+                )
+        except anyio.get_cancelled_exc_class():
+            # Shutting down: hand the element back now rather than when its lease runs out.
+            # If this fails too, the element's lease runs out and it comes back anyway.
+            with (
+                anyio.CancelScope(shield=True),
+                anyio.move_on_after(2.0),
+                contextlib.suppress(RehydrateError),
+            ):
+                await self.store.reschedule(route.name, claim.id, ttl=0, attempt=claim.attempt)
+            raise
+        except Exception as exc:
+            await self._failed(route, claim, exc)
+        else:
+            acker.add(claim.id, claim.attempt)
+        finally:
+            _current.reset(token)
+            keeper.discard(claim.id, claim.attempt)
+            route.in_flight -= 1
+            counters.in_flight -= 1
+            if route.slot_freed is not None:
+                route.slot_freed.set()
+            if route.idle is not None and not route.in_flight:
+                route.idle.set()
+
+    async def _failed(self, route: _Route, claim: Claim, exc: Exception) -> None:
+        log = logger.bind(dehydrator=route.name, id=claim.id, attempt=claim.attempt)
+        try:
+            if claim.attempt >= route.retry.attempts:
+                await self._dead_letter(route, claim, exc)
+                self._counters.dead_lettered += 1
+                log.warning("handler failed for the last time: dead-lettered", error=repr(exc))
+                return
+            if isinstance(exc, Retry) and exc.delay is not None:
+                delay = exc.delay_after(claim.attempt)
+            else:
+                delay = route.retry.delay_after(claim.attempt, self._rng)
+            if await self.store.reschedule(route.name, claim.id, ttl=delay, attempt=claim.attempt):
+                self._counters.retried += 1
+                log.info("handler failed, will retry", error=repr(exc), retry_in=round(delay, 3))
+            else:
+                self._counters.lost += 1
+                log.warning("handler failed after its lease was lost", error=repr(exc))
+        except RehydrateError as store_exc:
+            log.error(
+                "could not reschedule a failed element; its lease will bring it back",
+                error=repr(exc),
+                store_error=repr(store_exc),
+            )
+
+    async def _dead_letter(self, route: _Route, claim: Claim, exc: BaseException) -> None:
+        record = {
+            "element": claim.element,
+            "error": repr(exc)[:2000],
+            "attempts": claim.attempt,
+            "failed_at": time.time(),
+        }
+        # A DuplicateIdError means an earlier try got this far, then lost its ack.
+        with contextlib.suppress(DuplicateIdError):
+            await self.store.push(route.name + DEAD_SUFFIX, record, ttl=self.dead_letter_ttl, id=claim.id)
+        await self.store.ack(route.name, [(claim.id, claim.attempt)])

@@ -1,0 +1,500 @@
+"""The scheduler on a memory store with a FakeClock: every async test runs on asyncio and trio."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import anyio
+import pytest
+from anyio import wait_all_tasks_blocked
+
+import rehydrate
+from rehydrate import (
+    Backoff,
+    Delivery,
+    DuplicateIdError,
+    InvalidArgumentError,
+    Retry,
+    Scheduler,
+    current_delivery,
+)
+from rehydrate.stores import MemoryStore
+from rehydrate.testing import FakeClock
+
+pytestmark = pytest.mark.anyio
+
+NO_JITTER = Backoff(initial=1, multiplier=2, maximum=60, jitter=0)
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> MemoryStore:
+    return MemoryStore(clock=clock)
+
+
+@pytest.fixture
+def scheduler(store: MemoryStore) -> Scheduler:
+    return Scheduler(store=store, grace=0.5)
+
+
+async def settle() -> None:
+    """Let every task run until it blocks again."""
+    await wait_all_tasks_blocked()
+
+
+async def advance(clock: FakeClock, seconds: float) -> None:
+    """Let every task go to sleep, move time, and let the woken tasks run."""
+    await settle()
+    clock.advance(seconds)
+    await settle()
+
+
+class TestDelivery:
+    async def test_delivers_when_due_and_acks(
+        self, scheduler: Scheduler, store: MemoryStore, clock: FakeClock
+    ) -> None:
+        got: list[Any] = []
+
+        @scheduler.handler("reminders")
+        async def remind(element: Any) -> None:
+            got.append(element)
+
+        async with scheduler:
+            rid = await scheduler.defer("reminders", {"user": 7}, delay=30, id="user-7")
+            assert rid == "user-7"
+            await advance(clock, 29.9)
+            assert got == []
+            await advance(clock, 0.1)
+            assert got == [{"user": 7}]
+            assert await store.size("reminders") == 0
+            stats = scheduler.stats()
+            assert (stats.delivered, stats.acked, stats.in_flight) == (1, 1, 0)
+            assert stats.lateness_max == 0.0
+
+    async def test_wakes_early_for_an_earlier_defer(self, scheduler: Scheduler, clock: FakeClock) -> None:
+        got: list[str] = []
+
+        @scheduler.handler("jobs")
+        async def job(element: str) -> None:
+            got.append(element)
+
+        async with scheduler:
+            await scheduler.defer("jobs", "late", delay=100)
+            await settle()  # the loop is now asleep until TTN = 100 s
+            await scheduler.defer("jobs", "soon", delay=1)
+            await advance(clock, 1)
+            assert got == ["soon"]
+            await advance(clock, 99)
+            assert got == ["soon", "late"]
+
+    async def test_due_order(self, scheduler: Scheduler, clock: FakeClock) -> None:
+        got: list[int] = []
+
+        @scheduler.handler("jobs", concurrency=1)
+        async def job(element: int) -> None:
+            got.append(element)
+
+        for i, delay in enumerate([5, 1, 3, 1, 2]):
+            await scheduler.store.push("jobs", i, ttl=delay)
+        async with scheduler:
+            await advance(clock, 5)
+            assert got == [1, 3, 4, 2, 0]
+
+    async def test_cancel(self, scheduler: Scheduler, clock: FakeClock) -> None:
+        got: list[str] = []
+
+        @scheduler.handler("jobs")
+        async def job(element: str) -> None:
+            got.append(element)
+
+        async with scheduler:
+            rid = await scheduler.defer("jobs", "x", delay=5)
+            assert await scheduler.cancel("jobs", rid) == "x"
+            assert await scheduler.cancel("jobs", rid) is None
+            await advance(clock, 10)
+            assert got == []
+
+    async def test_defer_at(self, scheduler: Scheduler, store: MemoryStore) -> None:
+        async with scheduler:
+            rid = await scheduler.defer("jobs", "x", at=datetime.now(UTC) + timedelta(seconds=60))
+            info = await store.info("jobs", rid)
+            assert info is not None
+            assert 59 < info.ttl <= 60
+            past = await scheduler.defer("jobs", "y", at=datetime.now(UTC) - timedelta(hours=1))
+            assert await store.xpoll("jobs") == [past]
+
+    @pytest.mark.parametrize(
+        ("kwargs", "match"),
+        [
+            ({"at": datetime(2030, 1, 1)}, "aware"),
+            ({"at": "2030-01-01"}, "datetime"),
+            ({"delay": 1, "at": datetime.now(UTC)}, "not both"),
+            ({"delay": -1}, "delay"),
+            ({"delay": float("nan")}, "delay"),
+            ({"id": ""}, "id"),
+        ],
+    )
+    async def test_defer_bad_input(self, scheduler: Scheduler, kwargs: Any, match: str) -> None:
+        async with scheduler:
+            with pytest.raises(InvalidArgumentError, match=match):
+                await scheduler.defer("jobs", "x", **kwargs)
+            assert await scheduler.store.size("jobs") == 0
+
+    async def test_defer_duplicate_id(self, scheduler: Scheduler) -> None:
+        async with scheduler:
+            await scheduler.defer("jobs", "a", delay=5, id="x")
+            with pytest.raises(DuplicateIdError):
+                await scheduler.defer("jobs", "b", delay=5, id="x")
+            assert await scheduler.store.look("jobs", "x") == "a"
+
+    async def test_current_delivery(self, scheduler: Scheduler, clock: FakeClock) -> None:
+        seen: list[Delivery] = []
+
+        @scheduler.handler("jobs")
+        async def job(element: str) -> None:
+            seen.append(current_delivery())
+
+        async with scheduler:
+            await scheduler.defer("jobs", "x", delay=2, id="j")
+            await advance(clock, 3)
+        (delivery,) = seen
+        assert (delivery.name, delivery.id, delivery.attempt) == ("jobs", "j", 1)
+        assert delivery.lateness == pytest.approx(1.0)
+        with pytest.raises(rehydrate.SchedulerNotRunningError):
+            current_delivery()
+
+    async def test_sync_handler_runs_in_a_thread(self, scheduler: Scheduler, clock: FakeClock) -> None:
+        threads: list[int] = []
+
+        @scheduler.handler("jobs")
+        def job(element: str) -> None:
+            threads.append(threading.get_ident())
+            assert current_delivery().element == element
+
+        async with scheduler:
+            await scheduler.defer("jobs", "x")
+            await settle()  # claimed and started in a thread
+        # Leaving the block waited (within the grace period) for the thread to finish.
+        assert scheduler.stats().acked == 1
+        assert threads
+        assert threads[0] != threading.get_ident()
+
+    async def test_concurrency_is_bounded(self, scheduler: Scheduler, clock: FakeClock) -> None:
+        release = anyio.Event()
+        running = 0
+        peak = 0
+
+        @scheduler.handler("jobs", concurrency=2)
+        async def job(element: int) -> None:
+            nonlocal running, peak
+            running += 1
+            peak = max(peak, running)
+            await release.wait()
+            running -= 1
+
+        async with scheduler:
+            await scheduler.store.push_many("jobs", [(i, 0, None) for i in range(5)])
+            await settle()
+            assert scheduler.stats().in_flight == 2
+            release.set()
+            await settle()
+        assert peak == 2
+        assert scheduler.stats().acked == 5
+
+    async def test_handler_registered_while_running(self, scheduler: Scheduler, clock: FakeClock) -> None:
+        got: list[str] = []
+        async with scheduler:
+            await scheduler.defer("late", "x")
+
+            @scheduler.handler("late")
+            async def job(element: str) -> None:
+                got.append(element)
+
+            await settle()
+            assert got == ["x"]
+
+    async def test_registration_errors(self, scheduler: Scheduler) -> None:
+        @scheduler.handler("jobs")
+        async def job(element: str) -> None: ...
+
+        with pytest.raises(InvalidArgumentError, match="already"):
+            scheduler.handler("jobs")
+        for kwargs in ({"lease": 0}, {"lease": -1}, {"concurrency": 0}, {"batch": 0}, {"retry": 3}):
+            with pytest.raises(InvalidArgumentError):
+                scheduler.handler("other", **kwargs)
+        with pytest.raises(InvalidArgumentError):
+            scheduler.handler("")
+
+
+class TestAtLeastOnce:
+    async def test_redelivery_after_a_dead_worker(
+        self, scheduler: Scheduler, store: MemoryStore, clock: FakeClock
+    ) -> None:
+        """A worker claims and dies: once its lease runs out, the element is delivered again."""
+        await store.push("jobs", "x", ttl=0, id="j")
+        await store.claim("jobs", lease=30)  # ... and the worker dies here
+        attempts: list[int] = []
+
+        @scheduler.handler("jobs")
+        async def job(element: str) -> None:
+            attempts.append(current_delivery().attempt)
+
+        async with scheduler:
+            await advance(clock, 29)
+            assert attempts == []
+            await advance(clock, 1)
+            assert attempts == [2]
+            assert await store.size("jobs") == 0
+
+    async def test_stale_ack_does_nothing(
+        self, scheduler: Scheduler, store: MemoryStore, clock: FakeClock
+    ) -> None:
+        release = anyio.Event()
+
+        @scheduler.handler("jobs", lease=10)
+        async def job(element: str) -> None:
+            await release.wait()
+
+        async with scheduler:
+            await scheduler.defer("jobs", "x", id="j")
+            await settle()
+            # Someone takes the element away from the running handler and claims it anew.
+            assert await store.reschedule("jobs", "j", ttl=0)
+            (other,) = await store.claim("jobs", lease=60)
+            assert other.attempt == 2
+            release.set()
+            await settle()
+            info = await store.info("jobs", "j")
+            assert info is not None
+            assert (info.attempt, info.claimed) == (2, True)  # the stale ack left it alone
+            assert scheduler.stats().lost == 1
+            assert scheduler.stats().acked == 0
+
+    async def test_slow_handler_lease_is_extended(
+        self, scheduler: Scheduler, store: MemoryStore, clock: FakeClock
+    ) -> None:
+        release = anyio.Event()
+        calls = 0
+
+        @scheduler.handler("jobs", lease=10)
+        async def job(element: str) -> None:
+            nonlocal calls
+            calls += 1
+            await release.wait()
+
+        async with scheduler:
+            await scheduler.defer("jobs", "slow", id="s")
+            await settle()
+            for _ in range(10):  # 50 s: five times the lease
+                await advance(clock, 5)
+                assert await store.claim("jobs", lease=1) == []
+            release.set()
+            await settle()
+            assert calls == 1
+            assert await store.size("jobs") == 0
+            assert scheduler.stats().acked == 1
+
+    async def test_retry_with_backoff_then_dead_letter(
+        self, scheduler: Scheduler, store: MemoryStore, clock: FakeClock
+    ) -> None:
+        attempts: list[int] = []
+
+        @scheduler.handler("jobs", retry=Retry(attempts=3, backoff=NO_JITTER))
+        async def job(element: str) -> None:
+            attempts.append(current_delivery().attempt)
+            raise ValueError("boom")
+
+        async with scheduler:
+            await scheduler.defer("jobs", {"n": 1}, id="j")
+            await settle()
+            assert attempts == [1]
+            await advance(clock, 0.9)
+            assert attempts == [1]
+            await advance(clock, 0.1)  # first backoff: 1 s
+            assert attempts == [1, 2]
+            await advance(clock, 1.9)
+            assert attempts == [1, 2]
+            await advance(clock, 0.1)  # second backoff: 2 s
+            assert attempts == [1, 2, 3]
+            assert await store.size("jobs") == 0
+            (letter,) = await scheduler.dead_letters("jobs")
+            assert letter.id == "j"
+            assert letter.element == {"n": 1}
+            assert letter.attempts == 3
+            assert "boom" in letter.error
+            stats = scheduler.stats()
+            assert (stats.retried, stats.dead_lettered, stats.acked) == (2, 1, 0)
+            # Requeued, it starts over from attempt 1.
+            assert await scheduler.requeue("jobs") == ["j"]
+            await settle()
+            assert attempts[-1] == 1
+            assert await scheduler.dead_letters("jobs") == []
+
+    async def test_raised_retry_asks_for_a_delay(self, scheduler: Scheduler, clock: FakeClock) -> None:
+        attempts: list[int] = []
+
+        @scheduler.handler("jobs", retry=Retry(attempts=5, backoff=NO_JITTER))
+        async def job(element: str) -> None:
+            attempts.append(current_delivery().attempt)
+            if len(attempts) == 1:
+                raise Retry(delay=42)
+
+        async with scheduler:
+            await scheduler.defer("jobs", "x")
+            await settle()
+            await advance(clock, 41)
+            assert attempts == [1]
+            await advance(clock, 1)
+            assert attempts == [1, 2]
+            assert scheduler.stats().acked == 1
+
+    async def test_requeue_keeps_a_dead_letter_whose_id_is_live(
+        self, scheduler: Scheduler, store: MemoryStore
+    ) -> None:
+        async with scheduler:
+            await store.push(
+                "jobs.dead", {"element": "old", "error": "", "attempts": 1, "failed_at": 0}, ttl=999, id="x"
+            )
+            await store.push("jobs", "new", ttl=999, id="x")
+            assert await scheduler.requeue("jobs") == []
+            assert len(await scheduler.dead_letters("jobs")) == 1
+
+
+class TestShutdown:
+    async def test_running_handlers_get_a_grace_period(
+        self, scheduler: Scheduler, store: MemoryStore
+    ) -> None:
+        finished = []
+
+        @scheduler.handler("jobs")
+        async def job(element: str) -> None:
+            await anyio.sleep(0.05)
+            finished.append(element)
+
+        async with scheduler:
+            await scheduler.defer("jobs", "x", id="j")
+            await settle()
+        assert finished == ["x"]
+        assert await store.size("jobs") == 0
+
+    async def test_unfinished_elements_stay_in_the_store(
+        self, scheduler: Scheduler, store: MemoryStore
+    ) -> None:
+        started = anyio.Event()
+
+        @scheduler.handler("jobs", lease=300)
+        async def job(element: str) -> None:
+            started.set()
+            await anyio.sleep_forever()
+
+        async with scheduler:
+            await scheduler.defer("jobs", "x", id="j")
+            await started.wait()
+        # Cancelled after the grace period: handed back, due at once, nothing lost.
+        info = await store.info("jobs", "j")
+        assert info is not None
+        assert not info.claimed
+        assert await store.xpoll("jobs") == ["j"]
+
+    async def test_no_claims_after_stop(
+        self, scheduler: Scheduler, store: MemoryStore, clock: FakeClock
+    ) -> None:
+        got: list[str] = []
+
+        @scheduler.handler("jobs")
+        async def job(element: str) -> None:
+            got.append(element)
+
+        async with scheduler:
+            scheduler.stop()
+            await settle()
+            await scheduler.defer("jobs", "x")
+            await advance(clock, 1)
+        assert got == []
+        assert await store.size("jobs") == 1
+
+    async def test_run_until_stopped(self, scheduler: Scheduler) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(scheduler.run)
+            await settle()
+            scheduler.stop()
+
+
+class TestChannels:
+    async def test_deliveries_ack_and_come_back(
+        self, scheduler: Scheduler, store: MemoryStore, clock: FakeClock
+    ) -> None:
+        async with scheduler:
+            await scheduler.defer("inbox", "a", id="a")
+            await scheduler.defer("inbox", "b", id="b", delay=1)
+            async with scheduler.channel("inbox", lease=30) as deliveries:
+                first = await deliveries.receive()
+                assert (first.id, first.element, first.attempt) == ("a", "a", 1)
+                assert await first.ack() is True
+                await advance(clock, 1)
+                second = await deliveries.receive()
+                assert second.id == "b"
+                # Not acked: it comes back after its lease.
+                await advance(clock, 30)
+                again = await deliveries.receive()
+                assert (again.id, again.attempt) == ("b", 2)
+                assert await second.ack() is False  # fenced: the old delivery lost its claim
+                assert await again.retry(5) is True
+                await advance(clock, 5)
+                last = await deliveries.receive()
+                assert (last.id, last.attempt) == ("b", 3)
+                assert await last.extend(60) is not None
+                assert await last.ack() is True
+            assert await store.size("inbox") == 0
+
+    async def test_iterate(self, scheduler: Scheduler, clock: FakeClock) -> None:
+        async with scheduler:
+            await scheduler.store.push_many("inbox", [(i, 0, None) for i in range(10)])
+            got = []
+            async with scheduler.channel("inbox", prefetch=3) as deliveries:
+                async for delivery in deliveries:
+                    got.append(delivery.element)
+                    await delivery.ack()
+                    if len(got) == 10:
+                        break
+            assert got == list(range(10))
+
+    async def test_bad_arguments(self, scheduler: Scheduler) -> None:
+        for kwargs in ({"lease": 0}, {"prefetch": -1}, {"batch": 0}):
+            with pytest.raises(InvalidArgumentError):
+                async with scheduler.channel("inbox", **kwargs):
+                    pass
+
+
+class TestStats:
+    async def test_lateness_summary(self, scheduler: Scheduler, clock: FakeClock) -> None:
+        @scheduler.handler("jobs", concurrency=1)
+        async def job(element: int) -> None: ...
+
+        async with scheduler:
+            for i in range(100):
+                await scheduler.store.push("jobs", i, ttl=i / 100)
+            await advance(clock, 1)
+        stats = scheduler.stats()
+        assert stats.delivered == stats.acked == 100
+        assert stats.lateness_max == pytest.approx(0.99)  # element 0 was due at once
+        assert stats.lateness_p50 == pytest.approx(0.5, abs=0.02)
+        assert stats.lateness_p99 == pytest.approx(0.99, abs=0.02)
+
+
+async def test_default_store_is_memory() -> None:
+    s = Scheduler()
+    assert isinstance(s.store, MemoryStore)
+    async with s:
+        assert await s.defer("x", 1) is not None
+
+
+async def test_store_from_url() -> None:
+    s = Scheduler("memory://")
+    assert isinstance(s.store, MemoryStore)
+    with pytest.raises(rehydrate.UnsupportedStoreError):
+        Scheduler("ftp://nowhere")
+    with pytest.raises(InvalidArgumentError):
+        Scheduler(store=3)  # type: ignore[arg-type]
+
