@@ -59,6 +59,8 @@ DEAD_SUFFIX: Final = ".dead"
 _LATENESS_SAMPLES: Final = 10_000
 #: Store errors in a loop are retried after this backoff, doubling up to the cap.
 _ERROR_BACKOFF: Final = (0.05, 5.0)
+#: How long one batch of acks may take before it is given up (the leases bring the elements back).
+_ACK_TIMEOUT: Final = 10.0
 
 
 class SchedulerNotRunningError(RehydrateError, RuntimeError):
@@ -286,11 +288,11 @@ class _Acker:
     async def flush(self) -> None:
         while self._pending:
             batch, self._pending = self._pending[:1000], self._pending[1000:]
+            results: list[bool] | None = None
             try:
-                results = await self._store.ack(self._name, batch)
-            except anyio.get_cancelled_exc_class():
-                self._pending[:0] = batch  # not known to be sent: the final flush sends it again
-                raise
+                # Shielded: a batch cut off half-way would be neither counted nor known to be sent.
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_ACK_TIMEOUT):
+                    results = await self._store.ack(self._name, batch)
             except RehydrateError as exc:
                 # The leases will run out and the elements come back: at least once, nothing lost.
                 logger.error(
@@ -299,6 +301,9 @@ class _Acker:
                     count=len(batch),
                     error=repr(exc),
                 )
+                continue
+            if results is None:
+                logger.error("ack timed out; the elements will be delivered again", dehydrator=self._name)
                 continue
             acked = sum(results)
             self._counters.acked += acked
@@ -643,19 +648,22 @@ class Scheduler:
         route.claim_scope = anyio.CancelScope()
         if self._stopping:
             route.claim_scope.cancel()
-        async with anyio.create_task_group() as work:
-            work.start_soon(keeper.run)
-            work.start_soon(acker.run)
-            with route.claim_scope:
-                async with store.subscribe(route.name) as subscription:
-                    await self._claim_loop(route, work, keeper, acker, subscription)
-            # Stopping: no more claims. Give running handlers their grace period.
-            with anyio.move_on_after(self.grace):
-                while route.in_flight:
-                    route.idle = anyio.Event()
-                    await route.idle.wait()
-            work.cancel_scope.cancel()
-            with anyio.CancelScope(shield=True), anyio.move_on_after(max(self.grace, 1.0)):
+        try:
+            async with anyio.create_task_group() as work:
+                work.start_soon(keeper.run)
+                work.start_soon(acker.run)
+                with route.claim_scope:
+                    async with store.subscribe(route.name) as subscription:
+                        await self._claim_loop(route, work, keeper, acker, subscription)
+                # Stopping: no more claims. Give running handlers their grace period.
+                with anyio.move_on_after(self.grace):
+                    while route.in_flight:
+                        route.idle = anyio.Event()
+                        await route.idle.wait()
+                work.cancel_scope.cancel()
+        finally:
+            # Every task of the route has ended: send the acks of the handlers that finished.
+            with anyio.CancelScope(shield=True):
                 await acker.flush()
 
     async def _claim_loop(

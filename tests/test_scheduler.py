@@ -414,6 +414,25 @@ class TestShutdown:
         assert got == []
         assert await store.size("jobs") == 1
 
+    async def test_every_ack_is_sent_and_counted_on_exit(
+        self, scheduler: Scheduler, store: MemoryStore
+    ) -> None:
+        done = anyio.Event()
+        count = 0
+
+        @scheduler.handler("jobs", concurrency=50)
+        async def job(element: int) -> None:
+            nonlocal count
+            count += 1
+            if count == 500:
+                done.set()
+
+        await store.push_many("jobs", [(i, 0, None) for i in range(500)])
+        async with scheduler:
+            await done.wait()
+        assert scheduler.stats().acked == 500
+        assert await store.size("jobs") == 0
+
     async def test_run_until_stopped(self, scheduler: Scheduler) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(scheduler.run)
