@@ -196,6 +196,7 @@ def test_with_eager_housekeeping(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same machine with compaction and heap rebuilds on a hair trigger, so they run often."""
     monkeypatch.setattr(_dehydrator, "_COMPACT_MIN", 0)
     monkeypatch.setattr(_dehydrator, "_REBUILD_SLACK", 0)
+    monkeypatch.setattr(_dehydrator, "_SWEEP_SLACK", 0)
     run_state_machine_as_test(
         DehydratorMachine,
         settings=settings(max_examples=200, stateful_step_count=60, deadline=None),

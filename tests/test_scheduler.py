@@ -516,4 +516,3 @@ async def test_store_from_url() -> None:
         Scheduler("ftp://nowhere")
     with pytest.raises(InvalidArgumentError):
         Scheduler(store=3)  # type: ignore[arg-type]
-
