@@ -1,0 +1,885 @@
+"""The SQLite store: named dehydrators in one file, durable, shared by the processes of one machine."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
+from typing import Any, Final, TypeVar
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import anyio
+import anyio.to_thread
+
+from rehydrate._clock import WallClock
+from rehydrate._core import _validate
+from rehydrate._core._dehydrator import Claim, ElementInfo
+from rehydrate._core._validate import Seconds
+from rehydrate.abc import Clock, Serializer, Store, Subscription
+from rehydrate.errors import (
+    DuplicateIdError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    RehydrateError,
+    StoreUnavailableError,
+    UnknownIdError,
+)
+from rehydrate.serializers import get_serializer
+
+__all__ = ["SQLiteStore"]
+
+_T = TypeVar("_T")
+
+#: The most elements one ``claim`` takes in one transaction (the write lock is held meanwhile).
+_CLAIM_BATCH: Final = 1000
+#: Bumped when the tables change shape; a file written by another version is refused, not guessed at.
+_SCHEMA_VERSION: Final = 1
+_SYNCHRONOUS: Final = ("FULL", "NORMAL")
+
+_SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS rehydrate_meta (
+        key TEXT PRIMARY KEY,
+        value INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    # One row per element. ``seq`` is the filing order (ties in due time come out in it);
+    # ``ttl`` is the TTL or lease the element was last filed with; ``serializer`` names the
+    # serializer that wrote ``payload``, so a store configured with another one fails loudly.
+    """CREATE TABLE IF NOT EXISTS rehydrate_elements (
+        name TEXT NOT NULL,
+        id TEXT NOT NULL,
+        payload BLOB NOT NULL,
+        serializer TEXT NOT NULL,
+        due REAL NOT NULL,
+        seq INTEGER NOT NULL,
+        ttl REAL NOT NULL,
+        attempt INTEGER NOT NULL DEFAULT 0,
+        claimed INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (name, id)
+    )""",
+    "CREATE INDEX IF NOT EXISTS rehydrate_elements_due ON rehydrate_elements (name, due, seq)",
+    # A counter per name, bumped by every write that makes an element due sooner than all others:
+    # what subscriptions in other processes watch.
+    """CREATE TABLE IF NOT EXISTS rehydrate_signals (
+        name TEXT PRIMARY KEY,
+        counter INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    "INSERT OR IGNORE INTO rehydrate_meta (key, value) VALUES ('seq', 0)",
+)
+
+_HEAD = "SELECT due FROM rehydrate_elements WHERE name = ? ORDER BY due, seq LIMIT 1"
+_DUE = (
+    "SELECT rowid, id, payload, serializer, due, attempt FROM rehydrate_elements"
+    " WHERE name = ? AND due <= ? ORDER BY due, seq LIMIT ?"
+)
+_ROW = (
+    "SELECT rowid, payload, serializer, due, attempt, claimed FROM rehydrate_elements"
+    " WHERE name = ? AND id = ?"
+)
+_INSERT = (
+    "INSERT INTO rehydrate_elements (name, id, payload, serializer, due, seq, ttl)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_DELETE = "DELETE FROM rehydrate_elements WHERE rowid = ?"
+_REFILE = "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ?, claimed = ? WHERE rowid = ?"
+_NAMES = """
+    WITH RECURSIVE walk(name) AS (
+        SELECT min(name) FROM rehydrate_elements
+        UNION ALL
+        SELECT (SELECT min(name) FROM rehydrate_elements WHERE name > walk.name)
+        FROM walk WHERE walk.name IS NOT NULL
+    )
+    SELECT name FROM walk WHERE name IS NOT NULL
+"""
+
+
+def _new_id() -> str:
+    """128 random bits: unique across processes without coordination."""
+    return uuid.uuid4().hex
+
+
+def _transaction(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T]) -> _T:
+    """Run ``body`` in a write transaction taken up front (``BEGIN IMMEDIATE``); roll back if it raises.
+
+    Taking the write lock at ``BEGIN`` (not at the first write) is what makes read-then-write
+    sequences, such as claim's select-then-refile, atomic across processes: a second claimer waits
+    (up to ``busy_timeout``) instead of reading the same due rows.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = body(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            with suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
+    return result
+
+
+def _next_seq(conn: sqlite3.Connection, n: int) -> int:
+    """Reserve ``n`` filing numbers (inside a write transaction) and return the first."""
+    conn.execute("UPDATE rehydrate_meta SET value = value + ? WHERE key = 'seq'", (n,))
+    (last,) = conn.execute("SELECT value FROM rehydrate_meta WHERE key = 'seq'").fetchone()
+    return int(last) - n + 1
+
+
+def _head(conn: sqlite3.Connection, name: str) -> float | None:
+    """The due time of the dehydrator's next element, ``None`` if it is empty. O(log n)."""
+    row = conn.execute(_HEAD, (name,)).fetchone()
+    return None if row is None else float(row[0])
+
+
+def _bump(conn: sqlite3.Connection, name: str) -> int:
+    """Tell subscribers (in every process) that ``name`` has something due sooner; the new counter."""
+    conn.execute("INSERT OR IGNORE INTO rehydrate_signals (name, counter) VALUES (?, 0)", (name,))
+    conn.execute("UPDATE rehydrate_signals SET counter = counter + 1 WHERE name = ?", (name,))
+    return _read_signal(conn, name)
+
+
+def _read_signal(conn: sqlite3.Connection, name: str) -> int:
+    row = conn.execute("SELECT counter FROM rehydrate_signals WHERE name = ?", (name,)).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+@contextmanager
+def _translated(where: str) -> Iterator[None]:
+    """Turn the backend's failures into :class:`StoreUnavailableError`; bad text into bad arguments."""
+    try:
+        yield
+    except (sqlite3.ProgrammingError, sqlite3.InterfaceError, sqlite3.IntegrityError):
+        raise  # a bug in this module, not an unavailable backend
+    except sqlite3.Error as exc:
+        # OperationalError: "database is locked" beyond busy_timeout, cannot open, disk I/O or
+        # full, read-only file; DatabaseError: "file is not a database".
+        raise StoreUnavailableError(f"SQLite store {where}: {exc}") from exc
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(
+            f"names and ids must be encodable as UTF-8 (no lone surrogates): {exc}"
+        ) from exc
+
+
+class _SQLiteSubscription(Subscription):
+    """Woken at once by this store's own writes; checks the name's counter row for other processes'."""
+
+    def __init__(self, store: SQLiteStore, name: str) -> None:
+        self._store = store
+        self._name = name
+        self._event = anyio.Event()
+        #: The last counter value this subscription has reported (or started from).
+        self.seen = 0
+
+    def notify(self, counter: int) -> None:
+        self.seen = max(self.seen, counter)
+        self._event.set()
+
+    def _consume(self, counter: int = 0) -> bool:
+        self.seen = max(self.seen, counter)
+        self._event = anyio.Event()
+        return True
+
+    async def _changed(self) -> bool:
+        counter = await self._store._signal(self._name)
+        if counter > self.seen:
+            return self._consume(counter)
+        return False
+
+    async def _nap_until_notified(self) -> bool:
+        """Wait for this process's notification; every ``nap`` seconds, look at the shared counter."""
+        nap = self._store._nap
+        while True:
+            with anyio.move_on_after(nap):
+                await self._event.wait()
+            if self._event.is_set():
+                return self._consume()
+            if await self._changed():
+                return True
+
+    async def wait(self, timeout: float | None) -> bool:
+        if self._event.is_set():
+            return self._consume()
+        # A notification from another process may have come before this call: it counts.
+        if await self._changed():
+            return True
+        if timeout is not None and timeout <= 0:
+            return self._consume() if self._event.is_set() else False
+        woke = False
+        clock = self._store.clock
+        if timeout is None:
+            woke = await self._nap_until_notified()
+        elif getattr(clock, "real", False):
+            with anyio.move_on_after(timeout):
+                woke = await self._nap_until_notified()
+        else:
+            # A clock of its own (a FakeClock): the timeout runs on it, the naps in real time.
+            async with anyio.create_task_group() as tg:
+
+                async def sleeper() -> None:
+                    await clock.sleep(timeout)
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(sleeper)
+                woke = await self._nap_until_notified()
+                tg.cancel_scope.cancel()
+        if woke:
+            return True
+        # Cancelled by the timeout between a notification and its report: still report it.
+        return self._consume() if self._event.is_set() else False
+
+
+class SQLiteStore(Store):
+    """Dehydrators in one SQLite file (``sqlite:///path/to/file.db``): durable, and shared by every
+    process of the machine that opens the same file.
+
+    **Durability.** The file is in WAL mode with ``synchronous=FULL`` by default: the write-ahead
+    log is fsynced at every commit, so an element is on disk when ``push`` returns, as the
+    :class:`~rehydrate.abc.Store` contract promises, even if the machine loses power a moment later.
+    ``synchronous="NORMAL"`` (also ``?synchronous=normal`` in the URL) skips that fsync: still
+    consistent and safe against a *process* crash (the commit is in the OS's page cache), but an
+    OS crash or power loss can roll back the last transactions, pushes that had already returned
+    among them. It is faster for small transactions; choose it knowingly. ``busy_timeout``
+    (seconds, 5 by default) is how long a call waits for another process's write lock before
+    raising :class:`~rehydrate.errors.StoreUnavailableError`.
+
+    **Atomicity across processes.** Every call that writes is one ``BEGIN IMMEDIATE`` transaction:
+    the write lock is taken before the due rows are read, so two processes' ``claim`` calls never
+    return the same element, and ``push_many`` is all or nothing.
+
+    **Time** is ``clock``, by default :class:`~rehydrate._clock.WallClock` (``time.time``): due
+    times are stored as Unix times, so they survive a restart and every process on the machine
+    agrees on them. A :class:`~rehydrate.testing.FakeClock` can be passed in tests. The clock is
+    read inside each transaction (in the worker thread), once the write lock is held; a clock that
+    steps back is treated as standing still, as by the memory store.
+
+    **Layout.** One table of elements, ``(name, id)`` its primary key, with a B-tree index on
+    ``(name, due, seq)``: ``poll``, ``xpoll``, ``claim`` and ``ttn`` seek to the dehydrator's first
+    element and walk the index in due order, O(log n + k) for k elements. That index is SQLite's
+    natural equivalent of the memory and Redis stores' queue-map with its heap of queue heads.
+    ``seq`` is a filing order kept in a counter row and allocated inside each transaction (push,
+    claim, reschedule and extend file an element anew with a fresh one), so elements due at the
+    same instant come out in the order they were filed.
+
+    **Threads.** ``sqlite3`` blocks, so every call runs in a worker thread through
+    :func:`anyio.to_thread.run_sync`, and one connection serves the store, used by one thread at a
+    time (an :class:`anyio.CapacityLimiter` of 1). The event loop never waits on the disk; asyncio
+    and trio both work. A call cancelled while its transaction runs lets it finish (the call may
+    then have taken effect, like any interrupted call to a store).
+
+    **Elements** go through ``serializer`` (a name, ``"json"``, ``"msgpack"`` or ``"pickle"``, or a
+    :class:`~rehydrate.abc.Serializer`; JSON by default). An element it cannot serialize raises
+    :class:`~rehydrate.errors.InvalidTypeError` before anything is written. Elements are serialized
+    on the event loop before the call goes to its thread (so no other task can change one while it
+    is written) and deserialized in the worker thread inside the transaction (an element that
+    cannot be read rolls the transaction back: nothing is removed). The serializer's name is stored
+    with each element, and reading one written by another serializer raises
+    :class:`~rehydrate.errors.RehydrateError` rather than guessing (loading pickle runs code).
+
+    **Subscriptions** are woken at once by this store's own writes. Writes from other processes
+    (or other store objects) are noticed by a *bounded nap*: a waiting subscription looks at a
+    per-name counter row, which every write that makes something due sooner bumps in the same
+    transaction, at least every ``nap`` seconds (0.05 by default). SQLite has no way to push a
+    notification to another process, and the alternatives (a socket or FIFO beside the file, OS
+    file-change watchers) add moving parts, platform differences and failure modes for little
+    gain: the check is one indexed read of one row, 20 per second per waiting subscription, and
+    the lateness it adds (at most ``nap``) is small against the scheduling granularity a shared
+    file is used for. A notification is never lost, only noticed up to ``nap`` later.
+
+    Args:
+        path: the database file, created by :meth:`open` if missing (its directory must exist), or
+            ``":memory:"`` for a private in-memory database (not durable, not shared).
+        clock: where the time comes from (wall time by default). Every process sharing a file must
+            use the same clock.
+        serializer: ``"json"`` (default), ``"msgpack"``, ``"pickle"`` or a serializer object.
+        synchronous: ``"FULL"`` (default, an fsync per commit) or ``"NORMAL"``; see above.
+        busy_timeout: seconds to wait for another process's write lock.
+        nap: the longest a subscription sleeps before looking for other processes' notifications.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        clock: Clock | None = None,
+        serializer: str | Serializer | None = None,
+        synchronous: str = "FULL",
+        busy_timeout: Seconds = 5.0,
+        nap: Seconds = 0.05,
+    ) -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise InvalidTypeError(f"path must be a str or a path, not {type(path).__name__}")
+        database = os.fspath(path)
+        if not isinstance(database, str) or not database:
+            raise InvalidArgumentError("path must be a non-empty str path (or ':memory:')")
+        if clock is not None and not isinstance(clock, Clock):
+            raise InvalidTypeError(
+                f"clock must be callable and have an async sleep(seconds) method, not {type(clock).__name__}"
+            )
+        if not isinstance(synchronous, str) or synchronous.upper() not in _SYNCHRONOUS:
+            raise InvalidArgumentError(f"synchronous must be 'FULL' or 'NORMAL', not {synchronous!r}")
+        self._nap = _validate.seconds(nap, "nap")
+        if self._nap <= 0:
+            raise InvalidArgumentError("nap must be positive")
+        self._busy_timeout = _validate.seconds(busy_timeout, "busy_timeout")
+        self._database = database
+        self._synchronous = synchronous.upper()
+        self._serializer = get_serializer(serializer)
+        self.clock: Clock = clock if clock is not None else WallClock()
+        self._conn: sqlite3.Connection | None = None
+        self._limiter: anyio.CapacityLimiter | None = None
+        self._last_now = float("-inf")
+        self._subscribers: dict[str, set[_SQLiteSubscription]] = {}
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        clock: Clock | None = None,
+        serializer: str | Serializer | None = None,
+        synchronous: str | None = None,
+        busy_timeout: Seconds | None = None,
+        nap: Seconds | None = None,
+    ) -> SQLiteStore:
+        """A store for ``sqlite:///relative/file.db``, ``sqlite:////absolute/file.db`` or ``sqlite://:memory:``.
+
+        ``synchronous``, ``busy_timeout``, ``nap`` and ``serializer`` may also be given as query
+        parameters (``sqlite:///jobs.db?synchronous=normal&busy_timeout=10``), but not both ways.
+        Path characters may be percent-encoded.
+        """
+        if not isinstance(url, str):
+            raise InvalidTypeError(f"url must be a str, not {type(url).__name__}")
+        parts = urlsplit(url)
+        if parts.scheme.lower() != "sqlite":
+            raise InvalidArgumentError(f"not a sqlite:// URL: {url!r}")
+        if parts.netloc == ":memory:" and parts.path in ("", "/"):
+            path = ":memory:"
+        elif parts.netloc:
+            raise InvalidArgumentError(
+                f"a sqlite URL names a file, not a host: {url!r} (use sqlite:///relative.db or "
+                "sqlite:////absolute/path.db)"
+            )
+        else:
+            path = unquote(parts.path.removeprefix("/"))
+        if not path:
+            raise InvalidArgumentError(f"the sqlite URL {url!r} names no file")
+        options: dict[str, Any] = {
+            "serializer": serializer,
+            "synchronous": synchronous,
+            "busy_timeout": busy_timeout,
+            "nap": nap,
+        }
+        try:
+            query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+        except ValueError as exc:
+            raise InvalidArgumentError(f"malformed query in {url!r}: {exc}") from None
+        for key, value in query:
+            if key not in options:
+                raise InvalidArgumentError(
+                    f"unknown option {key!r} in {url!r}; known: {', '.join(sorted(options))}"
+                )
+            if options[key] is not None:
+                raise InvalidArgumentError(f"{key} is given both in the URL and as an argument")
+            if key in ("busy_timeout", "nap"):
+                try:
+                    options[key] = float(value)
+                except ValueError:
+                    raise InvalidArgumentError(f"{key} must be a number of seconds, not {value!r}") from None
+            else:
+                options[key] = value
+        kwargs = {key: value for key, value in options.items() if value is not None}
+        return cls(path, clock=clock, **kwargs)
+
+    def __repr__(self) -> str:
+        return (
+            f"SQLiteStore({self._database!r}, serializer={self._serializer!r}, "
+            f"synchronous={self._synchronous!r}, clock={self.clock!r})"
+        )
+
+    @property
+    def path(self) -> str:
+        """The database file (or ``":memory:"``)."""
+        return self._database
+
+    @property
+    def serializer(self) -> Serializer:
+        """The serializer elements are written with."""
+        return self._serializer
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Open the file (creating it, its tables and its WAL) and set the pragmas. Idempotent."""
+        if self._conn is not None:
+            await anyio.lowlevel.checkpoint()
+            return
+        # Shielded: a connection made in the thread must not be dropped on the floor by a cancel.
+        with anyio.CancelScope(shield=True):
+            conn = await anyio.to_thread.run_sync(self._connect)
+        if self._is_open():  # a concurrent open() won the race while this one connected
+            await anyio.to_thread.run_sync(conn.close)
+            return
+        self._limiter = anyio.CapacityLimiter(1)
+        self._conn = conn
+
+    async def aclose(self) -> None:
+        """Close the connection once calls in flight have finished. Idempotent; elements stay on disk."""
+        if self._conn is None or self._limiter is None:
+            await anyio.lowlevel.checkpoint()
+            return
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self._close_in_thread, self._conn, limiter=self._limiter)
+
+    def _connect(self) -> sqlite3.Connection:
+        with _translated(f"{self._database!r} could not be opened"):
+            conn = sqlite3.connect(
+                self._database,
+                timeout=self._busy_timeout,
+                isolation_level=None,  # transactions are ours: BEGIN IMMEDIATE ... COMMIT
+                check_same_thread=False,  # used from worker threads, one at a time
+            )
+            try:
+                self._setup(conn)
+            except BaseException:
+                conn.close()
+                raise
+        return conn
+
+    def _setup(self, conn: sqlite3.Connection) -> None:
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+        # Switching a fresh file to WAL needs a moment of exclusive access, which another process
+        # opening the same file may hold: retry within busy_timeout.
+        deadline = time.monotonic() + self._busy_timeout
+        while True:
+            try:
+                (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+                break
+            except sqlite3.OperationalError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.01)
+        if str(mode).lower() not in ("wal", "memory"):
+            raise StoreUnavailableError(
+                f"SQLite store {self._database!r}: cannot use WAL mode here (journal_mode is {mode!r})"
+            )
+        conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+
+        def create(conn: sqlite3.Connection) -> int | None:
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT OR IGNORE INTO rehydrate_meta (key, value) VALUES ('schema', ?)", (_SCHEMA_VERSION,)
+            )
+            row = conn.execute("SELECT value FROM rehydrate_meta WHERE key = 'schema'").fetchone()
+            return None if row is None else int(row[0])
+
+        version = _transaction(conn, create)
+        if version != _SCHEMA_VERSION:
+            raise RehydrateError(
+                f"{self._database!r} holds a rehydrate schema of version {version}, this version "
+                f"of rehydrate reads version {_SCHEMA_VERSION}"
+            )
+
+    def _is_open(self) -> bool:
+        return self._conn is not None
+
+    def _close_in_thread(self, conn: sqlite3.Connection) -> None:
+        if self._conn is conn:  # not already closed by a concurrent aclose()
+            self._conn = None
+            conn.close()
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def _not_open(self) -> RehydrateError:
+        return RehydrateError(
+            f"{self!r} is not open: use it as `async with store:` or call `await store.open()` first"
+        )
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``fn(connection)`` in a worker thread, alone on the connection."""
+        conn, limiter = self._conn, self._limiter
+        if conn is None or limiter is None:
+            raise self._not_open()
+        return await anyio.to_thread.run_sync(self._in_thread, conn, fn, limiter=limiter)
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``fn(connection)`` in a worker thread, in one ``BEGIN IMMEDIATE`` transaction."""
+        return await self._run(lambda conn: _transaction(conn, fn))
+
+    def _in_thread(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        if self._conn is not conn:  # closed (and maybe reopened) while this call waited for its turn
+            raise self._not_open()
+        with _translated(repr(self._database)):
+            return fn(conn)
+
+    def _now(self) -> float:
+        """The clock, never earlier than a time this store already used (called in the worker)."""
+        now = float(self.clock())
+        if now < self._last_now:
+            return self._last_now
+        self._last_now = now
+        return now
+
+    def _dumps(self, element: Any) -> bytes:
+        try:
+            return self._serializer.dumps(element)
+        except InvalidArgumentError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise InvalidTypeError(
+                f"element cannot be serialized by {self._serializer.name!r}: {exc}"
+            ) from exc
+
+    def _loads(self, name: str, id: str, payload: bytes, serializer: str) -> Any:
+        if serializer != self._serializer.name:
+            raise RehydrateError(
+                f"element {id!r} of {name!r} was written with the {serializer!r} serializer but this "
+                f"store uses {self._serializer.name!r}: open it with serializer={serializer!r}"
+            )
+        return self._serializer.loads(payload)
+
+    def _notify(self, name: str, counter: int | None) -> None:
+        if counter is not None:
+            for subscription in self._subscribers.get(name, ()):
+                subscription.notify(counter)
+
+    async def _signal(self, name: str) -> int:
+        """The name's notification counter, as every process sees it."""
+        return await self._run(lambda conn: _read_signal(conn, name))
+
+    async def _pragma(self, pragma: str) -> Any:
+        """The value of ``PRAGMA <pragma>`` on this store's connection (for tests and diagnostics)."""
+        if not pragma.isidentifier():
+            raise InvalidArgumentError(f"not a pragma name: {pragma!r}")
+        return await self._run(lambda conn: conn.execute(f"PRAGMA {pragma}").fetchone()[0])
+
+    # -- ReDe verbs ------------------------------------------------------------------------------
+
+    async def push(self, name: str, element: Any, *, ttl: Seconds, id: str | None = None) -> str:
+        _validate.element_id(name, "name")
+        seconds = _validate.seconds(ttl, "ttl")
+        if id is not None:
+            _validate.element_id(id)
+        payload = self._dumps(element)
+        key = _new_id() if id is None else id
+        codec = self._serializer.name
+
+        def body(conn: sqlite3.Connection) -> int | None:
+            due = self._now() + seconds
+            head = _head(conn, name)
+            try:
+                conn.execute(_INSERT, (name, key, payload, codec, due, _next_seq(conn, 1), seconds))
+            except sqlite3.IntegrityError:
+                raise DuplicateIdError(key) from None
+            return _bump(conn, name) if head is None or due < head else None
+
+        self._notify(name, await self._write(body))
+        return key
+
+    async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
+        _validate.element_id(name, "name")
+        batch: list[tuple[str, bytes, float]] = []
+        given: set[str] = set()
+        for element, ttl, id in items:
+            seconds = _validate.seconds(ttl, "ttl")
+            if id is None:
+                key = _new_id()
+            else:
+                key = _validate.element_id(id)
+                if key in given:
+                    raise DuplicateIdError(key)
+                given.add(key)
+            batch.append((key, self._dumps(element), seconds))
+        codec = self._serializer.name
+
+        def body(conn: sqlite3.Connection) -> int | None:
+            for key in given:
+                if conn.execute(_ROW, (name, key)).fetchone() is not None:
+                    raise DuplicateIdError(key)
+            now = self._now()
+            head = _head(conn, name)
+            first = _next_seq(conn, len(batch))
+            rows = [
+                (name, key, payload, codec, now + seconds, first + i, seconds)
+                for i, (key, payload, seconds) in enumerate(batch)
+            ]
+            try:
+                conn.executemany(_INSERT, rows)
+            except sqlite3.IntegrityError:  # a generated id met an existing one: 2**-122 odds
+                raise DuplicateIdError(next(k for k, _, _ in batch if k not in given)) from None
+            soonest = now + min(seconds for _, _, seconds in batch)
+            return _bump(conn, name) if head is None or soonest < head else None
+
+        if not batch:
+            if self._conn is None:
+                raise self._not_open()
+            await anyio.lowlevel.checkpoint()
+            return []
+        self._notify(name, await self._write(body))
+        return [key for key, _, _ in batch]
+
+    async def pull(self, name: str, id: str) -> Any:
+        _validate.element_id(name, "name")
+        _validate.element_id(id)
+
+        def body(conn: sqlite3.Connection) -> Any:
+            row = conn.execute(_ROW, (name, id)).fetchone()
+            if row is None:
+                return None
+            element = self._loads(name, id, row[1], row[2])
+            conn.execute(_DELETE, (row[0],))
+            return element
+
+        return await self._write(body)
+
+    async def poll(self, name: str, *, limit: int | None = None) -> list[Any]:
+        _validate.element_id(name, "name")
+        n = _validate.limit(limit)
+
+        def body(conn: sqlite3.Connection) -> list[Any]:
+            rows = conn.execute(_DUE, (name, self._now(), -1 if n is None else n)).fetchall()
+            elements = [self._loads(name, row[1], row[2], row[3]) for row in rows]
+            conn.executemany(_DELETE, [(row[0],) for row in rows])
+            return elements
+
+        return await self._write(body)
+
+    async def xpoll(self, name: str, *, limit: int | None = None) -> list[str]:
+        _validate.element_id(name, "name")
+        n = _validate.limit(limit)
+
+        def body(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(
+                "SELECT id FROM rehydrate_elements WHERE name = ? AND due <= ? ORDER BY due, seq LIMIT ?",
+                (name, self._now(), -1 if n is None else n),
+            ).fetchall()
+            return [row[0] for row in rows]
+
+        return await self._run(body)
+
+    async def xack(self, name: str, *ids: str, attempt: int | None = None) -> list[Any]:
+        _validate.element_id(name, "name")
+        _validate.ids(ids)
+        _validate.attempt(attempt)
+
+        def body(conn: sqlite3.Connection) -> list[Any]:
+            now = self._now()
+            out: list[Any] = []
+            for id in ids:
+                row = conn.execute(_ROW, (name, id)).fetchone()
+                if (
+                    row is None
+                    or (attempt is not None and row[4] != attempt)
+                    or (row[3] > now and not row[5])
+                ):
+                    out.append(None)
+                    continue
+                out.append(self._loads(name, id, row[1], row[2]))
+                conn.execute(_DELETE, (row[0],))
+            return out
+
+        return await self._write(body)
+
+    async def look(self, name: str, id: str) -> Any:
+        _validate.element_id(name, "name")
+        _validate.element_id(id)
+
+        def body(conn: sqlite3.Connection) -> Any:
+            row = conn.execute(
+                "SELECT payload, serializer FROM rehydrate_elements WHERE name = ? AND id = ?", (name, id)
+            ).fetchone()
+            return None if row is None else self._loads(name, id, row[0], row[1])
+
+        return await self._run(body)
+
+    async def ttn(self, name: str) -> float | None:
+        _validate.element_id(name, "name")
+
+        def body(conn: sqlite3.Connection) -> float | None:
+            head = _head(conn, name)
+            return None if head is None else max(0.0, head - self._now())
+
+        return await self._run(body)
+
+    async def update(self, name: str, id: str, element: Any) -> Any:
+        _validate.element_id(name, "name")
+        _validate.element_id(id)
+        payload = self._dumps(element)
+        codec = self._serializer.name
+
+        def body(conn: sqlite3.Connection) -> Any:
+            row = conn.execute(_ROW, (name, id)).fetchone()
+            if row is None:
+                raise UnknownIdError(id)
+            old = self._loads(name, id, row[1], row[2])
+            conn.execute(
+                "UPDATE rehydrate_elements SET payload = ?, serializer = ? WHERE rowid = ?",
+                (payload, codec, row[0]),
+            )
+            return old
+
+        return await self._write(body)
+
+    # -- leases ----------------------------------------------------------------------------------
+
+    async def claim(self, name: str, *, lease: Seconds, limit: int | None = None) -> list[Claim]:
+        """See :meth:`Store.claim`; at most 1,000 elements per call (one transaction)."""
+        _validate.element_id(name, "name")
+        seconds = _validate.seconds(lease, "lease")
+        n = _validate.limit(limit)
+        take = _CLAIM_BATCH if n is None else min(n, _CLAIM_BATCH)
+
+        def body(conn: sqlite3.Connection) -> list[Claim]:
+            now = self._now()
+            rows = conn.execute(_DUE, (name, now, take)).fetchall()
+            if not rows:
+                return []
+            until = now + seconds
+            first = _next_seq(conn, len(rows))
+            claims = [
+                Claim(
+                    id=id,
+                    element=self._loads(name, id, payload, codec),
+                    attempt=attempt + 1,
+                    lease_until=until,
+                    due=due,
+                    claimed_at=now,
+                )
+                for _, id, payload, codec, due, attempt in rows
+            ]
+            conn.executemany(
+                "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ?, attempt = attempt + 1, claimed = 1"
+                " WHERE rowid = ?",
+                [(until, first + i, seconds, row[0]) for i, row in enumerate(rows)],
+            )
+            return claims
+
+        return await self._write(body)
+
+    async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
+        _validate.element_id(name, "name")
+        pairs = list(claims)
+        for id, attempt in pairs:
+            _validate.element_id(id)
+            if _validate.attempt(attempt) is None:
+                raise InvalidArgumentError("ack needs each claim's attempt")
+
+        def body(conn: sqlite3.Connection) -> list[bool]:
+            sql = "DELETE FROM rehydrate_elements WHERE name = ? AND id = ? AND attempt = ? AND claimed = 1"
+            return [conn.execute(sql, (name, id, attempt)).rowcount == 1 for id, attempt in pairs]
+
+        if not pairs:
+            if self._conn is None:
+                raise self._not_open()
+            await anyio.lowlevel.checkpoint()
+            return []
+        return await self._write(body)
+
+    async def reschedule(self, name: str, id: str, *, ttl: Seconds, attempt: int | None = None) -> bool:
+        _validate.element_id(name, "name")
+        seconds = _validate.seconds(ttl, "ttl")
+        _validate.element_id(id)
+        _validate.attempt(attempt)
+
+        def body(conn: sqlite3.Connection) -> tuple[bool, int | None]:
+            row = conn.execute(_ROW, (name, id)).fetchone()
+            if row is None or (attempt is not None and row[4] != attempt):
+                return False, None
+            return True, self._refile(conn, name, row[0], seconds, claimed=False)[1]
+
+        done, counter = await self._write(body)
+        self._notify(name, counter)
+        return done
+
+    async def extend(self, name: str, id: str, *, lease: Seconds, attempt: int) -> float | None:
+        _validate.element_id(name, "name")
+        seconds = _validate.seconds(lease, "lease")
+        _validate.element_id(id)
+        if _validate.attempt(attempt) is None:
+            raise InvalidArgumentError("extend needs the claim's attempt")
+
+        def body(conn: sqlite3.Connection) -> tuple[float | None, int | None]:
+            row = conn.execute(_ROW, (name, id)).fetchone()
+            if row is None or row[4] != attempt or not row[5]:
+                return None, None
+            return self._refile(conn, name, row[0], seconds, claimed=True)
+
+        until, counter = await self._write(body)
+        self._notify(name, counter)
+        return until
+
+    def _refile(
+        self, conn: sqlite3.Connection, name: str, rowid: int, seconds: float, *, claimed: bool
+    ) -> tuple[float, int | None]:
+        """File a row anew at ``now + seconds`` (in a write transaction).
+
+        Returns the new due time and, if that is sooner than every other element's, the bumped
+        notification counter.
+        """
+        due = self._now() + seconds
+        head = _head(conn, name)  # the row itself included: sooner means sooner than everything
+        conn.execute(_REFILE, (due, _next_seq(conn, 1), seconds, int(claimed), rowid))
+        return due, (_bump(conn, name) if head is None or due < head else None)
+
+    async def info(self, name: str, id: str) -> ElementInfo | None:
+        _validate.element_id(name, "name")
+        _validate.element_id(id)
+
+        def body(conn: sqlite3.Connection) -> ElementInfo | None:
+            row = conn.execute(
+                "SELECT due, ttl, attempt, claimed FROM rehydrate_elements WHERE name = ? AND id = ?",
+                (name, id),
+            ).fetchone()
+            if row is None:
+                return None
+            return ElementInfo(id=id, due=row[0], ttl=row[1], attempt=row[2], claimed=bool(row[3]))
+
+        return await self._run(body)
+
+    # -- inspection and waiting ------------------------------------------------------------------
+
+    async def names(self) -> list[str]:
+        """See :meth:`Store.names`; O(names * log n), by skipping from one name to the next in the index."""
+        rows = await self._run(lambda conn: conn.execute(_NAMES).fetchall())
+        return sorted(row[0] for row in rows)
+
+    async def size(self, name: str) -> int:
+        _validate.element_id(name, "name")
+        return await self._run(
+            lambda conn: int(
+                conn.execute("SELECT count(*) FROM rehydrate_elements WHERE name = ?", (name,)).fetchone()[0]
+            )
+        )
+
+    async def ids(self, name: str, *, limit: int | None = None) -> list[str]:
+        _validate.element_id(name, "name")
+        n = _validate.limit(limit)
+
+        def body(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(
+                "SELECT id FROM rehydrate_elements WHERE name = ? ORDER BY due, seq LIMIT ?",
+                (name, -1 if n is None else n),
+            ).fetchall()
+            return [row[0] for row in rows]
+
+        return await self._run(body)
+
+    @asynccontextmanager
+    async def _subscribe(self, name: str) -> AsyncIterator[Subscription]:
+        subscription = _SQLiteSubscription(self, name)
+        subscribers = self._subscribers.setdefault(name, set())
+        subscribers.add(subscription)
+        try:
+            # Registered first, then the counter read: a write in between notifies one way or both.
+            subscription.seen = max(subscription.seen, await self._signal(name))
+            yield subscription
+        finally:
+            subscribers.discard(subscription)
+            if not subscribers and self._subscribers.get(name) is subscribers:
+                del self._subscribers[name]
+
+    def subscribe(self, name: str) -> AbstractAsyncContextManager[Subscription]:
+        """See :meth:`Store.subscribe`: this store's writes wake at once, other processes' within ``nap``."""
+        _validate.element_id(name, "name")
+        return self._subscribe(name)

@@ -1,0 +1,331 @@
+"""What only the SQLite store promises: durability, sharing one file, serializers, pragmas, processes.
+
+The verbs themselves are covered by the contract suite (``test_contract.py`` with ``harness_sqlite``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import sqlite3
+import time
+from datetime import UTC, datetime
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from rehydrate import InvalidArgumentError, InvalidTypeError, RehydrateError, StoreUnavailableError
+from rehydrate.stores import open_store
+from rehydrate.stores._sqlite import SQLiteStore
+from rehydrate.testing import FakeClock
+
+N = "jobs"
+
+
+# -- durability -------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_elements_due_times_attempts_and_claims_survive_a_reopen(tmp_path: Path) -> None:
+    """Everything a store knows is in the file: a new store on it carries on where the old one was."""
+    path = tmp_path / "jobs.db"
+    clock = FakeClock(1000.0)
+    async with SQLiteStore(path, clock=clock) as store:
+        await store.push_many(N, [("a", 5, "a"), ("b", 0, "b"), ("c", 10, "c")])
+        (claim,) = await store.claim(N, lease=30)
+        before = [await store.info(N, id) for id in await store.ids(N)]
+    assert claim.id == "b"
+
+    async with SQLiteStore(path, clock=clock) as store:
+        assert await store.ids(N) == ["a", "c", "b"]
+        assert [await store.info(N, id) for id in await store.ids(N)] == before
+        info = await store.info(N, "b")
+        assert info is not None
+        assert (info.claimed, info.attempt, info.due, info.ttl) == (True, 1, 1030.0, 30.0)
+        assert await store.look(N, "a") == "a"
+        assert await store.ttn(N) == 5.0
+        assert await store.ack(N, [("b", claim.attempt)]) == [True]
+        clock.advance(10)
+        assert await store.poll(N) == ["a", "c"]
+        assert await store.names() == []
+
+
+@pytest.mark.anyio
+async def test_wall_clock_by_default(tmp_path: Path) -> None:
+    """Due times are Unix times, so they mean the same after a restart."""
+    async with SQLiteStore(tmp_path / "jobs.db") as store:
+        await store.push(N, "x", ttl=60, id="x")
+        info = await store.info(N, "x")
+    assert info is not None
+    assert info.due == pytest.approx(time.time() + 60, abs=5)
+
+
+# -- URLs and lifecycle -----------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_open_store_urls(tmp_path: Path) -> None:
+    """``sqlite:////abs``, ``sqlite:///rel``, ``sqlite://:memory:``, and options in the query."""
+    path = tmp_path / "url.db"
+    store = open_store(f"sqlite:///{path}", serializer="pickle")
+    assert isinstance(store, SQLiteStore)
+    assert store.path == str(path)
+    assert store.serializer.name == "pickle"
+    async with store:
+        await store.push(N, {1, 2}, ttl=0, id="s")
+    assert path.exists()
+
+    assert SQLiteStore.from_url("sqlite:///relative/jobs.db").path == "relative/jobs.db"
+    assert SQLiteStore.from_url("sqlite:///with%20space.db").path == "with space.db"
+    normal = SQLiteStore.from_url(f"sqlite:///{path}?synchronous=normal&busy_timeout=2")
+    async with normal:
+        assert await normal._pragma("synchronous") == 1
+        assert await normal._pragma("busy_timeout") == 2000
+
+    async with open_store("sqlite://:memory:") as memory:
+        await memory.push(N, "m", ttl=0, id="m")
+        assert await memory.poll(N) == ["m"]
+
+    bad_urls = (
+        "sqlite://host/x.db",
+        "sqlite://",
+        "sqlite:///x.db?color=red",
+        "sqlite:///x.db?nap=soon",
+        "sqlite:///x.db?a",
+    )
+    for bad in bad_urls:
+        with pytest.raises(InvalidArgumentError):
+            SQLiteStore.from_url(bad)
+    with pytest.raises(InvalidArgumentError):
+        SQLiteStore.from_url("sqlite:///x.db?synchronous=normal", synchronous="FULL")
+    with pytest.raises(InvalidArgumentError):
+        SQLiteStore(path, synchronous="OFF")
+
+
+@pytest.mark.anyio
+async def test_use_before_open_and_after_close(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "jobs.db")
+    with pytest.raises(RehydrateError, match="not open"):
+        await store.push(N, "x", ttl=1)
+    await store.open()
+    await store.open()  # idempotent
+    await store.push(N, "x", ttl=1, id="x")
+    await store.aclose()
+    await store.aclose()  # idempotent
+    with pytest.raises(RehydrateError, match="not open"):
+        await store.look(N, "x")
+    async with store:  # and it can be opened again
+        assert await store.look(N, "x") == "x"
+
+
+@pytest.mark.anyio
+async def test_wal_and_synchronous_pragmas(tmp_path: Path) -> None:
+    """WAL mode (in the file) and synchronous=FULL (on the store's connection) are really set."""
+    path = tmp_path / "jobs.db"
+    async with SQLiteStore(path) as store:
+        assert await store._pragma("journal_mode") == "wal"
+        assert await store._pragma("synchronous") == 2  # FULL
+        assert await store._pragma("busy_timeout") == 5000
+    async with SQLiteStore(path, synchronous="normal", busy_timeout=0.5) as store:
+        assert await store._pragma("synchronous") == 1  # NORMAL
+        assert await store._pragma("busy_timeout") == 500
+    raw = sqlite3.connect(path)
+    try:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        raw.close()
+
+
+@pytest.mark.anyio
+async def test_unreachable_or_locked_file_raises_store_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(StoreUnavailableError):
+        await SQLiteStore(tmp_path / "no" / "such" / "dir.db").open()
+
+    path = tmp_path / "jobs.db"
+    async with SQLiteStore(path, busy_timeout=0.2) as store:
+        await store.push(N, "x", ttl=0, id="x")
+        raw = sqlite3.connect(path, isolation_level=None)
+        try:
+            raw.execute("BEGIN IMMEDIATE")  # another writer holds the lock past busy_timeout
+            with pytest.raises(StoreUnavailableError, match="locked"):
+                await store.claim(N, lease=10)
+            assert await store.look(N, "x") == "x"  # readers are not blocked in WAL mode
+            raw.execute("ROLLBACK")
+        finally:
+            raw.close()
+        (claim,) = await store.claim(N, lease=10)
+        assert claim.id == "x"
+
+
+@pytest.mark.anyio
+async def test_claim_is_bounded_per_call(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "jobs.db") as store:
+        await store.push_many(N, [(i, 0, None) for i in range(1500)])
+        assert len(await store.claim(N, lease=60)) == 1000
+        assert len(await store.claim(N, lease=60, limit=5000)) == 500
+
+
+@pytest.mark.anyio
+async def test_unencodable_name_is_a_bad_argument(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "jobs.db") as store:
+        with pytest.raises(InvalidArgumentError):
+            await store.push("\ud800", "x", ttl=0)
+        assert await store.names() == []
+
+
+# -- serializers ------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_pickle_and_msgpack_take_what_json_refuses(tmp_path: Path) -> None:
+    odd = {"when": datetime(2024, 1, 2, tzinfo=UTC), "tags": {"a", "b"}, "ratio": Fraction(1, 3)}
+    async with SQLiteStore(tmp_path / "p.db", serializer="pickle") as store:
+        await store.push(N, odd, ttl=0, id="odd")
+        assert await store.look(N, "odd") == odd
+        assert await store.poll(N) == [odd]
+    async with SQLiteStore(tmp_path / "m.db", serializer="msgpack") as store:
+        await store.push(N, {"raw": b"\x00\xff", "n": [1, 2.5]}, ttl=0, id="bin")
+        assert await store.pull(N, "bin") == {"raw": b"\x00\xff", "n": [1, 2.5]}
+
+
+@pytest.mark.anyio
+async def test_json_refuses_non_json_and_writes_nothing(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "j.db") as store:
+        with pytest.raises(InvalidTypeError):
+            await store.push(N, {1, 2}, ttl=0, id="set")
+        with pytest.raises(InvalidTypeError):
+            await store.push_many(N, [("fine", 0, "ok"), (b"bytes", 0, "bytes")])
+        await store.push(N, "keep", ttl=0, id="keep")
+        with pytest.raises(InvalidTypeError):
+            await store.update(N, "keep", object())
+        assert await store.ids(N) == ["keep"]
+        assert await store.look(N, "keep") == "keep"
+
+
+@pytest.mark.anyio
+async def test_a_mismatched_serializer_fails_loudly(tmp_path: Path) -> None:
+    """Pickle is never loaded by a store that was not told to trust it."""
+    path = tmp_path / "jobs.db"
+    async with SQLiteStore(path, serializer="pickle") as store:
+        await store.push(N, "x", ttl=0, id="x")
+    async with SQLiteStore(path) as store:
+        with pytest.raises(RehydrateError, match="pickle"):
+            await store.poll(N)
+        assert await store.size(N) == 1  # the failed poll removed nothing
+
+
+# -- several stores on one file -----------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_two_stores_on_one_file_see_and_wake_each_other(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    clock = FakeClock(1000.0)
+    async with SQLiteStore(path, clock=clock) as a, SQLiteStore(path, clock=clock) as b:
+        await b.push(N, "late", ttl=100, id="late")
+        assert await a.look(N, "late") == "late"
+        async with a.subscribe(N) as sub:
+            await b.push(N, "later", ttl=200, id="later")  # not sooner: no notification
+            assert await sub.wait(0) is False
+            await b.push(N, "soon", ttl=1, id="soon")
+            assert await sub.wait(0) is True  # a notification before the wait counts
+            assert await sub.wait(0) is False  # and is consumed
+
+            async def push_soon() -> None:
+                await anyio.sleep(0.05)
+                await b.push(N, "sooner", ttl=0.5, id="sooner")
+
+            started = time.monotonic()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(push_soon)
+                with anyio.fail_after(5):
+                    assert await sub.wait(30) is True  # 30 s of the FakeClock: never passes here
+            assert time.monotonic() - started < 1.0  # woken within the nap bound (0.05 s), not late
+        assert await a.xpoll(N) == []
+        clock.advance(1)
+        assert await a.claim(N, lease=5) != []
+
+
+@pytest.mark.anyio
+async def test_wait_times_out_on_the_store_clock(tmp_path: Path) -> None:
+    """With a FakeClock the timeout passes when the clock is advanced, not in real time."""
+    clock = FakeClock(1000.0)
+    async with SQLiteStore(tmp_path / "jobs.db", clock=clock) as store, store.subscribe(N) as sub:
+        result: list[bool] = []
+
+        async def waiter() -> None:
+            result.append(await sub.wait(10))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            await anyio.sleep(0.15)  # a few naps in real time: still waiting
+            assert result == []
+            clock.advance(10)
+        assert result == [False]
+
+
+# -- several processes on one file --------------------------------------------------------------
+
+ELEMENTS = 10_000
+
+
+def _claim_and_ack(path: str, barrier: Any, results: Any) -> None:
+    """Run in a spawned process: claim and ack until nothing is due; report what was claimed and acked."""
+
+    async def main() -> tuple[list[str], list[str]]:
+        claimed: list[str] = []
+        acked: list[str] = []
+        async with SQLiteStore(path) as store:
+            await anyio.to_thread.run_sync(barrier.wait, 30)  # both open: start together
+            while claims := await store.claim(N, lease=600, limit=50):
+                claimed.extend(c.id for c in claims)
+                await anyio.sleep(0.002)  # the work, so that one process cannot take everything
+                oks = await store.ack(N, [(c.id, c.attempt) for c in claims])
+                acked.extend(c.id for c, ok in zip(claims, oks, strict=True) if ok)
+        return claimed, acked
+
+    results.put(anyio.run(main))
+
+
+def test_two_processes_handle_every_element_exactly_once(tmp_path: Path) -> None:
+    """Two processes, each with its own store on one file, never claim the same element."""
+    path = str(tmp_path / "shared.db")
+
+    async def fill() -> None:
+        async with SQLiteStore(path) as store:
+            await store.push_many(N, [(i, 0, f"e{i}") for i in range(ELEMENTS)])
+
+    anyio.run(fill)
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    results = ctx.Queue()
+    workers = [ctx.Process(target=_claim_and_ack, args=(path, barrier, results)) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    try:
+        reports = [results.get(timeout=60) for _ in workers]
+    except queue.Empty:  # pragma: no cover - only on failure
+        pytest.fail("a worker process did not report")
+    finally:
+        for worker in workers:
+            worker.join(timeout=30)
+    assert [worker.exitcode for worker in workers] == [0, 0]
+    results.close()
+    results.join_thread()
+
+    (claimed_1, acked_1), (claimed_2, acked_2) = reports
+    every = {f"e{i}" for i in range(ELEMENTS)}
+    assert not set(claimed_1) & set(claimed_2)  # nothing claimed by both
+    assert len(claimed_1) + len(claimed_2) == ELEMENTS  # nothing claimed twice
+    assert sorted(acked_1 + acked_2) == sorted(every)  # everything handled exactly once
+    assert acked_1
+    assert acked_2  # both took part
+
+    async def check() -> None:
+        async with SQLiteStore(path) as store:
+            assert await store.size(N) == 0
+
+    anyio.run(check)
