@@ -612,7 +612,7 @@ class Dehydrator:
         ]
         first_live = self._first_live
         while frontier:
-            due, _, _, queue, pos = heappop(frontier)
+            _, _, _, queue, pos = heappop(frontier)
             if queue is None:
                 opened = heads[pos][2]
                 node = first_live(opened)
@@ -643,7 +643,7 @@ class Dehydrator:
         far less than a heap operation per node when the queues' due times interleave.
         """
         heads = self._heads
-        if len(heads) < 2 or heads[1][0] > now and (len(heads) < 3 or heads[2][0] > now):
+        if len(heads) < 2 or (heads[1][0] > now and (len(heads) < 3 or heads[2][0] > now)):
             return self._take(now, _INF, drop=True)
         entries = []
         while heads and heads[0][0] <= now:
