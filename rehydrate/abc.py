@@ -26,6 +26,8 @@ Rules that hold for every method unless its docstring says otherwise:
   :class:`~rehydrate.errors.DuplicateIdError`. A store that cannot reach its backend raises
   :class:`~rehydrate.errors.StoreUnavailableError` after its own retries; the call may or may not
   have taken effect (it is safe to retry: every verb is idempotent or fenced).
+* **Cancellation.** A call cancelled while it waits on its backend may or may not have taken
+  effect (the same as a lost connection); retrying it is safe.
 * **Elements** are what the store's serializer accepts (any object for the memory store, JSON data
   by default for SQLite and Redis).
 """
@@ -200,7 +202,8 @@ class Store(ABC):
         """Fenced batch acknowledgement: remove each ``(id, attempt)`` whose attempt still matches.
 
         Returns, per pair, whether it was removed. The element need not be due (an ack of a
-        claim whose lease is still running is the normal case). One round trip per batch.
+        claim whose lease is still running is the normal case); an ack after the lease ran out
+        still succeeds as long as nobody has claimed the element again. One round trip per batch.
         """
 
     @abstractmethod
