@@ -284,6 +284,19 @@ class Dehydrator:
 
     def ttn(self) -> float | None:
         """Seconds until the next element is due (TTN): ``0.0`` if one is due now, ``None`` if empty."""
+        heads = self._heads
+        if heads:
+            due, seq, queue = heads[0]
+            items = queue.items
+            i = queue.head
+            # The common case, written out: the top entry names its queue's live head.
+            if i < len(items) and items[i][1] == seq and items[i][5] is queue:
+                now = self._clock()
+                if now < self._now:
+                    now = self._now
+                else:
+                    self._now = now
+                return due - now if due > now else 0.0
         entry = self._top()
         if entry is None:
             return None
@@ -681,8 +694,14 @@ class Dehydrator:
             queue.head = i
             self._seat(queue)
         if runs > 1:
-            out.sort(key=_ORDER)
+            # Float keys compare fast; the sort is stable, so only equal due times in different
+            # runs can come out of push order: then, and only then, sort on (due, seq).
+            out.sort(key=_DUE)
+            dues = list(map(_DUE, out))
+            if len(set(dues)) != len(dues):
+                out.sort(key=_ORDER)
         return out
 
 
 _ORDER: Final = itemgetter(0, 1)
+_DUE: Final = itemgetter(0)
