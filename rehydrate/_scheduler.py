@@ -20,10 +20,11 @@ import contextlib
 import contextvars
 import functools
 import inspect
+import math
 import random
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -317,6 +318,45 @@ class _Acker:
                             id=id,
                             attempt=attempt,
                         )
+
+
+class _Workers:
+    """Long-lived tasks that run a route's handler, started as needed up to its concurrency.
+
+    Starting a task per element costs more than a no-op handler; a worker that finishes one
+    element takes the next from the stream, and new workers start only when none is free.
+    """
+
+    def __init__(self, route: _Route, run: Callable[[Claim], Awaitable[None]]) -> None:
+        self._route = route
+        self._run = run
+        self._send, self._receive = anyio.create_memory_object_stream[Claim](math.inf)
+        self._count = 0
+        self.group: anyio.abc.TaskGroup | None = None
+
+    def dispatch(self, claim: Claim) -> None:
+        send = self._send
+        send.send_nowait(claim)
+        if self._count < self._route.concurrency and send.statistics().current_buffer_used:
+            assert self.group is not None
+            self._count += 1
+            self.group.start_soon(self._work)
+
+    async def _work(self) -> None:
+        run = self._run
+        async for claim in self._receive:
+            await run(claim)
+
+    def drain(self) -> list[Claim]:
+        """Close the stream and return the claims no worker took (once the workers have ended)."""
+        self._send.close()
+        left = []
+        with self._receive:
+            while True:
+                try:
+                    left.append(self._receive.receive_nowait())
+                except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                    return left
 
 
 def _as_store(store: Store | str | None) -> tuple[Store, bool]:
@@ -648,13 +688,15 @@ class Scheduler:
         route.claim_scope = anyio.CancelScope()
         if self._stopping:
             route.claim_scope.cancel()
+        workers = _Workers(route, lambda claim: self._deliver(route, claim, keeper, acker))
         try:
             async with anyio.create_task_group() as work:
+                workers.group = work
                 work.start_soon(keeper.run)
                 work.start_soon(acker.run)
                 with route.claim_scope:
                     async with store.subscribe(route.name) as subscription:
-                        await self._claim_loop(route, work, keeper, acker, subscription)
+                        await self._claim_loop(route, workers, keeper, subscription)
                 # Stopping: no more claims. Give running handlers their grace period.
                 with anyio.move_on_after(self.grace):
                     while route.in_flight:
@@ -662,17 +704,18 @@ class Scheduler:
                         await route.idle.wait()
                 work.cancel_scope.cancel()
         finally:
-            # Every task of the route has ended: send the acks of the handlers that finished.
+            # Every task of the route has ended: send the acks of the handlers that finished,
+            # and hand back anything claimed that no worker started.
             with anyio.CancelScope(shield=True):
                 await acker.flush()
+                for claim in workers.drain():
+                    route.in_flight -= 1
+                    self._counters.in_flight -= 1
+                    with anyio.move_on_after(2.0), contextlib.suppress(RehydrateError):
+                        await store.reschedule(route.name, claim.id, ttl=0, attempt=claim.attempt)
 
     async def _claim_loop(
-        self,
-        route: _Route,
-        work: anyio.abc.TaskGroup,
-        keeper: _LeaseKeeper,
-        acker: _Acker,
-        subscription: Subscription,
+        self, route: _Route, workers: _Workers, keeper: _LeaseKeeper, subscription: Subscription
     ) -> None:
         store = self.store
         name = route.name
@@ -694,7 +737,7 @@ class Scheduler:
                 route.in_flight += 1
                 self._counters.in_flight += 1
                 keeper.add(claim)
-                work.start_soon(self._deliver, route, claim, keeper, acker)
+                workers.dispatch(claim)
             if len(claims) < want:
                 await self._sleep_until_due(name, subscription)
             else:
