@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from heapq import heapify, heappop, heappush, heapreplace
 from itertools import count
@@ -235,8 +236,9 @@ class Dehydrator:
         """
         n = _validate.limit_or_inf(limit)
         now = self.now()
-        nodes = self._take_all(now) if n == _INF else self._take(now, n, drop=True)
-        return [node[3] for node in nodes]
+        if n == _INF:
+            return self._take_all(now)
+        return [node[3] for node in self._take(now, n, drop=True)]
 
     def xpoll(self, *, limit: int | None = None) -> list[str]:
         """Return the ids of the due elements in due order without removing them (XPOLL)."""
@@ -624,11 +626,15 @@ class Dehydrator:
             (heads[0][0], heads[0][1], next(tick), None, 0)
         ]
         first_live = self._first_live
+        stale: list[int] = []
         while frontier:
             _, _, _, queue, pos = heappop(frontier)
             if queue is None:
-                opened = heads[pos][2]
+                entry = heads[pos]
+                opened = entry[2]
                 node = first_live(opened)
+                if node is None or node[1] != entry[1]:
+                    stale.append(pos)
                 if node is not None and node[0] <= now:
                     heappush(frontier, (node[0], node[1], next(tick), opened, opened.head))
                 for child in (2 * pos + 1, 2 * pos + 2):
@@ -647,59 +653,92 @@ class Dehydrator:
             if pos < n and items[pos][0] <= now:
                 node = items[pos]
                 heappush(frontier, (node[0], node[1], next(tick), queue, pos))
+        if stale:
+            self._repair(stale)
         return out
 
-    def _take_all(self, now: float) -> list[_Node]:
-        """Poll every due node: gather each due queue's run, then merge the runs with one sort.
+    def _repair(self, positions: list[int]) -> None:
+        """Correct heap entries whose queue head has died since (acked or pulled in place).
 
-        With many queues due at once, sorting k nodes made of r sorted runs costs O(k log r) in C,
-        far less than a heap operation per node when the queues' due times interleave.
+        Keys only grow when heads die, so each entry sifts down within its own subtree; going
+        from the deepest position up, no repair moves an entry another one is still to fix.
+        Without this, an xpoll + xack loop would walk the same stale entries on every call.
+        """
+        heads = self._heads
+        size = len(heads)
+        for pos in sorted(positions, reverse=True):
+            queue = heads[pos][2]
+            node = self._first_live(queue)
+            if node is None:
+                self._forget(queue)
+                entry = (_INF, heads[pos][1], queue)  # sinks; dropped when it surfaces or at a rebuild
+            else:
+                entry = (node[0], node[1], queue)
+            # Sift down from pos.
+            child = 2 * pos + 1
+            while child < size:
+                right = child + 1
+                if right < size and heads[right] < heads[child]:
+                    child = right
+                if not heads[child] < entry:
+                    break
+                heads[pos] = heads[child]
+                pos = child
+                child = 2 * pos + 1
+            heads[pos] = entry
+
+    def _take_all(self, now: float) -> list[Any]:
+        """Poll every due element: cut each due queue's due prefix, merge the prefixes with one sort.
+
+        Each queue is sorted by due time (dead nodes keep their place), so its due prefix is found
+        by bisection and cut with a slice; one stable sort on the due time merges the prefixes in
+        C, O(k log r) for r prefixes, instead of a heap operation per element when the queues'
+        due times interleave. The last pass then walks the nodes in due order, which is close to
+        the order they were allocated in, so memory is read mostly in sequence.
         """
         heads = self._heads
         if len(heads) < 2 or (heads[1][0] > now and (len(heads) < 3 or heads[2][0] > now)):
-            return self._take(now, _INF, drop=True)
+            return [node[3] for node in self._take(now, _INF, drop=True)]
         entries = []
         while heads and heads[0][0] <= now:
             entries.append(heappop(heads))
-        index = self._index
-        out: list[_Node] = []
-        append = out.append
+        nodes: list[_Node] = []
         runs = 0
         for entry in entries:
             queue = entry[2]
             items = queue.items
-            i = queue.head
             n = len(items)
-            start = len(out)
-            dead = 0
-            while i < n:
-                node = items[i]
-                if node[5] is not queue:
-                    dead += 1
-                elif node[0] <= now:
-                    append(node)
-                    node[5] = None
-                    del index[node[2]]
-                else:
-                    break
-                i += 1
-            runs += len(out) > start
-            self._dead -= dead
-            if i >= n:
+            end = bisect_right(items, now, queue.head, n, key=_DUE)
+            if end > queue.head:
+                nodes += items[queue.head : end]
+                runs += 1
+            if end >= n:
                 self._forget(queue)
                 continue
-            if i > _COMPACT_MIN and i * 2 > n:
-                del items[:i]
-                i = 0
-            queue.head = i
+            if end > _COMPACT_MIN and end * 2 > n:
+                del items[:end]
+                end = 0
+            queue.head = end
             self._seat(queue)
         if runs > 1:
             # Float keys compare fast; the sort is stable, so only equal due times in different
-            # runs can come out of push order: then, and only then, sort on (due, seq).
-            out.sort(key=_DUE)
-            dues = list(map(_DUE, out))
+            # runs can come out of filing order: then, and only then, sort on (due, seq).
+            nodes.sort(key=_DUE)
+            dues = list(map(_DUE, nodes))
             if len(set(dues)) != len(dues):
-                out.sort(key=_ORDER)
+                nodes.sort(key=_ORDER)
+        index = self._index
+        out: list[Any] = []
+        append = out.append
+        dead = 0
+        for node in nodes:
+            if node[5] is None:  # pulled or moved: dead nodes keep their place in a queue
+                dead += 1
+                continue
+            node[5] = None
+            del index[node[2]]
+            append(node[3])
+        self._dead -= dead
         return out
 
 
