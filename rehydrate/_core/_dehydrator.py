@@ -530,6 +530,15 @@ class Dehydrator:
                 heapreplace(heads, (node[0], node[1], queue))
         return None
 
+    @staticmethod
+    def _advance(queue: _Queue, head: int) -> None:
+        """Move the queue's head to ``head``, trimming the taken prefix once it outweighs the rest."""
+        items = queue.items
+        if head > _COMPACT_MIN and head * 2 > len(items):
+            del items[:head]
+            head = 0
+        queue.head = head
+
     def _forget(self, queue: _Queue) -> None:
         """Drop an emptied queue (its heap entry, if any, goes stale and is dropped on surfacing)."""
         queue.items = []
@@ -592,10 +601,7 @@ class Dehydrator:
                 heappop(heads)
                 self._forget(queue)
                 continue
-            if i > _COMPACT_MIN and i * 2 > n:
-                del items[:i]
-                i = 0
-            queue.head = i
+            self._advance(queue, i)
             head = self._first_live(queue)
             if head is None:
                 heappop(heads)
@@ -715,10 +721,7 @@ class Dehydrator:
             if end >= n:
                 self._forget(queue)
                 continue
-            if end > _COMPACT_MIN and end * 2 > n:
-                del items[:end]
-                end = 0
-            queue.head = end
+            self._advance(queue, end)
             self._seat(queue)
         if runs > 1:
             # Float keys compare fast; the sort is stable, so only equal due times in different
