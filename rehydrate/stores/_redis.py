@@ -1,0 +1,867 @@
+"""The Redis store: dehydrators shared by every process that reaches one Redis (or Valkey) server.
+
+Each verb is one Lua script (``_redis_scripts/``), so it is atomic on the server, and the queue-map
+of the core lives on Redis types: a LIST per distinct TTL (and per lease length, for claimed
+elements) whose entries are in due order because they share one TTL, a HASH of the elements, and a
+SORTED SET of the lists' first entries scored by due time, for a k-way merge. Push, pull and ack
+are O(1); a poll or a claim costs the elements it takes. ``_redis_scripts/_lib.lua`` documents
+the keys and their invariants.
+
+Time is the server's ``TIME``, read inside the scripts: workers with wrong clocks still agree.
+The client is coredis (it runs on asyncio and trio), imported when a store opens, and reached only
+through :class:`_Backend`, so another client would change that class alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from functools import cache
+from importlib.resources import files
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+
+from rehydrate._core import _validate
+from rehydrate._core._dehydrator import Claim, ElementInfo
+from rehydrate._core._validate import Seconds
+from rehydrate.abc import Serializer, Store, Subscription
+from rehydrate.errors import (
+    DuplicateIdError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    RehydrateError,
+    StoreUnavailableError,
+    UnknownIdError,
+)
+from rehydrate.serializers import JSONSerializer, get_serializer
+from rehydrate.stores._subscription import EventSubscription
+
+if TYPE_CHECKING:
+    import coredis
+
+__all__ = ["RedisStore"]
+
+#: Durations above this are refused: due times are integer microseconds, exact in a Lua double.
+_MAX_SECONDS: Final = 1e9
+#: The most elements one script call takes, removes or lists unless ``batch_size`` says otherwise.
+_BATCH: Final = 1000
+_MAX_BATCH: Final = 10_000
+#: push_many is one atomic script; bigger batches are refused rather than split.
+_PUSH_MANY_MAX: Final = 10_000
+#: Page size of the HSCAN behind ids().
+_SCAN_PAGE: Final = 1000
+
+_SCRIPT_NAMES: Final = (
+    "look",
+    "move",
+    "names",
+    "pull",
+    "push",
+    "remove",
+    "scan",
+    "size",
+    "take",
+    "time",
+    "ttn",
+    "update",
+    "xpoll",
+)
+
+
+def _local_clock() -> float:
+    """This process's clock; the store's clock is this plus the offset measured against the server."""
+    return time.monotonic()
+
+
+# -- scripts ---------------------------------------------------------------------------------------
+
+
+class _Script:
+    """One Lua script: the shared library followed by a verb. Called by SHA1, loaded on NOSCRIPT."""
+
+    __slots__ = ("name", "sha", "source")
+
+    def __init__(self, name: str, source: str) -> None:
+        self.name = name
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+    def __repr__(self) -> str:
+        return f"<script {self.name} {self.sha[:8]}>"
+
+
+@cache
+def _scripts() -> dict[str, _Script]:
+    folder = files("rehydrate.stores").joinpath("_redis_scripts")
+    lib = folder.joinpath("_lib.lua").read_text(encoding="utf-8")
+    return {
+        name: _Script(name, lib + "\n" + folder.joinpath(f"{name}.lua").read_text(encoding="utf-8"))
+        for name in _SCRIPT_NAMES
+    }
+
+
+class _ScriptError(RehydrateError):
+    """Redis refused a script call (the message says why; ``RHSERIALIZER ...`` comes from ours)."""
+
+
+#: Replies that mean "not now" rather than "never": retried like a lost connection.
+_BUSY_REPLIES: Final = ("BUSY", "MASTERDOWN", "NOREPLICAS", "OOM")
+
+
+# -- the client seam -------------------------------------------------------------------------------
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + host))
+
+
+class _Backend:
+    """The few things the store asks of a Redis client: run scripts (one by one or pipelined) and
+    listen on a pub/sub channel. coredis is used here and nowhere else.
+
+    Lost connections and timeouts are retried ``retries`` times with exponential backoff (from
+    ``backoff`` seconds, at most 2 s apart), then raise :class:`StoreUnavailableError`. A script
+    the server does not know (after ``SCRIPT FLUSH`` or a restart) is loaded and called again.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        cluster: bool,
+        timeout: float,
+        retries: int,
+        backoff: float,
+        options: Mapping[str, Any],
+    ) -> None:
+        self.url = url
+        self.cluster = cluster
+        self._timeout = timeout
+        self._retries = retries
+        self._backoff = backoff
+        self._options = dict(options)
+        self._client: coredis.Redis[bytes] | coredis.RedisCluster[bytes] | None = None
+        self._stack: AsyncExitStack | None = None
+        self._transient: tuple[type[BaseException], ...] = ()
+        self._no_script: type[BaseException] = Exception
+        self._response_error: type[BaseException] = Exception
+        self._refused: tuple[type[BaseException], ...] = ()
+
+    @property
+    def is_open(self) -> bool:
+        return self._client is not None
+
+    async def open(self) -> None:
+        try:
+            import coredis
+            import coredis.exceptions as ce
+            from coredis.retry import NoRetryPolicy
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            from rehydrate.errors import UnsupportedStoreError
+
+            raise UnsupportedStoreError(
+                "the Redis store needs coredis: pip install 'rehydrate[redis]'"
+            ) from exc
+        self._transient = (
+            ce.ConnectionError,
+            ce.ReadOnlyError,
+            ce.ClusterDownError,
+            ce.TryAgainError,
+            TimeoutError,
+            OSError,
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            anyio.EndOfStream,
+        )
+        self._no_script = ce.NoScriptError
+        self._response_error = ce.ResponseError
+        self._refused = (ce.AuthenticationError, ce.AuthorizationError)
+        options: dict[str, Any] = {
+            "decode_responses": False,
+            "retry_policy": NoRetryPolicy(),
+            "stream_timeout": self._timeout,
+            "connect_timeout": self._timeout,
+            **self._options,
+        }
+        client: coredis.Redis[bytes] | coredis.RedisCluster[bytes]
+        if self.cluster:
+            from coredis.connection import TCPLocation
+
+            # Given as a TCPLocation: coredis 6.9's from_url would warn about its own dict form.
+            parts = urlsplit(self.url)
+            options.setdefault(
+                "startup_nodes", [TCPLocation(parts.hostname or "localhost", parts.port or 6379)]
+            )
+            client = coredis.RedisCluster.from_url(self.url, **options)
+        else:
+            client = coredis.Redis.from_url(self.url, **options)
+        stack = AsyncExitStack()
+        await stack.enter_async_context(client)
+        self._client, self._stack = client, stack
+
+    async def aclose(self) -> None:
+        stack, self._stack, self._client = self._stack, None, None
+        if stack is not None:
+            await stack.aclose()
+
+    def _get(self) -> coredis.Redis[bytes] | coredis.RedisCluster[bytes]:
+        if self._client is None:
+            raise RuntimeError("the RedisStore is not open: use it as `async with store:` (or await open())")
+        return self._client
+
+    def _delay(self, attempt: int) -> float:
+        return float(min(self._backoff * 2 ** (attempt - 1), 2.0))
+
+    def _unavailable(self, exc: BaseException) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"Redis at {_redact(self.url)} is unavailable after {self._retries + 1} attempts: "
+            f"{type(exc).__name__}: {exc}"
+        )
+
+    async def _retry(self, exc: BaseException, attempt: int) -> int:
+        """After a failed attempt: raise if it cannot or may not be retried, else wait; the next attempt."""
+        if isinstance(exc, self._refused):
+            raise StoreUnavailableError(f"Redis at {_redact(self.url)} refused this client: {exc}") from exc
+        transient = isinstance(exc, self._transient) or (
+            isinstance(exc, self._response_error) and str(exc).startswith(_BUSY_REPLIES)
+        )
+        if not transient:
+            raise _ScriptError(str(exc)) from exc
+        if attempt > self._retries:
+            raise self._unavailable(exc) from exc
+        await anyio.sleep(self._delay(attempt))
+        return attempt + 1
+
+    async def eval(
+        self,
+        script: _Script,
+        keys: Sequence[str],
+        args: Sequence[str | bytes | int],
+        *,
+        retry_args: Sequence[str | bytes | int] | None = None,
+    ) -> Any:
+        """Run ``script``; a retried attempt (after a lost connection) sends ``retry_args`` if given."""
+        client = self._get()
+        attempt = 1
+        while True:
+            try:
+                try:
+                    return await client.evalsha(script.sha, keys=keys, args=args)
+                except self._no_script:
+                    await client.script_load(script.source)
+                    return await client.evalsha(script.sha, keys=keys, args=args)
+            except (*self._transient, self._response_error) as exc:
+                attempt = await self._retry(exc, attempt)
+                if retry_args is not None:
+                    args = retry_args
+
+    async def eval_many(
+        self, calls: Sequence[tuple[_Script, Sequence[str], Sequence[str | bytes | int]]]
+    ) -> list[Any]:
+        """Run several scripts in one round trip (a pipeline, not a transaction); their replies in order.
+
+        Calls the server answered NOSCRIPT did not run: their scripts are loaded and they run again.
+        """
+        client = self._get()
+        results: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        attempt = 1
+        while todo:
+            try:
+                async with client.pipeline(transaction=False, raise_on_error=False) as pipe:
+                    requests = [
+                        pipe.evalsha(calls[i][0].sha, keys=calls[i][1], args=calls[i][2]) for i in todo
+                    ]
+                replies = [await request for request in requests]
+            except self._no_script:
+                # A cluster pipeline raises it rather than returning it: load the scripts, go again.
+                for source in {calls[i][0].source for i in todo}:
+                    await client.script_load(source)
+                continue
+            except (*self._transient, self._response_error) as exc:
+                attempt = await self._retry(exc, attempt)
+                continue
+            missing: list[int] = []
+            for i, reply in zip(todo, replies, strict=True):
+                if isinstance(reply, self._no_script):
+                    missing.append(i)
+                elif isinstance(reply, BaseException):
+                    raise _ScriptError(str(reply)) from reply
+                else:
+                    results[i] = reply
+            for source in {calls[i][0].source for i in missing}:
+                await client.script_load(source)
+            todo = missing
+        return results
+
+    @asynccontextmanager
+    async def listen(self, channel: str, notify: Callable[[], None]) -> AsyncIterator[None]:
+        """Call ``notify`` for every message on ``channel`` while the block runs.
+
+        The subscription is confirmed on entry. A dropped connection is re-established by coredis;
+        the new subscription's confirmation also calls ``notify``, since messages may have been
+        missed meanwhile (a spurious wake-up is allowed, a missed one is not).
+        """
+        client = self._get()
+        async with client.pubsub(channels=[channel]) as pubsub, anyio.create_task_group() as tg:
+
+            async def read() -> None:
+                confirmed = False
+                while True:
+                    message = await pubsub.get_message()
+                    if message is None:
+                        continue
+                    if message["type"] == "message":
+                        notify()
+                    elif message["type"] == "subscribe":
+                        if confirmed:
+                            notify()
+                        confirmed = True
+
+            tg.start_soon(read)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+
+
+# -- clock and subscriptions -----------------------------------------------------------------------
+
+
+class _ServerClock:
+    """The Redis server's time as seen from this process (:attr:`RedisStore.clock`).
+
+    ``__call__`` is this process's monotonic clock plus the offset to the server's ``TIME``
+    measured when the store opened (the round trip's midpoint), plus the test skew: absolute times
+    the store returns (due times, leases) are in it. Scripts never use it: they read ``TIME``.
+    """
+
+    #: Its seconds are real seconds, so waits may be timed by the event loop.
+    real = True
+
+    def __init__(self) -> None:
+        self._offset = time.time() - _local_clock()
+        self._last = -math.inf
+        #: Microseconds added to the server's time by every script and by this clock (tests only).
+        self.skew_us = 0
+        #: When set, scripts use this instead of ``TIME`` (tests only).
+        self.pinned_us: int | None = None
+
+    def set_offset(self, server_seconds: float, local_seconds: float) -> None:
+        self._offset = server_seconds - local_seconds
+
+    def __call__(self) -> float:
+        if self.pinned_us is not None:
+            return (self.pinned_us + self.skew_us) / 1e6
+        now = _local_clock() + self._offset + self.skew_us / 1e6
+        if now < self._last:
+            return self._last
+        self._last = now
+        return now
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+
+    def __repr__(self) -> str:
+        return f"<Redis server clock, offset {self._offset:.6f} s>"
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def _micros(value: object, name: str) -> int:
+    seconds = _validate.seconds(value, name)
+    if seconds > _MAX_SECONDS:
+        raise InvalidArgumentError(f"{name} must be at most {_MAX_SECONDS:.0f} seconds, got {value!r}")
+    return round(seconds * 1_000_000)
+
+
+def _escape(name: str) -> str:
+    """A name fit for a hash tag: no braces (and so no ambiguity: ``%`` is escaped too)."""
+    return name.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _int_option(value: object, name: str, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidTypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not low <= value <= high:
+        raise InvalidArgumentError(f"{name} must be between {low} and {high}, got {value!r}")
+    return value
+
+
+_Args = list[str | bytes | int]
+_Item = tuple[str | None, int, bytes]
+
+
+class RedisStore(Store):
+    """Dehydrators in Redis 7+ or Valkey (``redis://``, ``rediss://`` for TLS).
+
+    ``url`` is ``redis://[[user]:password@]host[:port][/db]``; ``rediss://`` connects with TLS
+    (coredis reads ``ssl_*`` options from the query string). ``cluster=True`` connects to a Redis
+    Cluster: all keys of one dehydrator share a hash tag, so every script runs on one node.
+
+    Elements are stored as bytes by ``serializer`` (a name or a
+    :class:`~rehydrate.abc.Serializer`; JSON by default); a dehydrator remembers which serializer
+    wrote it and refuses a client that uses another. Keys start with ``prefix``.
+
+    Every call is one Lua script, atomic on the server. Calls that take, remove or list many
+    elements run ``batch_size`` of them per script and loop; each such script is atomic on its own.
+    A lost connection or a timeout (``timeout`` seconds) is retried ``retries`` times, from
+    ``retry_backoff`` seconds apart and doubling, and then raises
+    :class:`~rehydrate.errors.StoreUnavailableError`. Retrying is safe: a push that reached the
+    server before its reply was lost is recognised by its id and payload and not repeated. A
+    ``poll`` or ``pull`` whose reply is lost has removed its elements all the same (use ``claim``
+    for at-least-once delivery), and a repeated ``ack`` or ``update`` reports the state the first
+    attempt left.
+
+    Open and close the store in one task (``async with store:``): coredis ties its connections to
+    the task that opened them.
+    """
+
+    def __init__(
+        self,
+        url: str = "redis://localhost:6379/0",
+        *,
+        serializer: str | Serializer | None = None,
+        prefix: str = "rh",
+        cluster: bool = False,
+        timeout: float = 10.0,
+        retries: int = 5,
+        retry_backoff: float = 0.1,
+        batch_size: int = _BATCH,
+        client_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(url, str):
+            raise InvalidTypeError(f"url must be a str, not {type(url).__name__}")
+        if urlsplit(url).scheme.lower() not in ("redis", "rediss"):
+            raise InvalidArgumentError(f"a Redis URL starts with redis:// or rediss://, not {_redact(url)!r}")
+        if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
+            raise InvalidArgumentError(f"prefix must be a non-empty str without braces, not {prefix!r}")
+        self._serializer = get_serializer(serializer)
+        # JSON payloads joined by commas are a JSON array: one script reply, one json.loads.
+        self._join = type(self._serializer) is JSONSerializer
+        self._join_flag = "1" if self._join else "0"
+        self._prefix = prefix
+        self._registry = f"{prefix}:names"
+        self._batch = _int_option(batch_size, "batch_size", 1, _MAX_BATCH)
+        retries = _int_option(retries, "retries", 0, 100)
+        timeout = _validate.seconds(timeout, "timeout")
+        backoff = _validate.seconds(retry_backoff, "retry_backoff")
+        if timeout <= 0:
+            raise InvalidArgumentError("timeout must be positive")
+        self._backend = _Backend(
+            url,
+            cluster=bool(cluster),
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+            options=client_options or {},
+        )
+        self.clock: _ServerClock = _ServerClock()
+        self._keys_cache: dict[str, list[str]] = {}
+        self._id_prefix = secrets.token_hex(8)
+        self._id_counter = itertools.count()
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> RedisStore:
+        """``redis://host:port/db`` or ``rediss://...``; ``options`` are the constructor's keywords."""
+        return cls(url, **options)
+
+    def __repr__(self) -> str:
+        return (
+            f"RedisStore({_redact(self._backend.url)!r}, prefix={self._prefix!r}, "
+            f"serializer={self._serializer!r})"
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect, and set :attr:`clock` by the server's ``TIME``. Idempotent."""
+        if self._backend.is_open:
+            return
+        await self._backend.open()
+        try:
+            await self._set_clock()
+        except BaseException:
+            # Not shielded: the pool's task group must close in the scope it was opened in.
+            await self._backend.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        await self._backend.aclose()
+
+    async def _server_time(self) -> tuple[int, float, float]:
+        before = _local_clock()
+        micros = int(await self._backend.eval(_scripts()["time"], [], []))
+        return micros, before, _local_clock()
+
+    async def _set_clock(self) -> None:
+        samples = [await self._server_time() for _ in range(3)]
+        micros, before, after = min(samples, key=lambda s: s[2] - s[1])
+        self.clock.set_offset(micros / 1e6, (before + after) / 2)
+
+    # -- test hooks ------------------------------------------------------------------------------
+
+    def _advance_for_tests(self, seconds: float) -> float:
+        """Move this store's time forward without sleeping; return the new :attr:`clock` reading.
+
+        For test harnesses only. Every script adds the accumulated skew to the server's time (and
+        so does :attr:`clock`), so elements come due as if ``seconds`` had passed. Only calls made
+        through this store object see it.
+        """
+        self.clock.skew_us += _micros(seconds, "seconds")
+        return self.clock()
+
+    async def _freeze_for_tests(self) -> float:
+        """Stop this store's time at the server's current ``TIME``; only :meth:`_advance_for_tests`
+        moves it from then on. For test harnesses that compare durations exactly."""
+        micros, _, _ = await self._server_time()
+        self.clock.pinned_us = micros
+        return self.clock()
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def _keys(self, name: str) -> list[str]:
+        keys = self._keys_cache.get(name)
+        if keys is None:
+            _validate.element_id(name, "name")
+            base = f"{self._prefix}:{{{_escape(name)}}}"
+            keys = [f"{base}:m", f"{base}:p", f"{base}:h", f"{base}:s", f"{base}:d"]
+            if not self._backend.cluster:
+                keys.append(self._registry)
+            if len(self._keys_cache) > 4096:
+                self._keys_cache.clear()
+            self._keys_cache[name] = keys
+        return keys
+
+    def _channel(self, name: str) -> str:
+        return self._keys(name)[0][:-2] + ":wake"
+
+    def _head(self, name: str) -> _Args:
+        pinned = self.clock.pinned_us
+        return [self.clock.skew_us, "" if pinned is None else pinned, self._serializer.name, name]
+
+    async def _eval(
+        self,
+        script: str,
+        name: str,
+        args: Sequence[str | bytes | int],
+        *,
+        retry: Sequence[str | bytes | int] = (),
+    ) -> Any:
+        head = self._head(name)
+        try:
+            return await self._backend.eval(
+                _scripts()[script],
+                self._keys(name),
+                [*head, *args],
+                retry_args=[*head, *retry] if retry else None,
+            )
+        except _ScriptError as exc:
+            message = str(exc)
+            if message.startswith("RHSERIALIZER "):
+                stored = message.split()[1]
+                raise InvalidArgumentError(
+                    f"dehydrator {name!r} holds elements written with serializer {stored!r}, "
+                    f"but this store uses {self._serializer.name!r}"
+                ) from None
+            raise
+
+    def _dumps(self, element: Any) -> bytes:
+        try:
+            return self._serializer.dumps(element)
+        except InvalidArgumentError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise InvalidTypeError(f"cannot serialize element with {self._serializer.name}: {exc}") from exc
+
+    def _loads(self, data: bytes) -> Any:
+        return self._serializer.loads(data)
+
+    def _loads_joined(self, joined: bytes) -> list[Any]:
+        """The elements of a reply whose JSON payloads the script joined with commas."""
+        if not joined:
+            return []
+        elements: list[Any] = json.loads(b"[" + joined + b"]")
+        return elements
+
+    def _new_id(self) -> str:
+        return f"{self._id_prefix}{next(self._id_counter):x}"
+
+    async def _push(self, name: str, items: list[_Item]) -> list[str]:
+        """File the items in one script. ``None`` ids are generated here, before the first attempt,
+        so a retry after a lost reply is recognised."""
+        while True:
+            ids = [id if id is not None else self._new_id() for id, _, _ in items]
+            flat: _Args = []
+            for id, (_, ttl, payload) in zip(ids, items, strict=True):
+                flat += (id, ttl, payload)
+            reply = await self._eval("push", name, ["0", *flat], retry=["1", *flat])
+            status = int(reply[0])
+            if status == 0:
+                dup = _text(reply[1])
+                if any(
+                    id is None and generated == dup for (id, _, _), generated in zip(items, ids, strict=True)
+                ):
+                    continue  # a generated id met an existing one: draw new ones
+                raise DuplicateIdError(dup)
+            if self._backend.cluster and (status == 2 or int(reply[1])):
+                # The registry lives in another slot on a cluster: add the name separately.
+                await self._backend.eval(_scripts()["names"], [self._registry], [name])
+            return ids
+
+    # -- ReDe verbs ------------------------------------------------------------------------------
+
+    async def push(self, name: str, element: Any, *, ttl: Seconds, id: str | None = None) -> str:
+        self._keys(name)
+        micros = _micros(ttl, "ttl")
+        if id is not None:
+            _validate.element_id(id)
+        payload = self._dumps(element)
+        (pushed,) = await self._push(name, [(id, micros, payload)])
+        return pushed
+
+    async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
+        """See :meth:`Store.push_many`. One script, so at most 10,000 items per call."""
+        self._keys(name)
+        batch: list[_Item] = []
+        for element, ttl, id in items:
+            micros = _micros(ttl, "ttl")
+            if id is not None:
+                _validate.element_id(id)
+            batch.append((id, micros, self._dumps(element)))
+        if len(batch) > _PUSH_MANY_MAX:
+            raise InvalidArgumentError(
+                f"push_many takes at most {_PUSH_MANY_MAX} items per call on Redis (one atomic script); "
+                f"got {len(batch)}: split the batch"
+            )
+        seen: set[str] = set()
+        for id, _, _ in batch:
+            if id is not None:
+                if id in seen:
+                    raise DuplicateIdError(id)
+                seen.add(id)
+        if not batch:
+            return []
+        return await self._push(name, batch)
+
+    async def pull(self, name: str, id: str) -> Any:
+        self._keys(name)
+        _validate.element_id(id)
+        reply = await self._eval("pull", name, [id])
+        return None if reply is None else self._loads(reply)
+
+    async def poll(self, name: str, *, limit: int | None = None) -> list[Any]:
+        """See :meth:`Store.poll`. Takes ``batch_size`` elements per script and loops; the loop
+        stops at elements filed after it began, so a busy producer cannot keep it going."""
+        self._keys(name)
+        n = _validate.limit(limit)
+        out: list[Any] = []
+        max_seq: str | int = ""
+        while True:
+            page = self._batch if n is None else min(self._batch, n - len(out))
+            reply = await self._eval("take", name, ["poll", page, 0, max_seq, self._join_flag])
+            if self._join:
+                out += self._loads_joined(reply[2])
+            else:
+                out.extend(self._loads(payload) for payload in reply[2:])
+            if not int(reply[1]) or (n is not None and len(out) >= n):
+                return out
+            if max_seq == "":
+                max_seq = int(reply[0])
+
+    async def xpoll(self, name: str, *, limit: int | None = None) -> list[str]:
+        """See :meth:`Store.xpoll`. Lists ``batch_size`` ids per script, all due at the time of
+        the first; elements removed or filed between two scripts may be missed or included."""
+        self._keys(name)
+        n = _validate.limit(limit)
+        out: list[str] = []
+        after: list[str | bytes | int] = ["", ""]
+        while True:
+            page = self._batch if n is None else min(self._batch, n - len(out))
+            reply = await self._eval("xpoll", name, [page, *after, len(out)])
+            ids = reply[2:]
+            out.extend(_text(id) for id in ids)
+            if len(ids) < page or (n is not None and len(out) >= n):
+                return out
+            after = [reply[1], reply[0]]
+
+    async def xack(self, name: str, *ids: str, attempt: int | None = None) -> list[Any]:
+        """See :meth:`Store.xack`. ``batch_size`` ids per script, each script atomic."""
+        self._keys(name)
+        _validate.ids(ids)
+        _validate.attempt(attempt)
+        fence: str | int = "" if attempt is None else attempt
+        out: list[Any] = []
+        for start in range(0, len(ids), self._batch):
+            chunk = ids[start : start + self._batch]
+            reply = await self._eval("remove", name, ["xack", fence, *chunk])
+            out.extend(None if payload is None else self._loads(payload) for payload in reply)
+        return out
+
+    async def look(self, name: str, id: str) -> Any:
+        self._keys(name)
+        _validate.element_id(id)
+        reply = await self._eval("look", name, ["look", id])
+        return None if reply is None else self._loads(reply)
+
+    async def ttn(self, name: str) -> float | None:
+        self._keys(name)
+        micros = int(await self._eval("ttn", name, []))
+        return None if micros < 0 else micros / 1e6
+
+    async def update(self, name: str, id: str, element: Any) -> Any:
+        self._keys(name)
+        _validate.element_id(id)
+        payload = self._dumps(element)
+        reply = await self._eval("update", name, [id, payload])
+        if not int(reply[0]):
+            raise UnknownIdError(id)
+        return self._loads(reply[1])
+
+    # -- leases ----------------------------------------------------------------------------------
+
+    async def claim(self, name: str, *, lease: Seconds, limit: int | None = None) -> list[Claim]:
+        """See :meth:`Store.claim`. Takes ``batch_size`` elements per script (each atomic) and
+        loops until ``limit``; the loop never takes an element filed after it began (its own
+        claims with ``lease=0`` included)."""
+        self._keys(name)
+        micros = _micros(lease, "lease")
+        n = _validate.limit(limit)
+        out: list[Claim] = []
+        max_seq: str | int = ""
+        while True:
+            page = self._batch if n is None else min(self._batch, n - len(out))
+            reply = await self._eval("take", name, ["claim", page, micros, max_seq, self._join_flag])
+            now, until = int(reply[2]) / 1e6, int(reply[3]) / 1e6
+            rows = range(5, len(reply), 4)
+            if self._join:
+                elements = self._loads_joined(reply[4])
+            else:
+                elements = [self._loads(reply[i + 3]) for i in rows]
+            out += [
+                Claim(
+                    id=_text(reply[i]),
+                    element=element,
+                    attempt=int(reply[i + 1]),
+                    lease_until=until,
+                    due=int(reply[i + 2]) / 1e6,
+                    claimed_at=now,
+                )
+                for i, element in zip(rows, elements, strict=True)
+            ]
+            if not int(reply[1]) or (n is not None and len(out) >= n):
+                return out
+            if max_seq == "":
+                max_seq = int(reply[0])
+
+    async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
+        """See :meth:`Store.ack`. ``batch_size`` pairs per script, each script atomic."""
+        self._keys(name)
+        pairs = list(claims)
+        for id, attempt in pairs:
+            _validate.element_id(id)
+            if _validate.attempt(attempt) is None:
+                raise InvalidArgumentError("ack needs each claim's attempt")
+        out: list[bool] = []
+        for start in range(0, len(pairs), self._batch):
+            flat: _Args = []
+            for id, attempt in pairs[start : start + self._batch]:
+                flat += (id, attempt)
+            reply = await self._eval("remove", name, ["ack", *flat])
+            out.extend(bool(int(r)) for r in reply)
+        return out
+
+    async def reschedule(self, name: str, id: str, *, ttl: Seconds, attempt: int | None = None) -> bool:
+        self._keys(name)
+        micros = _micros(ttl, "ttl")
+        _validate.element_id(id)
+        _validate.attempt(attempt)
+        reply = await self._eval("move", name, ["reschedule", id, micros, "" if attempt is None else attempt])
+        return reply is not None
+
+    async def extend(self, name: str, id: str, *, lease: Seconds, attempt: int) -> float | None:
+        self._keys(name)
+        micros = _micros(lease, "lease")
+        _validate.element_id(id)
+        if _validate.attempt(attempt) is None:
+            raise InvalidArgumentError("extend needs the claim's attempt")
+        reply = await self._eval("move", name, ["extend", id, micros, attempt])
+        return None if reply is None else int(reply) / 1e6
+
+    async def info(self, name: str, id: str) -> ElementInfo | None:
+        self._keys(name)
+        _validate.element_id(id)
+        reply = await self._eval("look", name, ["info", id])
+        if reply is None:
+            return None
+        due, queue, attempt = int(reply[0]), _text(reply[1]), int(reply[2])
+        return ElementInfo(
+            id=id, due=due / 1e6, ttl=int(queue[1:]) / 1e6, attempt=attempt, claimed=queue[0] == "l"
+        )
+
+    # -- inspection and waiting ------------------------------------------------------------------
+
+    async def names(self) -> list[str]:
+        reply = await self._backend.eval(_scripts()["names"], [self._registry], [""])
+        names = sorted(_text(name) for name in reply)
+        if not self._backend.cluster or not names:
+            return names
+        # On a cluster the registry is only ever added to: keep the names that hold elements.
+        size = _scripts()["size"]
+        sizes = await self._backend.eval_many([(size, self._keys(name), []) for name in names])
+        return [name for name, n in zip(names, sizes, strict=True) if int(n)]
+
+    async def size(self, name: str) -> int:
+        self._keys(name)
+        return int(await self._eval("size", name, []))
+
+    async def ids(self, name: str, *, limit: int | None = None) -> list[str]:
+        """See :meth:`Store.ids`: O(n), one ``HSCAN`` page per script, sorted here."""
+        self._keys(name)
+        n = _validate.limit(limit)
+        found: dict[str, tuple[int, int]] = {}
+        cursor: bytes | str = "0"
+        while True:
+            reply = await self._eval("scan", name, [cursor, _SCAN_PAGE])
+            for i in range(1, len(reply), 3):
+                id, order = _text(reply[i]), (int(reply[i + 1]), int(reply[i + 2]))
+                if id not in found or found[id][1] < order[1]:
+                    found[id] = order
+            cursor = reply[0]
+            if _text(cursor) == "0":
+                break
+        ordered = sorted(found, key=found.__getitem__)
+        return ordered if n is None else ordered[:n]
+
+    @asynccontextmanager
+    async def _subscribe(self, name: str) -> AsyncIterator[Subscription]:
+        subscription = EventSubscription(self.clock)
+        async with self._backend.listen(self._channel(name), subscription.notify):
+            yield subscription
+
+    def subscribe(self, name: str) -> AbstractAsyncContextManager[Subscription]:
+        """See :meth:`Store.subscribe`: one pub/sub connection per subscription, woken by the
+        scripts' ``PUBLISH`` (no polling)."""
+        self._keys(name)
+        return self._subscribe(name)

