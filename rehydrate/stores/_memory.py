@@ -8,29 +8,15 @@ from typing import Any
 
 import anyio
 
-from rehydrate._clock import SystemClock, wait_or_sleep
+from rehydrate._clock import SystemClock
 from rehydrate._core import _validate
 from rehydrate._core._dehydrator import Claim, Dehydrator, ElementInfo
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Clock, Store, Subscription
 from rehydrate.errors import DuplicateIdError, InvalidTypeError
+from rehydrate.stores._subscription import EventSubscription
 
 __all__ = ["MemoryStore"]
-
-
-class _MemorySubscription(Subscription):
-    def __init__(self, clock: Clock) -> None:
-        self._clock = clock
-        self._event = anyio.Event()
-
-    def notify(self) -> None:
-        self._event.set()
-
-    async def wait(self, timeout: float | None) -> bool:
-        woke = await wait_or_sleep(self._event, self._clock, timeout)
-        if woke:
-            self._event = anyio.Event()
-        return woke
 
 
 class MemoryStore(Store):
@@ -48,7 +34,7 @@ class MemoryStore(Store):
             )
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._dehydrators: dict[str, Dehydrator] = {}
-        self._subscribers: dict[str, set[_MemorySubscription]] = {}
+        self._subscribers: dict[str, set[EventSubscription]] = {}
 
     @classmethod
     def from_url(cls, url: str, *, clock: Clock | None = None) -> MemoryStore:
@@ -230,7 +216,7 @@ class MemoryStore(Store):
 
     @asynccontextmanager
     async def _subscribe(self, name: str) -> AsyncIterator[Subscription]:
-        subscription = _MemorySubscription(self.clock)
+        subscription = EventSubscription(self.clock)
         subscribers = self._subscribers.setdefault(name, set())
         subscribers.add(subscription)
         try:
