@@ -141,14 +141,20 @@ def run(backend: str, n: int, spread: float, repeat: int) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--spread", type=float, default=2.0)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--backends", default="asyncio,trio")
     args = parser.parse_args()
-    print(f"rehydrate {rehydrate.__name__} scheduler benchmark: Python {platform.python_version()} on {platform.platform()}")
-    print(f"{args.n} elements due over {args.spread} s, no-op async handler, memory store; medians of {args.repeat}\n")
+    print(
+        f"rehydrate {rehydrate.__name__} scheduler benchmark: Python {platform.python_version()} on {platform.platform()}"
+    )
+    print(
+        f"{args.n} elements due over {args.spread} s, no-op async handler, memory store; medians of {args.repeat}\n"
+    )
     print(f"{'backend':<8} {'what':<26} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'deliveries/s':>13}")
     ok = True
     for backend in args.backends.split(","):
@@ -160,11 +166,15 @@ def main() -> int:
         print(f"{backend:<8} {'all due at once':<26} {'':8} {'':8} {'':8} {result['throughput']:13,.0f}")
         gap = s[1] - f[1]
         bar_late = gap <= 2.0
-        print(f"{backend:<8} bar: p99 within 2 ms of the floor's p99: {gap:+.2f} ms -> {'PASS' if bar_late else 'FAIL'}")
+        print(
+            f"{backend:<8} bar: p99 within 2 ms of the floor's p99: {gap:+.2f} ms -> {'PASS' if bar_late else 'FAIL'}"
+        )
         ok &= bar_late
         if backend == "asyncio":
             bar_tp = result["throughput"] >= 20_000
-            print(f"{backend:<8} bar: >= 20,000 deliveries/s all due: {result['throughput']:,.0f} -> {'PASS' if bar_tp else 'FAIL'}")
+            print(
+                f"{backend:<8} bar: >= 20,000 deliveries/s all due: {result['throughput']:,.0f} -> {'PASS' if bar_tp else 'FAIL'}"
+            )
             ok &= bar_tp
         print()
     return 0 if ok else 1
