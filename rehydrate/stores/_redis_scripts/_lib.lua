@@ -37,6 +37,28 @@ local CHUNK = 1000
 local COMPACT_MIN = 32
 local sub = string.sub
 
+-- Sift heap[k] down a 1-based binary min-heap of tables ordered by their .key (the k-way merges
+-- of take.lua and xpoll.lua).
+local function heap_down(heap, k)
+  local size = #heap
+  local r = heap[k]
+  while true do
+    local c = 2 * k
+    if c > size then
+      break
+    end
+    if c < size and heap[c + 1].key < heap[c].key then
+      c = c + 1
+    end
+    if heap[c].key >= r.key then
+      break
+    end
+    heap[k] = heap[c]
+    k = c
+  end
+  heap[k] = r
+end
+
 local function int(n)
   return string.format('%d', n)
 end

@@ -52,23 +52,7 @@ for i = 1, #heads, 2 do
 end
 
 local function down(k)
-  local size = #heap
-  local r = heap[k]
-  while true do
-    local c = 2 * k
-    if c > size then
-      break
-    end
-    if c < size and heap[c + 1].key < heap[c].key then
-      c = c + 1
-    end
-    if heap[c].key >= r.key then
-      break
-    end
-    heap[k] = heap[c]
-    k = c
-  end
-  heap[k] = r
+  heap_down(heap, k)
 end
 
 for k = math.floor(#heap / 2), 1, -1 do
