@@ -145,7 +145,8 @@ class Store(ABC):
         """Push ``(element, ttl, id or None)`` items all at once and return their ids in order.
 
         All or nothing: if any id is present (or repeats within the batch) ``DuplicateIdError`` is
-        raised and nothing is pushed. Costs one round trip per batch, not per item.
+        raised and nothing is pushed. Costs one round trip per batch, not per item. A store may cap
+        the size of one batch (Redis: 10,000) and raise ``InvalidArgumentError`` beyond it.
         """
 
     @abstractmethod
@@ -245,5 +246,6 @@ class Store(ABC):
     async def ids(self, name: str, *, limit: int | None = None) -> list[str]:
         """The ids in the dehydrator, due or not, in due order, at most ``limit``.
 
-        For inspection (listing dead letters, the ``stats`` command): it may cost O(n).
+        For inspection (listing dead letters, the ``stats`` command): it may cost O(n), and a store
+        may read it in pages, so it is not a snapshot of a dehydrator that changes meanwhile.
         """
