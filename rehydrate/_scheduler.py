@@ -599,6 +599,14 @@ class Scheduler:
             try:
                 async with receive:
                     yield receive
+                    # Hand back what was claimed for the consumer but never received.
+                    with anyio.CancelScope(shield=True):
+                        while True:
+                            try:
+                                delivery = receive.receive_nowait()
+                            except (anyio.WouldBlock, anyio.EndOfStream):
+                                break
+                            await self._release(name, delivery.id, delivery.attempt)
             finally:
                 tg.cancel_scope.cancel()
 
@@ -621,13 +629,19 @@ class Scheduler:
                     backoff = await self._store_trouble(name, exc, backoff)
                     continue
                 backoff = _ERROR_BACKOFF[0]
-                for claim in claims:
-                    self._counters.delivered += 1
-                    self._counters.record_lateness(claim.lateness)
+                for i, claim in enumerate(claims):
                     try:
                         await send.send(Delivery._from_claim(name, claim, store))
-                    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                        return
+                    except BaseException as exc:
+                        # The consumer left: hand back this claim and the rest of the batch.
+                        with anyio.CancelScope(shield=True):
+                            for left in claims[i:]:
+                                await self._release(name, left.id, left.attempt)
+                        if isinstance(exc, (anyio.BrokenResourceError, anyio.ClosedResourceError)):
+                            return
+                        raise
+                    self._counters.delivered += 1
+                    self._counters.record_lateness(claim.lateness)
                 if len(claims) < room:
                     await self._sleep_until_due(name, subscription)
 
@@ -711,8 +725,7 @@ class Scheduler:
                 for claim in workers.drain():
                     route.in_flight -= 1
                     self._counters.in_flight -= 1
-                    with anyio.move_on_after(2.0), contextlib.suppress(RehydrateError):
-                        await store.reschedule(route.name, claim.id, ttl=0, attempt=claim.attempt)
+                    await self._release(route.name, claim.id, claim.attempt)
 
     async def _claim_loop(
         self, route: _Route, workers: _Workers, keeper: _LeaseKeeper, subscription: Subscription
@@ -752,6 +765,11 @@ class Scheduler:
         if ttn is None or ttn > 0:
             await subscription.wait(ttn)
 
+    async def _release(self, name: str, id: str, attempt: int) -> None:
+        """Hand a claimed element back, due at once; if that fails its lease brings it back."""
+        with anyio.move_on_after(2.0), contextlib.suppress(RehydrateError):
+            await self.store.reschedule(name, id, ttl=0, attempt=attempt)
+
     async def _store_trouble(self, name: str, exc: BaseException, backoff: float) -> float:
         logger.error("store call failed, retrying", dehydrator=name, error=repr(exc), retry_in=backoff)
         await anyio.sleep(backoff)
@@ -775,13 +793,8 @@ class Scheduler:
                 )
         except anyio.get_cancelled_exc_class():
             # Shutting down: hand the element back now rather than when its lease runs out.
-            # If this fails too, the element's lease runs out and it comes back anyway.
-            with (
-                anyio.CancelScope(shield=True),
-                anyio.move_on_after(2.0),
-                contextlib.suppress(RehydrateError),
-            ):
-                await self.store.reschedule(route.name, claim.id, ttl=0, attempt=claim.attempt)
+            with anyio.CancelScope(shield=True):
+                await self._release(route.name, claim.id, claim.attempt)
             raise
         except Exception as exc:
             await self._failed(route, claim, exc)

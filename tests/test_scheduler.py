@@ -516,3 +516,20 @@ async def test_store_from_url() -> None:
         Scheduler("ftp://nowhere")
     with pytest.raises(InvalidArgumentError):
         Scheduler(store=3)  # type: ignore[arg-type]
+
+
+async def test_a_channel_hands_back_what_it_did_not_deliver(clock: FakeClock) -> None:
+    """Leaving a channel releases the claims still waiting for the consumer: due again at once."""
+    store = MemoryStore(clock=clock)
+    scheduler = Scheduler(store=store, grace=0.5)
+    async with scheduler:
+        await store.push_many("inbox", [(i, 0, f"e{i}") for i in range(10)])
+        async with scheduler.channel("inbox", prefetch=3) as deliveries:
+            first = await deliveries.receive()
+            await first.ack()
+            await settle()  # the feeder fills the buffer and waits to send one more
+        await settle()
+        assert await store.size("inbox") == 9
+        infos = [await store.info("inbox", id) for id in await store.ids("inbox")]
+        assert not any(info.claimed for info in infos if info is not None)
+        assert len(await store.xpoll("inbox")) == 9
