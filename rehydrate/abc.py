@@ -51,7 +51,9 @@ class Clock(Protocol):
     """Where a store and a scheduler read the time and wait for it to pass.
 
     ``rehydrate.testing.FakeClock`` implements it for tests: its time moves only when told to, and
-    sleepers wake when it does.
+    sleepers wake when it does. A clock whose seconds pass in real time may set a class attribute
+    ``real = True``: waits on it are then timed by the event loop directly (a cancel scope), not
+    by racing its ``sleep`` in a task.
     """
 
     def __call__(self) -> float:
