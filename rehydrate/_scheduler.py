@@ -87,6 +87,8 @@ class Delivery:
     claimed_at: float
     lease_until: float
     _store: Store = attrs.field(repr=False, alias="store")
+    #: The scheduler's counters, for deliveries from a channel (a handler's are counted for it).
+    _counters: _Counters | None = attrs.field(default=None, repr=False, eq=False, alias="counters")
 
     @property
     def lateness(self) -> float:
@@ -96,18 +98,31 @@ class Delivery:
     async def ack(self) -> bool:
         """Done: remove the element. ``False`` if the claim was lost (it will be redelivered)."""
         (ok,) = await self._store.ack(self.name, [(self.id, self.attempt)])
+        if self._counters is not None:
+            if ok:
+                self._counters.acked += 1
+            else:
+                self._counters.lost += 1
         return ok
 
     async def retry(self, delay: Seconds = 0) -> bool:
         """Give the element back, due again in ``delay`` seconds. ``False`` if the claim was lost."""
-        return await self._store.reschedule(self.name, self.id, ttl=delay, attempt=self.attempt)
+        ok = await self._store.reschedule(self.name, self.id, ttl=delay, attempt=self.attempt)
+        if self._counters is not None:
+            if ok:
+                self._counters.retried += 1
+            else:
+                self._counters.lost += 1
+        return ok
 
     async def extend(self, lease: Seconds) -> float | None:
         """Keep the claim for ``lease`` more seconds; the new ``lease_until``, or ``None`` if lost."""
         return await self._store.extend(self.name, self.id, lease=lease, attempt=self.attempt)
 
     @classmethod
-    def _from_claim(cls, name: str, claim: Claim, store: Store) -> Delivery:
+    def _from_claim(
+        cls, name: str, claim: Claim, store: Store, counters: _Counters | None = None
+    ) -> Delivery:
         return cls(
             name=name,
             id=claim.id,
@@ -117,6 +132,7 @@ class Delivery:
             claimed_at=claim.claimed_at,
             lease_until=claim.lease_until,
             store=store,
+            counters=counters,
         )
 
 
@@ -631,7 +647,7 @@ class Scheduler:
                 backoff = _ERROR_BACKOFF[0]
                 for i, claim in enumerate(claims):
                     try:
-                        await send.send(Delivery._from_claim(name, claim, store))
+                        await send.send(Delivery._from_claim(name, claim, store, self._counters))
                     except BaseException as exc:
                         # The consumer left: hand back this claim and the rest of the batch.
                         with anyio.CancelScope(shield=True):

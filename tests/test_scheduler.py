@@ -466,6 +466,8 @@ class TestChannels:
                 assert await last.extend(60) is not None
                 assert await last.ack() is True
             assert await store.size("inbox") == 0
+            stats = scheduler.stats()
+            assert (stats.delivered, stats.acked, stats.retried, stats.lost) == (4, 2, 1, 1)
 
     async def test_iterate(self, scheduler: Scheduler, clock: FakeClock) -> None:
         async with scheduler:
