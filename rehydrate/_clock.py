@@ -24,16 +24,11 @@ class SystemClock:
         return "SystemClock()"
 
 
-class WallClock:
+class WallClock(SystemClock):
     """``time.time``: survives a restart, so durable stores keep due times in it."""
-
-    real = True
 
     def __call__(self) -> float:
         return time.time()
-
-    async def sleep(self, seconds: float) -> None:
-        await anyio.sleep(seconds)
 
     def __repr__(self) -> str:
         return "WallClock()"
