@@ -34,6 +34,9 @@ class MemoryStore(Store):
             )
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._dehydrators: dict[str, Dehydrator] = {}
+        #: Stands in for a dehydrator that does not exist: it checks the arguments as a real one
+        #: does and answers as an empty one. Only reads and fenced calls reach it, so it stays empty.
+        self._nothing = Dehydrator(clock=self.clock)
         self._subscribers: dict[str, set[EventSubscription]] = {}
 
     @classmethod
@@ -49,19 +52,15 @@ class MemoryStore(Store):
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def _get(self, name: str) -> Dehydrator | None:
-        return self._dehydrators.get(_validate.element_id(name, "name"))
+    def _get(self, name: str) -> Dehydrator:
+        d = self._dehydrators.get(_validate.element_id(name, "name"))
+        return self._nothing if d is None else d
 
     def _get_or_create(self, name: str) -> Dehydrator:
         d = self._dehydrators.get(_validate.element_id(name, "name"))
         if d is None:
             d = self._dehydrators[name] = Dehydrator(clock=self.clock)
         return d
-
-    @staticmethod
-    def _absent(id: str) -> None:
-        """What a read of an id in a dehydrator that does not exist returns (after checking the id)."""
-        _validate.element_id(id)
 
     def _notify_if_sooner(self, name: str, d: Dehydrator, before: float | None) -> None:
         after = d.next_due()
@@ -98,41 +97,37 @@ class MemoryStore(Store):
 
     async def pull(self, name: str, id: str) -> Any:
         d = self._get(name)
-        result = d.pull(id) if d is not None else self._absent(id)
+        result = d.pull(id)
         await anyio.lowlevel.checkpoint()
         return result
 
     async def poll(self, name: str, *, limit: int | None = None) -> list[Any]:
-        _validate.limit(limit)
         d = self._get(name)
-        result = d.poll(limit=limit) if d is not None else []
+        result = d.poll(limit=limit)
         await anyio.lowlevel.checkpoint()
         return result
 
     async def xpoll(self, name: str, *, limit: int | None = None) -> list[str]:
-        _validate.limit(limit)
         d = self._get(name)
-        result = d.xpoll(limit=limit) if d is not None else []
+        result = d.xpoll(limit=limit)
         await anyio.lowlevel.checkpoint()
         return result
 
     async def xack(self, name: str, *ids: str, attempt: int | None = None) -> list[Any]:
-        _validate.ids(ids)
-        _validate.attempt(attempt)
         d = self._get(name)
-        result = d.xack(*ids, attempt=attempt) if d is not None else [None] * len(ids)
+        result = d.xack(*ids, attempt=attempt)
         await anyio.lowlevel.checkpoint()
         return result
 
     async def look(self, name: str, id: str) -> Any:
         d = self._get(name)
-        result = d.look(id) if d is not None else self._absent(id)
+        result = d.look(id)
         await anyio.lowlevel.checkpoint()
         return result
 
     async def ttn(self, name: str) -> float | None:
         d = self._get(name)
-        result = d.ttn() if d is not None else None
+        result = d.ttn()
         await anyio.lowlevel.checkpoint()
         return result
 
@@ -145,10 +140,8 @@ class MemoryStore(Store):
     # -- leases ----------------------------------------------------------------------------------
 
     async def claim(self, name: str, *, lease: Seconds, limit: int | None = None) -> list[Claim]:
-        _validate.seconds(lease, "lease")
-        _validate.limit(limit)
         d = self._get(name)
-        result = d.claim(lease=lease, limit=limit) if d is not None else []
+        result = d.claim(lease=lease, limit=limit)
         await anyio.lowlevel.checkpoint()
         return result
 
@@ -159,41 +152,29 @@ class MemoryStore(Store):
             if _validate.attempt(attempt) is None:
                 raise _validate.InvalidArgumentError("ack needs each claim's attempt")
         d = self._get(name)
-        result = [d.ack(id, attempt=attempt) for id, attempt in pairs] if d else [False] * len(pairs)
+        result = [d.ack(id, attempt=attempt) for id, attempt in pairs]
         await anyio.lowlevel.checkpoint()
         return result
 
     async def reschedule(self, name: str, id: str, *, ttl: Seconds, attempt: int | None = None) -> bool:
         d = self._get(name)
-        if d is None:
-            _validate.seconds(ttl, "ttl")
-            _validate.element_id(id)
-            _validate.attempt(attempt)
-            result = False
-        else:
-            before = d.next_due()
-            result = d.reschedule(id, ttl=ttl, attempt=attempt)
-            self._notify_if_sooner(name, d, before)
+        before = d.next_due()
+        result = d.reschedule(id, ttl=ttl, attempt=attempt)
+        self._notify_if_sooner(name, d, before)
         await anyio.lowlevel.checkpoint()
         return result
 
     async def extend(self, name: str, id: str, *, lease: Seconds, attempt: int) -> float | None:
         d = self._get(name)
-        if d is None:
-            _validate.seconds(lease, "lease")
-            _validate.element_id(id)
-            _validate.attempt(attempt)
-            result = None
-        else:
-            before = d.next_due()
-            result = d.extend(id, lease=lease, attempt=attempt)
-            self._notify_if_sooner(name, d, before)
+        before = d.next_due()
+        result = d.extend(id, lease=lease, attempt=attempt)
+        self._notify_if_sooner(name, d, before)
         await anyio.lowlevel.checkpoint()
         return result
 
     async def info(self, name: str, id: str) -> ElementInfo | None:
         d = self._get(name)
-        result = d.info(id) if d is not None else self._absent(id)
+        result = d.info(id)
         await anyio.lowlevel.checkpoint()
         return result
 
@@ -206,13 +187,12 @@ class MemoryStore(Store):
     async def size(self, name: str) -> int:
         d = self._get(name)
         await anyio.lowlevel.checkpoint()
-        return 0 if d is None else len(d)
+        return len(d)
 
     async def ids(self, name: str, *, limit: int | None = None) -> list[str]:
-        _validate.limit(limit)
         d = self._get(name)
         await anyio.lowlevel.checkpoint()
-        return [] if d is None else d.ids(limit=limit)
+        return d.ids(limit=limit)
 
     @asynccontextmanager
     async def _subscribe(self, name: str) -> AsyncIterator[Subscription]:
