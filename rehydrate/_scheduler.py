@@ -98,22 +98,20 @@ class Delivery:
     async def ack(self) -> bool:
         """Done: remove the element. ``False`` if the claim was lost (it will be redelivered)."""
         (ok,) = await self._store.ack(self.name, [(self.id, self.attempt)])
-        if self._counters is not None:
-            if ok:
-                self._counters.acked += 1
-            else:
-                self._counters.lost += 1
+        self._count(ok, "acked")
         return ok
 
     async def retry(self, delay: Seconds = 0) -> bool:
         """Give the element back, due again in ``delay`` seconds. ``False`` if the claim was lost."""
         ok = await self._store.reschedule(self.name, self.id, ttl=delay, attempt=self.attempt)
-        if self._counters is not None:
-            if ok:
-                self._counters.retried += 1
-            else:
-                self._counters.lost += 1
+        self._count(ok, "retried")
         return ok
+
+    def _count(self, ok: bool, counter: str) -> None:
+        """For a channel's delivery: count the outcome, or a lost claim."""
+        if self._counters is not None:
+            name = counter if ok else "lost"
+            setattr(self._counters, name, getattr(self._counters, name) + 1)
 
     async def extend(self, lease: Seconds) -> float | None:
         """Keep the claim for ``lease`` more seconds; the new ``lease_until``, or ``None`` if lost."""
