@@ -608,21 +608,22 @@ class Scheduler:
             raise InvalidArgumentError(f"prefetch must be an int of at least 0, got {prefetch!r}")
         _positive_int(batch, "batch")
         send, receive = anyio.create_memory_object_stream[Delivery](max_buffer_size=prefetch)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._feed, name, seconds, prefetch, batch, send)
-            try:
-                async with receive:
+        with receive:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._feed, name, seconds, prefetch, batch, send)
+                try:
                     yield receive
-                    # Hand back what was claimed for the consumer but never received.
-                    with anyio.CancelScope(shield=True):
-                        while True:
-                            try:
-                                delivery = receive.receive_nowait()
-                            except (anyio.WouldBlock, anyio.EndOfStream):
-                                break
-                            await self._release(name, delivery.id, delivery.attempt)
-            finally:
-                tg.cancel_scope.cancel()
+                finally:
+                    tg.cancel_scope.cancel()
+            # The feeder has ended (handing back what it held): hand back what it had buffered
+            # for the consumer. Draining earlier would wake the feeder to claim more.
+            with anyio.CancelScope(shield=True):
+                while True:
+                    try:
+                        delivery = receive.receive_nowait()
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                    await self._release(name, delivery.id, delivery.attempt)
 
     async def _feed(
         self,

@@ -24,7 +24,9 @@ class MemoryStore(Store):
 
     Elements are kept as the objects given (not copied or serialized), and are lost when the
     process ends. Time is ``clock`` (monotonic by default; a :class:`~rehydrate.testing.FakeClock`
-    in tests). Every call completes without yielding to other tasks, so each is atomic.
+    in tests). Every call yields to other tasks first (its one checkpoint, where it may be
+    cancelled) and then does all its work without yielding: each is atomic, and a cancelled call
+    has done nothing.
     """
 
     def __init__(self, *, clock: Clock | None = None) -> None:
@@ -71,14 +73,15 @@ class MemoryStore(Store):
     # -- ReDe verbs ------------------------------------------------------------------------------
 
     async def push(self, name: str, element: Any, *, ttl: Seconds, id: str | None = None) -> str:
+        await anyio.lowlevel.checkpoint()
         d = self._get_or_create(name)
         before = d.next_due()
         id = d.push(element, ttl=ttl, id=id)
         self._notify_if_sooner(name, d, before)
-        await anyio.lowlevel.checkpoint()
         return id
 
     async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
+        await anyio.lowlevel.checkpoint()
         d = self._get_or_create(name)
         batch = [(element, _validate.seconds(ttl, "ttl"), id) for element, ttl, id in items]
         seen: set[str] = set()
@@ -92,91 +95,80 @@ class MemoryStore(Store):
         before = d.next_due()
         ids = [d.push(element, ttl=ttl, id=id) for element, ttl, id in batch]
         self._notify_if_sooner(name, d, before)
-        await anyio.lowlevel.checkpoint()
         return ids
 
     async def pull(self, name: str, id: str) -> Any:
-        d = self._get(name)
-        result = d.pull(id)
         await anyio.lowlevel.checkpoint()
-        return result
+        d = self._get(name)
+        return d.pull(id)
 
     async def poll(self, name: str, *, limit: int | None = None) -> list[Any]:
-        d = self._get(name)
-        result = d.poll(limit=limit)
         await anyio.lowlevel.checkpoint()
-        return result
+        d = self._get(name)
+        return d.poll(limit=limit)
 
     async def xpoll(self, name: str, *, limit: int | None = None) -> list[str]:
-        d = self._get(name)
-        result = d.xpoll(limit=limit)
         await anyio.lowlevel.checkpoint()
-        return result
+        d = self._get(name)
+        return d.xpoll(limit=limit)
 
     async def xack(self, name: str, *ids: str, attempt: int | None = None) -> list[Any]:
-        d = self._get(name)
-        result = d.xack(*ids, attempt=attempt)
         await anyio.lowlevel.checkpoint()
-        return result
+        d = self._get(name)
+        return d.xack(*ids, attempt=attempt)
 
     async def look(self, name: str, id: str) -> Any:
-        d = self._get(name)
-        result = d.look(id)
         await anyio.lowlevel.checkpoint()
-        return result
+        d = self._get(name)
+        return d.look(id)
 
     async def ttn(self, name: str) -> float | None:
-        d = self._get(name)
-        result = d.ttn()
         await anyio.lowlevel.checkpoint()
-        return result
+        d = self._get(name)
+        return d.ttn()
 
     async def update(self, name: str, id: str, element: Any) -> Any:
-        d = self._get_or_create(name)
-        result = d.update(id, element)
         await anyio.lowlevel.checkpoint()
-        return result
+        d = self._get_or_create(name)
+        return d.update(id, element)
 
     # -- leases ----------------------------------------------------------------------------------
 
     async def claim(self, name: str, *, lease: Seconds, limit: int | None = None) -> list[Claim]:
-        d = self._get(name)
-        result = d.claim(lease=lease, limit=limit)
         await anyio.lowlevel.checkpoint()
-        return result
+        d = self._get(name)
+        return d.claim(lease=lease, limit=limit)
 
     async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
+        await anyio.lowlevel.checkpoint()
         pairs = list(claims)
         for id, attempt in pairs:
             _validate.element_id(id)
             if _validate.attempt(attempt) is None:
                 raise _validate.InvalidArgumentError("ack needs each claim's attempt")
         d = self._get(name)
-        result = [d.ack(id, attempt=attempt) for id, attempt in pairs]
-        await anyio.lowlevel.checkpoint()
-        return result
+        return [d.ack(id, attempt=attempt) for id, attempt in pairs]
 
     async def reschedule(self, name: str, id: str, *, ttl: Seconds, attempt: int | None = None) -> bool:
+        await anyio.lowlevel.checkpoint()
         d = self._get(name)
         before = d.next_due()
         result = d.reschedule(id, ttl=ttl, attempt=attempt)
         self._notify_if_sooner(name, d, before)
-        await anyio.lowlevel.checkpoint()
         return result
 
     async def extend(self, name: str, id: str, *, lease: Seconds, attempt: int) -> float | None:
+        await anyio.lowlevel.checkpoint()
         d = self._get(name)
         before = d.next_due()
         result = d.extend(id, lease=lease, attempt=attempt)
         self._notify_if_sooner(name, d, before)
-        await anyio.lowlevel.checkpoint()
         return result
 
     async def info(self, name: str, id: str) -> ElementInfo | None:
-        d = self._get(name)
-        result = d.info(id)
         await anyio.lowlevel.checkpoint()
-        return result
+        d = self._get(name)
+        return d.info(id)
 
     # -- inspection and waiting ------------------------------------------------------------------
 
@@ -185,13 +177,13 @@ class MemoryStore(Store):
         return sorted(name for name, d in self._dehydrators.items() if len(d))
 
     async def size(self, name: str) -> int:
-        d = self._get(name)
         await anyio.lowlevel.checkpoint()
+        d = self._get(name)
         return len(d)
 
     async def ids(self, name: str, *, limit: int | None = None) -> list[str]:
-        d = self._get(name)
         await anyio.lowlevel.checkpoint()
+        d = self._get(name)
         return d.ids(limit=limit)
 
     @asynccontextmanager
