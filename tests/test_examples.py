@@ -1,0 +1,143 @@
+"""The examples in ``examples/``: driven with a fake clock on both backends, and run as scripts.
+
+Each example keeps its logic in a ``run`` function that takes a store (and the time scale), so
+the tests give it a memory store on a :class:`~rehydrate.testing.FakeClock` and realistic delays
+(seconds to minutes) and check what happened; then run each script once, as a user would.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import random
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import ModuleType
+from typing import TypeVar
+
+import anyio
+import pytest
+
+from rehydrate import Backoff, Retry, Scheduler
+from rehydrate.stores import MemoryStore
+from rehydrate.testing import FakeClock
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+T = TypeVar("T")
+
+
+def load(name: str) -> ModuleType:
+    """Import ``examples/<name>.py`` (``examples`` is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"rehydrate_examples.{name}", EXAMPLES / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up here
+    spec.loader.exec_module(module)
+    return module
+
+
+flaky_retries = load("flaky_retries")
+
+
+async def in_fake_time(clock: FakeClock, step: float, run: Callable[[], Awaitable[T]]) -> T:
+    """Await ``run()`` while time moves ``step`` seconds whenever every task is blocked.
+
+    Like trio's autojump clock: the example sleeps on its store's clock as it would in real time,
+    and the test takes no longer than the work itself.
+    """
+
+    async def pump() -> None:
+        while True:
+            await anyio.wait_all_tasks_blocked()
+            clock.advance(step)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pump)
+            result = await run()
+            tg.cancel_scope.cancel()
+    return result
+
+
+@pytest.mark.anyio
+class TestDrivenWithAFakeClock:
+    async def test_flaky_retries(self) -> None:
+        """Backoff with jitter between attempts; dead letters inspected, requeued or reported."""
+        clock = FakeClock()
+        store = MemoryStore(clock=clock)
+        services = {
+            "flaky": flaky_retries.FakeService(failures=2),
+            "outage": flaky_retries.FakeService(failures=4),
+            "broken": flaky_retries.FakeService(permanent=True),
+        }
+        backoff = Backoff(initial=1, multiplier=2, maximum=60, jitter=0.5)
+        retry = Retry(attempts=4, backoff=backoff)
+        step = 0.25
+        report = await in_fake_time(
+            clock, step, lambda: flaky_retries.run(store, services, retry, random.Random(5))
+        )
+
+        assert report.delivered == {"hook-flaky": 3, "hook-outage": 1}
+        assert {name: s.calls for name, s in services.items()} == {"flaky": 3, "outage": 5, "broken": 4}
+        # Attempt n + 1 comes backoff(n) after attempt n: between half of 2 ** (n - 1) seconds
+        # (the jitter) and all of it, give or take one step of the fake clock.
+        for id in ("hook-flaky", "hook-broken"):
+            times = [t for _, t in report.attempts[id]]
+            for n, (before, after) in enumerate(itertools.pairwise(times), start=1):
+                nominal = 2 ** (n - 1)
+                assert 0.5 * nominal <= after - before <= nominal + step
+        assert [a for a, _ in report.attempts["hook-outage"]] == [1, 2, 3, 4, 1]
+
+        # Oldest first; which died first depends on the jitter each drew (trio shuffles its tasks).
+        dead = sorted((d.id, d.attempts) for d in report.dead_letters)
+        assert dead == [("hook-broken", 4), ("hook-outage", 4)]
+        assert report.requeued == ["hook-outage"]
+        [reported] = report.reported
+        assert reported.id == "hook-broken"
+        assert reported.element == {"service": "broken", "body": "order 42 -> broken"}
+        assert reported.error == "PermanentError('400 Bad Request')"
+        stats = report.stats
+        assert (stats.delivered, stats.acked, stats.retried, stats.dead_lettered) == (12, 2, 8, 2)
+        assert [d.id for d in await Scheduler(store).dead_letters("webhooks")] == ["hook-broken"]
+        assert await store.size("webhooks") == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        (
+            "flaky_retries",
+            [
+                "hook-flaky: delivered on attempt 3",
+                "hook-broken: attempt 4 failed (400 Bad Request), giving up",
+                "requeued ['hook-outage']",
+                "hook-outage: delivered on attempt 1",
+                "delivered ['hook-flaky', 'hook-outage']; still dead: ['hook-broken']",
+            ],
+        ),
+    ],
+)
+def test_script_runs(name: str, expected: list[str]) -> None:
+    """``python examples/<name>.py`` runs to completion, with warnings as errors, and says so."""
+    done = subprocess.run(
+        [sys.executable, "-W", "error", str(EXAMPLES / f"{name}.py")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    for line in expected:
+        assert line in done.stdout, f"{line!r} not in:\n{done.stdout}"
+
+
+def test_examples_use_the_public_api_only() -> None:
+    for path in EXAMPLES.glob("*.py"):
+        source = path.read_text()
+        assert "rehydrate._" not in source, path.name
+        assert "from rehydrate.stores._" not in source, path.name
