@@ -41,6 +41,7 @@ def load(name: str) -> ModuleType:
 
 
 flaky_retries = load("flaky_retries")
+debounce = load("debounce")
 
 
 async def in_fake_time(clock: FakeClock, step: float, run: Callable[[], Awaitable[T]]) -> T:
@@ -105,6 +106,42 @@ class TestDrivenWithAFakeClock:
         assert [d.id for d in await Scheduler(store).dead_letters("webhooks")] == ["hook-broken"]
         assert await store.size("webhooks") == 0
 
+    async def test_debounce(self) -> None:
+        """A burst gives one delivery with its last content; max_wait flushes an endless burst."""
+        clock = FakeClock()
+        store = MemoryStore(clock=clock)
+        got = await in_fake_time(clock, 1, lambda: debounce.run(store, unit=1))
+
+        R = debounce.Reindexed
+        assert got == [
+            R("notes", "notes v2", edits=2, at=13),  # last edit at 3, quiet 10
+            R("readme", "readme v5", edits=5, at=14),  # last edit at 4
+            R("essay", "essay v7", edits=7, at=25),  # first edit at 0, max_wait 25
+            R("essay", "essay v12", edits=5, at=53),  # a new burst from 28: 44 + min(10, 28 + 25 - 44)
+        ]
+        assert await store.size("reindex") == 0
+
+    async def test_debounce_edit_replaces_the_pending_delivery(self) -> None:
+        """edit() re-defers the same id later with the new content, carrying the burst over."""
+        clock = FakeClock()
+        store = MemoryStore(clock=clock)
+        scheduler = Scheduler(store)  # not running: nothing is delivered
+        assert await debounce.edit(scheduler, "doc", "a", quiet=30, max_wait=60) == 30
+        clock.advance(20)
+        assert await debounce.edit(scheduler, "doc", "b", quiet=30, max_wait=60) == 30
+        assert await store.size("reindex") == 1
+        assert await store.look("reindex", "doc") == {
+            "doc": "doc",
+            "content": "b",
+            "first_edit": 0.0,
+            "edits": 2,
+        }
+        info = await store.info("reindex", "doc")
+        assert info is not None
+        assert info.due == 50
+        clock.advance(35)
+        assert await debounce.edit(scheduler, "doc", "c", quiet=30, max_wait=60) == 5  # max_wait
+
 
 @pytest.mark.parametrize(
     ("name", "expected"),
@@ -117,6 +154,15 @@ class TestDrivenWithAFakeClock:
                 "requeued ['hook-outage']",
                 "hook-outage: delivered on attempt 1",
                 "delivered ['hook-flaky', 'hook-outage']; still dead: ['hook-broken']",
+            ],
+        ),
+        (
+            "debounce",
+            [
+                "reindex 'readme' with 'readme v5' (5 edits merged, attempt 1)",
+                "reindex 'essay' with 'essay v7' (7 edits merged",
+                "reindex 'essay' with 'essay v12' (5 edits merged",
+                "19 edits, 4 reindexings",
             ],
         ),
     ],
