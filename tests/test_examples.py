@@ -13,6 +13,7 @@ import random
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import TypeVar
@@ -42,6 +43,7 @@ def load(name: str) -> ModuleType:
 
 flaky_retries = load("flaky_retries")
 debounce = load("debounce")
+reminders = load("reminders")
 
 
 async def in_fake_time(clock: FakeClock, step: float, run: Callable[[], Awaitable[T]]) -> T:
@@ -142,6 +144,28 @@ class TestDrivenWithAFakeClock:
         clock.advance(35)
         assert await debounce.edit(scheduler, "doc", "c", quiet=30, max_wait=60) == 5  # max_wait
 
+    async def test_reminders(self) -> None:
+        """Reminders at datetimes fire in order across a restart; cancelled ones do not; edits show."""
+        clock = FakeClock()
+        store = MemoryStore(clock=clock)
+        outcome = await in_fake_time(
+            clock, 5, lambda: reminders.run(lambda: store, spacing=timedelta(minutes=10))
+        )
+
+        assert [(f.user, f.text) for f in outcome.fired] == [
+            ("ann", "tea is ready"),
+            ("bob", "standup moved to room 4"),
+            ("ann", "dentist"),
+        ]
+        assert [f.at for f in outcome.fired] == sorted(f.at for f in outcome.fired)
+        # ``at`` is converted to a delay from the wall clock's now when deferred, so a reminder is
+        # due a hair (the real time the test took) before its ten minutes: within one step.
+        assert all(0 <= f.lateness <= 5 for f in outcome.fired)
+        assert clock() <= 3.5 * 600 + 5
+        assert [r["text"] for r in outcome.pending_at_restart] == ["standup moved to room 4", "dentist"]
+        assert (outcome.late_change, outcome.late_cancel) == (False, False)
+        assert await store.size("reminders") == 0
+
 
 @pytest.mark.parametrize(
     ("name", "expected"),
@@ -163,6 +187,16 @@ class TestDrivenWithAFakeClock:
                 "reindex 'essay' with 'essay v7' (7 edits merged",
                 "reindex 'essay' with 'essay v12' (5 edits merged",
                 "19 edits, 4 reindexings",
+            ],
+        ),
+        (
+            "reminders",
+            [
+                "cancel bob's gym: True",
+                "-- the service restarts --",
+                "pending: bob: standup moved to room 4",
+                "REMINDER for ann: dentist",
+                "3 reminders fired",
             ],
         ),
     ],
