@@ -5,7 +5,7 @@ A dehydrator holds elements that arrived too early and gives them back once thei
 
 from __future__ import annotations
 
-from rehydrate._core._dehydrator import Claim, Dehydrator, ElementInfo
+from rehydrate._core._dehydrator import Claim, Dehydrator, ElementInfo, Summary
 from rehydrate._core._retry import Backoff, Retry
 from rehydrate._scheduler import (
     DeadLetter,
@@ -42,6 +42,7 @@ __all__ = [
     "Scheduler",
     "SchedulerNotRunningError",
     "Stats",
+    "Summary",
     "StoreUnavailableError",
     "SyncScheduler",
     "UnknownIdError",

@@ -40,7 +40,7 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
-from rehydrate._core._dehydrator import Claim, ElementInfo
+from rehydrate._core._dehydrator import Claim, ElementInfo, Summary
 from rehydrate._core._validate import Seconds
 
 __all__ = ["Clock", "Serializer", "Store", "Subscription"]
@@ -236,6 +236,21 @@ class Store(ABC):
     @abstractmethod
     async def size(self, name: str) -> int:
         """How many elements the dehydrator holds (due, waiting and claimed)."""
+
+    async def summary(self, name: str) -> Summary:
+        """Counts of the dehydrator at a glance (``rehydrate stats``). Not a snapshot, not a hot path.
+
+        This generic version asks for every element's :meth:`info`; stores override it with one query.
+        """
+        size, ttn, ids = await self.size(name), await self.ttn(name), await self.ids(name)
+        now = self.clock()
+        due = claimed = 0
+        for id in ids:
+            info = await self.info(name, id)
+            if info is not None:
+                due += info.due <= now
+                claimed += info.claimed
+        return Summary(size=size, due=due, claimed=claimed, ttn=ttn)
 
     @abstractmethod
     def subscribe(self, name: str) -> AbstractAsyncContextManager[Subscription]:

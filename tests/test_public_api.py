@@ -22,6 +22,7 @@ PUBLIC = {
     "Scheduler",
     "SchedulerNotRunningError",
     "Stats",
+    "Summary",
     "StoreUnavailableError",
     "SyncScheduler",
     "UnknownIdError",

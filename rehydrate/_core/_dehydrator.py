@@ -39,7 +39,7 @@ from rehydrate.errors import (
     UnknownIdError,
 )
 
-__all__ = ["Claim", "Dehydrator", "ElementInfo"]
+__all__ = ["Claim", "Dehydrator", "ElementInfo", "Summary"]
 
 _INF: Final = float("inf")
 #: Trim a queue's taken prefix once it is longer than this and than the rest of the queue.
@@ -87,6 +87,20 @@ class ElementInfo:
     attempt: int
     #: Whether it is under a claim that has not been acked or rescheduled (its lease may have run out).
     claimed: bool
+
+
+@attrs.frozen(kw_only=True)
+class Summary:
+    """A dehydrator at a glance (``rehydrate stats``): counts, and the time to the next due element."""
+
+    #: Every element held: waiting, due and claimed.
+    size: int
+    #: Elements due now, claims whose lease has run out included.
+    due: int
+    #: Elements under a claim that has not been acked or rescheduled (its lease may have run out).
+    claimed: int
+    #: Seconds until the next element is due (``0.0`` if one is); ``None`` when empty.
+    ttn: float | None
 
 
 @final
@@ -404,6 +418,15 @@ class Dehydrator:
             return None
         queue: _Queue = node[5]
         return ElementInfo(id=node[2], due=node[0], ttl=queue.key, attempt=node[4], claimed=queue.lease)
+
+    def summary(self) -> Summary:
+        """Counts for inspection: O(n), so not for a hot path."""
+        now = self.now()
+        due = claimed = 0
+        for node in self._index.values():
+            due += node[0] <= now
+            claimed += node[5].lease
+        return Summary(size=len(self._index), due=due, claimed=claimed, ttn=self.ttn())
 
     def ids(self, *, limit: int | None = None) -> list[str]:
         """Every id, due or not, in due order (ties in filing order), at most ``limit``. O(n log n)."""

@@ -10,7 +10,7 @@ import anyio
 
 from rehydrate._clock import SystemClock
 from rehydrate._core import _validate
-from rehydrate._core._dehydrator import Claim, Dehydrator, ElementInfo
+from rehydrate._core._dehydrator import Claim, Dehydrator, ElementInfo, Summary
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Clock, Store, Subscription
 from rehydrate.errors import DuplicateIdError, InvalidTypeError
@@ -180,6 +180,10 @@ class MemoryStore(Store):
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
         return len(d)
+
+    async def summary(self, name: str) -> Summary:
+        await anyio.lowlevel.checkpoint()
+        return self._get(name).summary()
 
     async def ids(self, name: str, *, limit: int | None = None) -> list[str]:
         await anyio.lowlevel.checkpoint()

@@ -16,7 +16,7 @@ import anyio.to_thread
 
 from rehydrate._clock import WallClock
 from rehydrate._core import _validate
-from rehydrate._core._dehydrator import Claim, ElementInfo
+from rehydrate._core._dehydrator import Claim, ElementInfo, Summary
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Clock, Serializer, Store, Subscription
 from rehydrate.errors import (
@@ -851,6 +851,21 @@ class SQLiteStore(Store):
                 conn.execute("SELECT count(*) FROM rehydrate_elements WHERE name = ?", (name,)).fetchone()[0]
             )
         )
+
+    async def summary(self, name: str) -> Summary:
+        _validate.element_id(name, "name")
+
+        def body(conn: sqlite3.Connection) -> Summary:
+            now = self._now()
+            size, due, claimed, head = conn.execute(
+                "SELECT count(*), coalesce(sum(due <= ?), 0), coalesce(sum(claimed), 0), min(due)"
+                " FROM rehydrate_elements WHERE name = ?",
+                (now, name),
+            ).fetchone()
+            ttn = None if head is None else max(0.0, head - now)
+            return Summary(size=size, due=due, claimed=claimed, ttn=ttn)
+
+        return await self._run(body)
 
     async def ids(self, name: str, *, limit: int | None = None) -> list[str]:
         _validate.element_id(name, "name")

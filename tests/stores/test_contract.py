@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
-from rehydrate import DuplicateIdError, InvalidArgumentError, UnknownIdError
+from rehydrate import DuplicateIdError, InvalidArgumentError, Summary, UnknownIdError
 from rehydrate.abc import Store
 
 from .harnesses import Harness
@@ -217,6 +217,28 @@ class TestLeases:
         assert sorted(seen) == sorted(f"e{i}" for i in range(200))
 
 
+class TestSummary:
+    async def test_counts(self, harness: Harness) -> None:
+        s = harness.store
+        assert await s.summary(N) == Summary(size=0, due=0, claimed=0, ttn=None)
+        await s.push(N, "a", ttl=1, id="a")
+        await s.push(N, "b", ttl=50, id="b")
+        assert await s.summary(N) == Summary(size=2, due=0, claimed=0, ttn=pytest.approx(1, abs=0.01))
+        await s.push(N, "c", ttl=1, id="c")
+        harness.advance(1)
+        (claim,) = await s.claim(N, lease=10, limit=1)
+        assert claim.id == "a"
+        assert await s.summary(N) == Summary(size=3, due=1, claimed=1, ttn=0.0)
+        harness.advance(10)  # a's lease ran out: it is due again, and still counted as claimed
+        summary = await s.summary(N)
+        assert summary == Summary(size=3, due=2, claimed=1, ttn=0.0)
+        # The generic version every store inherits agrees with the store's own.
+        assert await Store.summary(s, N) == summary
+        await s.ack(N, [("a", claim.attempt)])
+        await s.pull(N, "c")
+        assert await s.summary(N) == Summary(size=1, due=0, claimed=0, ttn=pytest.approx(39, abs=0.01))
+
+
 class TestSubscriptions:
     async def test_earlier_push_notifies(self, harness: Harness) -> None:
         s = harness.store
@@ -263,6 +285,7 @@ class TestBadInput:
             lambda s: s.update(N, "", 1),
             lambda s: s.info(N, None),
             lambda s: s.size(""),
+            lambda s: s.summary(""),
             lambda s: s.ids(N, limit=0),
         ],
     )
