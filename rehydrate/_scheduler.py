@@ -446,6 +446,27 @@ class Scheduler:
     def __repr__(self) -> str:
         return f"<Scheduler store={self.store!r} handlers={sorted(self._routes)}>"
 
+    @property
+    def handlers(self) -> list[str]:
+        """The names of the dehydrators that have a handler, sorted."""
+        return sorted(self._routes)
+
+    def _override(self, *, store: Store | str | None = None, concurrency: int | None = None) -> None:
+        """For ``rehydrate worker --store/--concurrency``: change how a scheduler runs before it does.
+
+        ``concurrency`` replaces every handler's (and its claim batch becomes ``min(N, 100)``).
+        """
+        if self._running:
+            raise RehydrateError("a running scheduler cannot change its store or concurrency")
+        if concurrency is not None:
+            _positive_int(concurrency, "concurrency")
+        if store is not None:
+            self.store, self._owns_store = _as_store(store)
+        if concurrency is not None:
+            for route in self._routes.values():
+                route.concurrency = concurrency
+                route.batch = min(concurrency, 100)
+
     # -- registration ----------------------------------------------------------------------------
 
     def handler(
@@ -690,8 +711,10 @@ class Scheduler:
             self._tg = None
             self._running = False
             if self._owns_store:
-                with anyio.CancelScope(shield=True):
-                    await self.store.aclose()
+                # Not in a shielded scope of ours: a store may close a task group it opened in
+                # open() (coredis's pool), which must exit in the scope it was entered in. Stores
+                # shield what must finish (SQLite's connection close) themselves.
+                await self.store.aclose()
 
     def stop(self) -> None:
         """Stop claiming; running handlers get ``grace`` seconds, then are cancelled. Idempotent."""
@@ -702,10 +725,15 @@ class Scheduler:
             if route.claim_scope is not None:
                 route.claim_scope.cancel()
 
-    async def run(self) -> None:
-        """Serve every handler until cancelled or until :meth:`stop`, then shut down gracefully."""
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve every handler until cancelled or until :meth:`stop`, then shut down gracefully.
+
+        With ``await task_group.start(scheduler.run)``, returns once the store is open and the
+        handlers are being served (and raises if the store could not be opened).
+        """
         async with self:
             assert self._stopped is not None
+            task_status.started()
             await self._stopped.wait()
 
     async def _serve(self, route: _Route) -> None:
