@@ -1,41 +1,132 @@
-"""``rehydrate demo``: dehydrate elements with several TTLs and watch them come back in due order."""
+"""``rehydrate demo``: the first thing to run. A scheduler on the embedded store, no server.
+
+It defers a few hundred elements with delays spread over a few seconds to three handlers: one that
+always works, one that fails its first attempt and succeeds on the retry, and one that always fails
+and ends as a dead letter. It cancels a few before they are due, shows progress while work is
+pending, and ends with a summary: delivered, retried, dead-lettered, lateness p50/p99.
+"""
 
 from __future__ import annotations
 
 import argparse
 import random
-import statistics
+import sys
 import time
+from typing import Final
 
-from rehydrate import Dehydrator
+import anyio
+
+from rehydrate import Backoff, Retry, Scheduler, current_delivery
+from rehydrate.cli._common import seconds_text
+
+#: How the elements are shared between the three handlers.
+_FLAKY_EVERY: Final = 5
+_DOOMED_EVERY: Final = 20
+_CANCELLED: Final = 5
+
+
+class TransientError(Exception):
+    """What the flaky handler raises on a first attempt: a timeout, a 503..."""
+
+
+class PermanentError(Exception):
+    """What the doomed handler always raises: the payload can never be processed."""
+
+
+def _build(seconds: float) -> tuple[Scheduler, dict[str, int]]:
+    scheduler = Scheduler(grace=1.0)
+    done = {"emails": 0, "invoices": 0, "doomed": 0}
+    quick = Backoff(initial=min(0.2, seconds / 10), multiplier=2.0, maximum=1.0, jitter=0.1)
+
+    @scheduler.handler("emails", concurrency=50)
+    async def send_email(element: dict[str, int]) -> None:
+        await anyio.sleep(0.005)  # the "work"
+        done["emails"] += 1
+
+    @scheduler.handler("invoices", retry=Retry(attempts=3, backoff=quick), concurrency=20)
+    async def charge(element: dict[str, int]) -> None:
+        if current_delivery().attempt == 1:
+            raise TransientError("payment provider timed out")
+        done["invoices"] += 1
+
+    @scheduler.handler("doomed", retry=Retry(attempts=3, backoff=quick))
+    def parse(element: dict[str, int]) -> None:  # a plain function runs in a worker thread
+        raise PermanentError(f"cannot parse order {element['n']}")
+
+    return scheduler, done
+
+
+def _progress_line(scheduler: Scheduler, finished: int, total: int, started: float) -> str:
+    stats = scheduler.stats()
+    width = 24
+    filled = int(width * finished / total) if total else width
+    p99 = seconds_text(stats.lateness_p99) if stats.lateness_p99 is not None else "-"
+    return (
+        f"[{'#' * filled}{'.' * (width - filled)}] {finished}/{total} done  "
+        f"deliveries {stats.delivered}  retried {stats.retried}  dead {stats.dead_lettered}  "
+        f"in flight {stats.in_flight}  lateness p99 {p99}  {time.monotonic() - started:4.1f}s"
+    )
+
+
+async def demo(elements: int, seconds: float, rng: random.Random) -> int:
+    scheduler, done = _build(seconds)
+    terminal = sys.stdout.isatty()
+    async with scheduler:
+        started = time.monotonic()
+        expected = {"emails": 0, "invoices": 0, "doomed": 0}
+        for n in range(elements):
+            name = "doomed" if n % _DOOMED_EVERY == 0 else "invoices" if n % _FLAKY_EVERY == 0 else "emails"
+            await scheduler.defer(name, {"n": n}, delay=rng.uniform(0.1, seconds), id=f"{name}-{n}")
+            expected[name] += 1
+        cancelled = 0
+        for n in range(1, elements):
+            if cancelled == _CANCELLED:
+                break
+            if n % _FLAKY_EVERY and n % _DOOMED_EVERY and await scheduler.cancel("emails", f"emails-{n}"):
+                cancelled += 1
+                expected["emails"] -= 1
+        total = sum(expected.values())
+        print(
+            f"deferred {elements} elements over {seconds:g}s to 3 handlers "
+            f"(emails {expected['emails'] + cancelled}, invoices {expected['invoices']} that fail once, "
+            f"doomed {expected['doomed']} that always fail); "
+            f"cancelled {cancelled} emails before they were due"
+        )
+        last_print = 0.0
+        while True:
+            finished = done["emails"] + done["invoices"] + scheduler.stats().dead_lettered
+            now = time.monotonic()
+            if terminal:
+                print("\r" + _progress_line(scheduler, finished, total, started), end="", flush=True)
+            elif now - last_print >= 1.0 or finished >= total:
+                print(_progress_line(scheduler, finished, total, started), flush=True)
+                last_print = now
+            if finished >= total:
+                break
+            await anyio.sleep(0.1)
+        if terminal:
+            print()
+        elapsed = time.monotonic() - started
+        dead = await scheduler.dead_letters("doomed")
+    stats = scheduler.stats()
+    p50 = stats.lateness_p50 or 0.0
+    p99 = stats.lateness_p99 or 0.0
+    print(f"finished in {elapsed:.1f}s")
+    print(f"  delivered     {stats.delivered} deliveries ({stats.acked} acked)")
+    print(f"  retried       {stats.retried} (each invoice failed once, then succeeded)")
+    print(f"  dead-lettered {stats.dead_lettered} (kept in 'doomed.dead': {len(dead)})")
+    if dead:
+        print(f"    e.g. {dead[0].id}: {dead[0].error} after {dead[0].attempts} attempts")
+    print(f"  lateness      p50 {p50 * 1000:.2f} ms, p99 {p99 * 1000:.2f} ms (time past due at delivery)")
+    ok = (
+        done["emails"] == expected["emails"]
+        and done["invoices"] == expected["invoices"]
+        and stats.dead_lettered == expected["doomed"] == len(dead)
+    )
+    if not ok:
+        print(f"rehydrate: unexpected outcome: {done}, expected {expected}", file=sys.stderr)
+    return 0 if ok else 1
 
 
 def run(args: argparse.Namespace) -> int:
-    d = Dehydrator()
-    rng = random.Random(7)
-    ttls = [0.25, 0.5, 1.0, 1.5, 2.0]
-    start = time.monotonic()
-    due_at: dict[str, float] = {}
-    for i in range(args.elements):
-        ttl = rng.choice(ttls)
-        id = d.push({"n": i, "ttl": ttl}, ttl=ttl, id=f"job-{i}")
-        due_at[id] = start + ttl
-    cancelled = d.pull("job-0")
-    print(f"dehydrated {len(d)} elements over {len(ttls)} TTLs; pulled job-0 early: {cancelled}")
-    print(f"next due in {d.ttn():.3f}s (TTN)")
-    lateness: list[float] = []
-    while len(d):
-        wait = d.ttn()
-        if wait:
-            time.sleep(wait)
-        now = time.monotonic()
-        ids = d.xpoll()
-        for id, element in zip(ids, d.xack(*ids), strict=True):
-            late = (now - due_at[id]) * 1000
-            lateness.append(late)
-            print(f"  +{now - start:5.3f}s  {id:<7} {element}  late {late:.2f} ms")
-    print(
-        f"delivered {len(lateness)} elements in due order; lateness median "
-        f"{statistics.median(lateness):.2f} ms, max {max(lateness):.2f} ms"
-    )
-    return 0
+    return anyio.run(demo, args.elements, args.seconds, random.Random(args.seed), backend=args.backend)
