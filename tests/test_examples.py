@@ -44,6 +44,7 @@ def load(name: str) -> ModuleType:
 flaky_retries = load("flaky_retries")
 debounce = load("debounce")
 reminders = load("reminders")
+claim_check = load("claim_check")
 
 
 async def in_fake_time(clock: FakeClock, step: float, run: Callable[[], Awaitable[T]]) -> T:
@@ -166,6 +167,19 @@ class TestDrivenWithAFakeClock:
         assert (outcome.late_change, outcome.late_cancel) == (False, False)
         assert await store.size("reminders") == 0
 
+    async def test_claim_check(self) -> None:
+        """Redeemed payloads are pulled; unredeemed ones expire and the janitor's poll collects them."""
+        clock = FakeClock()
+        store = MemoryStore(clock=clock)
+        outcome = await in_fake_time(clock, 0.5, lambda: claim_check.run(store, unit=60, size=4096))
+
+        assert list(outcome.thumbnails) == ["cat.png"]
+        assert outcome.collected == ["dog.png", "fox.png"]
+        assert outcome.expired_tickets == ["fox.png"]
+        assert outcome.ticket_size < 100  # the ticket carries the claim id, not the payload
+        assert await store.size("uploads.parked") == 0
+        assert await store.size("thumbnails") == 0
+
 
 @pytest.mark.parametrize(
     ("name", "expected"),
@@ -197,6 +211,15 @@ class TestDrivenWithAFakeClock:
                 "pending: bob: standup moved to room 4",
                 "REMINDER for ann: dentist",
                 "3 reminders fired",
+            ],
+        ),
+        (
+            "claim_check",
+            [
+                "worker: thumbnail of cat.png (1048576 bytes",
+                "janitor: dog.png expired unclaimed, 1048576 bytes freed",
+                "worker: ticket for fox.png came too late",
+                "redeemed ['cat.png'], collected ['dog.png', 'fox.png'], expired tickets ['fox.png']",
             ],
         ),
     ],
