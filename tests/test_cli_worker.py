@@ -203,3 +203,65 @@ def test_module_without_handlers(tmp_path: Path) -> None:
     _, err = worker.communicate(timeout=20)
     assert worker.returncode == 1
     assert "has no handlers" in err
+
+
+def test_redis_deployment_example(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """examples/redis_workers: two processes from ``rehydrate worker --processes 2``, a producer."""
+    from tests.redis_server import shared_server_url
+
+    url = shared_server_url(request.config).rsplit("/", 1)[0] + "/12"
+    anyio.run(_flush, url)
+    results = tmp_path / "results.log"
+    example = ROOT / "examples" / "redis_workers"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "REHYDRATE_STORE": url, "RESULTS": str(results)}
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rehydrate",
+            "--log-format",
+            "json",
+            "worker",
+            "app:scheduler",
+            "--processes",
+            "2",
+        ],
+        cwd=example,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        produced = subprocess.run(
+            [sys.executable, "producer.py", "--count", "300", "--spread", "1"],
+            cwd=example,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert produced.returncode == 0, produced.stderr
+        assert f"deferred 300 thumbnails over 1s into {url}" in produced.stdout
+        wait_for(lambda: len(entries(results)) >= 300, worker, "300 thumbnails")
+    except BaseException:
+        worker.kill()
+        worker.communicate()
+        raise
+    worker.send_signal(signal.SIGTERM)
+    code, logs = finish(worker)
+    assert code == 0
+    handled = entries(results)
+    assert len(handled) == 300
+    assert len({e[0] for e in handled}) == 300  # each exactly once
+    ready = {str(entry["pid"]) for entry in logs if entry["event"] == "worker ready"}
+    assert len(ready) == 2
+    assert {e[2] for e in handled} <= ready
+
+
+async def _flush(url: str) -> None:
+    import coredis
+
+    async with coredis.Redis.from_url(url) as client:
+        await client.flushdb()
