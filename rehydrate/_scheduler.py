@@ -388,6 +388,19 @@ def _as_store(store: Store | str | None) -> tuple[Store, bool]:
     raise InvalidTypeError(f"store must be a Store, a URL or None, not {type(store).__name__}")
 
 
+def _only(group: BaseExceptionGroup[BaseException], exc: BaseException) -> bool:
+    """Whether ``group`` holds ``exc`` and nothing else (nested groups included)."""
+    leaves: list[BaseException] = []
+    stack: list[BaseException] = [group]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, BaseExceptionGroup):
+            stack.extend(item.exceptions)
+        else:
+            leaves.append(item)
+    return leaves == [exc]
+
+
 def _positive_int(value: object, name: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InvalidArgumentError(f"{name} must be an int of at least 1, got {value!r}")
@@ -707,6 +720,12 @@ class Scheduler:
         self.stop()
         try:
             return await self._tg.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            # The task group wraps what the body of ``async with scheduler:`` raised; when that is
+            # all that went wrong, let it out as itself so ``except DuplicateIdError:`` works.
+            if exc is not None and _only(group, exc):
+                return False
+            raise
         finally:
             self._tg = None
             self._running = False

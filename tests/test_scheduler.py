@@ -362,6 +362,27 @@ class TestAtLeastOnce:
 
 
 class TestShutdown:
+    async def test_an_error_in_the_body_comes_out_as_itself(self, scheduler: Scheduler) -> None:
+        @scheduler.handler("jobs")
+        async def job(element: str) -> None: ...
+
+        async def twice() -> None:
+            async with scheduler:
+                await scheduler.defer("jobs", "x", id="a", delay=5)
+                await scheduler.defer("jobs", "y", id="a", delay=5)
+
+        with pytest.raises(DuplicateIdError):  # not an ExceptionGroup around it
+            await twice()
+
+    async def test_an_owned_redis_store_opens_and_closes(self, request: pytest.FixtureRequest) -> None:
+        """A scheduler given a URL owns the store; coredis's pool must close in its own scope."""
+        from tests.redis_server import shared_server_url
+
+        scheduler = Scheduler(shared_server_url(request.config), grace=0)
+        async with scheduler:
+            id = await scheduler.defer("rhtest-owned", "x", delay=60)
+            assert await scheduler.cancel("rhtest-owned", id) == "x"
+
     async def test_running_handlers_get_a_grace_period(
         self, scheduler: Scheduler, store: MemoryStore
     ) -> None:
