@@ -1,11 +1,19 @@
 """The Redis store: dehydrators shared by every process that reaches one Redis (or Valkey) server.
 
-Each verb is one Lua script (``_redis_scripts/``), so it is atomic on the server, and the queue-map
-of the core lives on Redis types: a LIST per distinct TTL (and per lease length, for claimed
-elements) whose entries are in due order because they share one TTL, a HASH of the elements, and a
-SORTED SET of the lists' first entries scored by due time, for a k-way merge. Push, pull and ack
-are O(1); a poll or a claim costs the elements it takes. ``_redis_scripts/_lib.lua`` documents
-the keys and their invariants.
+Each verb is one Lua script (``_redis_scripts/``), so it is atomic on the server. A dehydrator is
+one SORTED SET of its elements scored by due time (integer microseconds, exact in a double), whose
+members are ``seq .. id`` with a zero-padded filing sequence number, so that elements due at the
+same microsecond sort in filing order; beside it, one HASH from id to a fixed-size header (seq,
+due time, TTL or lease, attempt) followed by the payload. A claim files the element anew in the
+same set, scored by the end of its lease, so an expired lease is simply "due again". Push, pull
+and ack cost O(log n) each; a poll or a claim is one range read and one range removal, O(log n + k)
+for k elements. ``_redis_scripts/_lib.lua`` documents the keys and their invariants.
+
+This is the design other Redis job queues use (arq, SAQ, rq's scheduled registry). The store used
+to keep the core's queue-map on Redis types instead (a LIST per TTL, a zset of the lists' heads,
+merged k ways in Lua; kept in ``benchmarks/redis_queuemap/`` as the baseline): a skip list in C
+beats a k-way merge in Lua, above all when many TTLs interleave, and the single set needs less
+bookkeeping. ``benchmarks/bench_redis.py`` measures both through this same client code.
 
 Time is the server's ``TIME``, read inside the scripts: workers with wrong clocks still agree.
 The client is coredis (it runs on asyncio and trio), imported when a store opens, and reached only
@@ -56,23 +64,19 @@ _BATCH: Final = 1000
 _MAX_BATCH: Final = 10_000
 #: push_many is one atomic script; bigger batches are refused rather than split.
 _PUSH_MANY_MAX: Final = 10_000
-#: Page size of the HSCAN behind ids().
-_SCAN_PAGE: Final = 1000
-
 _SCRIPT_NAMES: Final = (
     "look",
     "move",
     "names",
     "pull",
     "push",
+    "range",
     "remove",
-    "scan",
     "size",
     "take",
     "time",
     "ttn",
     "update",
-    "xpoll",
 )
 
 
@@ -546,7 +550,7 @@ class RedisStore(Store):
         if keys is None:
             _validate.element_id(name, "name")
             base = f"{self._prefix}:{{{_escape(name)}}}"
-            keys = [f"{base}:m", f"{base}:p", f"{base}:h", f"{base}:s", f"{base}:d"]
+            keys = [f"{base}:e", f"{base}:z", f"{base}:s"]
             if not self._backend.cluster:
                 keys.append(self._registry)
             if len(self._keys_cache) > 4096:
@@ -673,22 +677,23 @@ class RedisStore(Store):
 
     async def poll(self, name: str, *, limit: int | None = None) -> list[Any]:
         """See :meth:`Store.poll`. Takes ``batch_size`` elements per script and loops; the loop
-        stops at elements filed after it began, so a busy producer cannot keep it going."""
+        takes only elements due when it began and filed before, so a busy producer cannot keep it
+        going."""
         self._keys(name)
         n = _validate.limit(limit)
         out: list[Any] = []
-        max_seq: str | int = ""
+        first: list[str | int] = ["", ""]  # the seq and the time of the first page, once known
         while True:
             page = self._batch if n is None else min(self._batch, n - len(out))
-            reply = await self._eval("take", name, ["poll", page, 0, max_seq, self._join_flag])
+            reply = await self._eval("take", name, ["poll", page, 0, first[0], self._join_flag, first[1]])
             if self._join:
-                out += self._loads_joined(reply[2])
+                out += self._loads_joined(reply[3])
             else:
-                out.extend(self._loads(payload) for payload in reply[2:])
+                out.extend(self._loads(payload) for payload in reply[3:])
             if not int(reply[1]) or (n is not None and len(out) >= n):
                 return out
-            if max_seq == "":
-                max_seq = int(reply[0])
+            if first[0] == "":
+                first = [int(reply[0]), int(reply[2])]
 
     async def xpoll(self, name: str, *, limit: int | None = None) -> list[str]:
         """See :meth:`Store.xpoll`. Lists ``batch_size`` ids per script, all due at the time of
@@ -696,15 +701,15 @@ class RedisStore(Store):
         self._keys(name)
         n = _validate.limit(limit)
         out: list[str] = []
-        after: list[str | bytes | int] = ["", ""]
+        after: _Args = ["", "", ""]  # the first page's time, the last member's score and seq
         while True:
             page = self._batch if n is None else min(self._batch, n - len(out))
-            reply = await self._eval("xpoll", name, [page, *after, len(out)])
-            ids = reply[2:]
+            reply = await self._eval("range", name, [page, *after])
+            ids = reply[3:]
             out.extend(_text(id) for id in ids)
             if len(ids) < page or (n is not None and len(out) >= n):
                 return out
-            after = [reply[1], reply[0]]
+            after = [reply[0], reply[1], reply[2]]
 
     async def xack(self, name: str, *ids: str, attempt: int | None = None) -> list[Any]:
         """See :meth:`Store.xack`. ``batch_size`` ids per script, each script atomic."""
@@ -743,16 +748,18 @@ class RedisStore(Store):
 
     async def claim(self, name: str, *, lease: Seconds, limit: int | None = None) -> list[Claim]:
         """See :meth:`Store.claim`. Takes ``batch_size`` elements per script (each atomic) and
-        loops until ``limit``; the loop never takes an element filed after it began (its own
-        claims with ``lease=0`` included)."""
+        loops until ``limit``; the loop takes only elements due when it began and filed before
+        (so never its own claims with ``lease=0``)."""
         self._keys(name)
         micros = _micros(lease, "lease")
         n = _validate.limit(limit)
         out: list[Claim] = []
-        max_seq: str | int = ""
+        first: list[str | int] = ["", ""]  # the seq and the time of the first page, once known
         while True:
             page = self._batch if n is None else min(self._batch, n - len(out))
-            reply = await self._eval("take", name, ["claim", page, micros, max_seq, self._join_flag])
+            reply = await self._eval(
+                "take", name, ["claim", page, micros, first[0], self._join_flag, first[1]]
+            )
             now, until = int(reply[2]) / 1e6, int(reply[3]) / 1e6
             rows = range(5, len(reply), 4)
             if self._join:
@@ -772,8 +779,8 @@ class RedisStore(Store):
             ]
             if not int(reply[1]) or (n is not None and len(out) >= n):
                 return out
-            if max_seq == "":
-                max_seq = int(reply[0])
+            if first[0] == "":
+                first = [int(reply[0]), int(reply[2])]
 
     async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
         """See :meth:`Store.ack`. ``batch_size`` pairs per script, each script atomic."""
@@ -815,9 +822,9 @@ class RedisStore(Store):
         reply = await self._eval("look", name, ["info", id])
         if reply is None:
             return None
-        due, queue, attempt = int(reply[0]), _text(reply[1]), int(reply[2])
+        due, how, attempt = int(reply[0]), _text(reply[1]), int(reply[2])
         return ElementInfo(
-            id=id, due=due / 1e6, ttl=int(queue[1:]) / 1e6, attempt=attempt, claimed=queue[0] == "l"
+            id=id, due=due / 1e6, ttl=int(how[1:]) / 1e6, attempt=attempt, claimed=how[0] == "l"
         )
 
     # -- inspection and waiting ------------------------------------------------------------------
@@ -837,22 +844,23 @@ class RedisStore(Store):
         return int(await self._eval("size", name, []))
 
     async def ids(self, name: str, *, limit: int | None = None) -> list[str]:
-        """See :meth:`Store.ids`: O(n), one ``HSCAN`` page per script, sorted here."""
+        """See :meth:`Store.ids`: the sorted set read in order, ``batch_size`` ids per script.
+
+        Each page starts after the last member of the one before, so an element filed anew
+        between two pages (claimed, say) may come twice: only its first place is kept."""
         self._keys(name)
         n = _validate.limit(limit)
-        found: dict[str, tuple[int, int]] = {}
-        cursor: bytes | str = "0"
+        found: dict[str, None] = {}
+        after: _Args = ["+inf", "", ""]
         while True:
-            reply = await self._eval("scan", name, [cursor, _SCAN_PAGE])
-            for i in range(1, len(reply), 3):
-                id, order = _text(reply[i]), (int(reply[i + 1]), int(reply[i + 2]))
-                if id not in found or found[id][1] < order[1]:
-                    found[id] = order
-            cursor = reply[0]
-            if _text(cursor) == "0":
-                break
-        ordered = sorted(found, key=found.__getitem__)
-        return ordered if n is None else ordered[:n]
+            page = self._batch if n is None else min(self._batch, n - len(found))
+            reply = await self._eval("range", name, [page, *after])
+            ids = reply[3:]
+            found.update(dict.fromkeys(_text(id) for id in ids))
+            if len(ids) < page or (n is not None and len(found) >= n):
+                ordered = list(found)
+                return ordered if n is None else ordered[:n]
+            after = ["+inf", reply[1], reply[2]]
 
     @asynccontextmanager
     async def _subscribe(self, name: str) -> AsyncIterator[Subscription]:

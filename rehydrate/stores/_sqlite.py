@@ -256,7 +256,8 @@ class SQLiteStore(Store):
     **Layout.** One table of elements, ``(name, id)`` its primary key, with a B-tree index on
     ``(name, due, seq)``: ``poll``, ``xpoll``, ``claim`` and ``ttn`` seek to the dehydrator's first
     element and walk the index in due order, O(log n + k) for k elements. That index is SQLite's
-    natural equivalent of the memory and Redis stores' queue-map with its heap of queue heads.
+    natural equivalent of the Redis store's sorted set (and of the memory store's queue-map with
+    its heap of queue heads).
     ``seq`` is a filing order kept in a counter row and allocated inside each transaction (push,
     claim, reschedule and extend file an element anew with a fresh one), so elements due at the
     same instant come out in the order they were filed.

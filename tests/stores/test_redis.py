@@ -116,38 +116,25 @@ async def check_invariants(
     *,
     cluster: bool = False,
 ) -> None:
-    """The queue-map's invariants (see ``_redis_scripts/_lib.lua``), checked from outside."""
+    """The sorted set's invariants (see ``_redis_scripts/_lib.lua``), checked from outside."""
     base = f"{prefix}:{{{name}}}"
-    meta = {k.decode(): v.decode() for k, v in (await client.hgetall(f"{base}:m")).items()}
-    payloads = await client.hgetall(f"{base}:p")
-    assert sorted(k.decode() for k in payloads) == sorted(meta), "one payload per element"
-    dead_counts = {k.decode(): int(v) for k, v in (await client.hgetall(f"{base}:d")).items()}
-    heads = {_redis._text(m): s for m, s in await client.zrange(f"{base}:h", 0, -1, withscores=True)}
-    expected_heads: dict[str, float] = {}
-    seen: list[str] = []
-    async for key in client.scan_iter(match=f"{base}:q:*"):
-        queue = key.decode().rsplit(":", 1)[1]
-        entries = [e.decode() for e in await client.lrange(key, 0, -1)]
-        assert entries, key
-        assert entries == sorted(entries), f"{queue} out of order"
-        flags = []
-        for e in entries:
-            due, seq, id = e[:16], e[16:32], e[32:]
-            alive = id in meta and meta[id][:16] == seq
-            flags.append(alive)
-            if alive:
-                seen.append(id)
-                assert meta[id][16:32] == due
-                assert meta[id].split("|", 1)[1] == queue
-        assert flags[0], f"{queue}: dead first entry"
-        assert flags[-1], f"{queue}: dead last entry"
-        assert flags.count(False) == dead_counts.get(queue, 0), f"{queue}: dead count"
-        expected_heads[f"{entries[0][16:32]}:{queue}"] = float(int(entries[0][:16]))
-    assert sorted(seen) == sorted(meta), "each element has exactly one live entry"
-    assert heads == expected_heads
-    assert set(dead_counts) <= {m.split(":", 1)[1] for m in heads}
+    values = {k.decode(): v for k, v in (await client.hgetall(f"{base}:e")).items()}
+    headers = {id: v[:59].decode() for id, v in values.items()}
+    members = [(_redis._text(m), s) for m, s in await client.zrange(f"{base}:z", 0, -1, withscores=True)]
+    expected = {h[:16] + id: float(int(h[16:32])) for id, h in headers.items()}
+    assert dict(members) == expected, "one member per element, seq16 .. id, scored by its due time"
+    assert len(members) == len(expected)
+    assert [m for m, _ in members] == sorted(expected, key=lambda m: (expected[m], m)), "(due, seq) order"
+    for h in headers.values():
+        assert h[32] in "tl", h
+        assert (h[:32] + h[33:]).isascii(), h
+        assert (h[:32] + h[33:]).isdigit(), h
+    state = {k.decode(): v.decode() for k, v in (await client.hgetall(f"{base}:s")).items()}
+    assert all(int(h[:16]) <= int(state["seq"]) for h in headers.values()), "seqs come from the counter"
+    keys = {key.decode() async for key in client.scan_iter(match=f"{base}:*")}
+    assert keys <= {f"{base}:{k}" for k in "ezs"}, "nothing else is kept"
     registered = name.encode() in await client.smembers(f"{prefix}:names")
-    assert registered == bool(meta) or (cluster and registered)  # a cluster's registry only grows
+    assert registered == bool(values) or (cluster and registered)  # a cluster's registry only grows
 
 
 # -- scripts -----------------------------------------------------------------------------------------
@@ -201,8 +188,8 @@ async def test_push_many_is_capped(store: RedisStore) -> None:
     assert await store.size(N) == 10_000
 
 
-async def test_xpoll_pages_over_many_queues(url: str, prefix: str, raw: coredis.Redis[bytes]) -> None:
-    """More queues than a page holds, each with a few due elements: every id comes once, in order."""
+async def test_xpoll_pages_over_interleaved_ttls(url: str, prefix: str, raw: coredis.Redis[bytes]) -> None:
+    """Many TTLs interleaved, more elements than a page holds: every id comes once, in order."""
     async with RedisStore.from_url(url, prefix=prefix, batch_size=50) as s:
         await s._freeze_for_tests()
         await s.push_many(N, [(i, 1 + (i % 120) / 1000, f"e{i:04}") for i in range(360)])
@@ -213,6 +200,42 @@ async def test_xpoll_pages_over_many_queues(url: str, prefix: str, raw: coredis.
         assert await s.ids(N) == expected
         assert await s.poll(N, limit=75) == [int(e[1:]) for e in expected[:75]]
         assert await s.xpoll(N) == expected[75:]
+        await check_invariants(raw, prefix, N)
+
+
+async def test_pages_resume_where_a_vanished_member_was(
+    url: str, prefix: str, raw: coredis.Redis[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """xpoll and ids read page after page. Between two pages the last id listed is pulled, or
+    filed anew elsewhere: the next page starts right after the place it had (found by bisection
+    among the members that share its due time), and ids keeps each id's first place."""
+    async with RedisStore.from_url(url, prefix=prefix, batch_size=3) as s:
+        await s._freeze_for_tests()
+        await s.push_many(N, [(i, 1 + (i % 2), f"e{i}") for i in range(10)])  # two runs of ties
+        s._advance_for_tests(2)
+        expected = [f"e{i}" for i in (0, 2, 4, 6, 8, 1, 3, 5, 7, 9)]
+        real = s._eval
+        meddle: list[str] = []
+
+        async def between_pages(script: str, name: str, args: Any, **kwargs: Any) -> Any:
+            reply = await real(script, name, args, **kwargs)
+            if script == "range" and meddle and len(reply) > 3:
+                verb = meddle.pop()
+                last = _redis._text(reply[-1])
+                if verb == "pull":
+                    await real("pull", name, [last])
+                else:
+                    await real("move", name, ["reschedule", last, 5_000_000, ""])
+            return reply
+
+        monkeypatch.setattr(s, "_eval", between_pages)
+        meddle[:] = ["pull", "pull", "pull"]
+        assert await s.xpoll(N) == expected
+        assert await s.size(N) == 7
+        left = [id for id in expected if id not in ("e4", "e1", "e7")]
+        meddle[:] = ["reschedule", "reschedule"]
+        assert await s.ids(N) == left  # e6 and e5 filed anew (listed twice): their first place kept
+        assert await s.ids(N) == ["e0", "e2", "e8", "e3", "e9", "e6", "e5"]
         await check_invariants(raw, prefix, N)
 
 
@@ -231,6 +254,7 @@ async def test_serializer_is_checked(url: str, prefix: str, store: RedisStore) -
 async def test_other_serializers(url: str, prefix: str, raw: coredis.Redis[bytes], serializer: str) -> None:
     element = {"b": b"\x00\xff", "n": [1, 2.5, None]}
     async with RedisStore.from_url(url, prefix=prefix, serializer=serializer) as s:
+        assert await s.poll(N) == []
         await s.push(N, element, ttl=0, id="x")
         assert await s.update(N, "x", element) == element
         assert await s.poll(N) == [element]
@@ -250,7 +274,7 @@ async def test_keys_of_one_dehydrator_share_a_slot(
     await store.pull(name, "b")
     keys = [key async for key in raw.scan_iter(match=f"{prefix}:*")]
     own = [key for key in keys if key != f"{prefix}:names".encode()]
-    assert len(own) >= 4  # m, h, s, q:l5000000
+    assert len(own) == 3  # e, z, s
     assert len({hash_slot(key) for key in own}) == 1
     assert await store.names() == [name]
     other = "%7B" if name == "{" else "{"
@@ -260,23 +284,32 @@ async def test_keys_of_one_dehydrator_share_a_slot(
 
 
 async def test_memory_stays_bounded(store: RedisStore, raw: coredis.Redis[bytes], prefix: str) -> None:
-    """Push and pull of long TTLs (cancelled jobs) leave no dead entries behind."""
-    queue = f"{prefix}:{{{N}}}:q:t3600000000"
+    """Pulled, polled, claimed-and-acked and xacked elements leave nothing behind (no member, no
+    field), and an emptied dehydrator keeps only its counter and its time."""
+    base = f"{prefix}:{{{N}}}"
     await store.push(N, "head", ttl=3600, id="head")
     for i in range(300):
         await store.push(N, i, ttl=3600, id=f"e{i}")
         if i % 3 == 2:  # pull from the middle too
             await store.pull(N, f"e{i - 1}")
         await store.pull(N, f"e{i}")
-    assert await raw.llen(queue) <= 2
-    # Middle pulls: the list is rewritten once it is more dead than alive.
+    assert await raw.zcard(f"{base}:z") == 1
     await store.push_many(N, [(i, 3600, f"m{i}") for i in range(1000)])
     for i in random.Random(7).sample(range(1000), 900):
         await store.pull(N, f"m{i}")
-    assert await raw.llen(queue) <= 2 * 101 + 33
+    assert await raw.zcard(f"{base}:z") == 101
     await check_invariants(raw, prefix, N)
     kept = [f"m{i}" for i in range(1000) if await store.look(N, f"m{i}") is not None]
     assert await store.ids(N) == ["head", *kept]
+    store._advance_for_tests(3600)
+    claims = await store.claim(N, lease=60, limit=50)
+    assert await store.ack(N, [(c.id, c.attempt) for c in claims]) == [True] * 50
+    due = await store.xpoll(N, limit=20)
+    assert None not in await store.xack(N, *due)
+    assert len(await store.poll(N)) == 101 - 70
+    await check_invariants(raw, prefix, N)
+    assert [key async for key in raw.scan_iter(match=f"{prefix}:*")] == [f"{base}:s".encode()]
+    assert sorted(await raw.hkeys(f"{base}:s")) == [b"now", b"seq"]
 
 
 async def test_big_batches_loop(url: str, prefix: str, raw: coredis.Redis[bytes]) -> None:
@@ -449,7 +482,7 @@ async def test_tls(owned_kind: str, prefix: str) -> None:
 async def test_server_errors_are_rehydrate_errors(
     store: RedisStore, raw: coredis.Redis[bytes], prefix: str
 ) -> None:
-    await raw.set(f"{prefix}:{{{N}}}:m", "not a hash")
+    await raw.set(f"{prefix}:{{{N}}}:e", "not a hash")
     with pytest.raises(RehydrateError, match="wrong kind of value"):
         await store.push(N, "x", ttl=0)
 

@@ -5,12 +5,12 @@
 load_state(true)
 local extend = ARGV[5] == 'extend'
 local id, ttl, want = ARGV[6], ARGV[7], ARGV[8]
-local v = redis.call('HGET', M, id)
+local v = redis.call('HGET', E, id)
 if not v then
   return false
 end
-local _, _, attempt, queue = parse_meta(v)
-if (want ~= '' and attempt ~= want) or (extend and sub(queue, 1, 1) ~= 'l') then
+local _, _, _, attempt = parse(v)
+if (want ~= '' and tonumber(attempt) ~= tonumber(want)) or (extend and not claimed(v)) then
   return false
 end
 local before = earliest()
@@ -20,9 +20,8 @@ local kind = 't'
 if extend then
   kind = 'l'
 end
-file({{id, attempt, kind .. ttl, due, nil}})
-kill(v)
-fix_all()
+redis.call('ZREM', Z, member(id, v))
+file(1, {id}, {int16(due)}, {kind .. int16(ttl) .. attempt}, {payload_of(v)})
 wake_if_sooner(before, due)
 finish()
 return due

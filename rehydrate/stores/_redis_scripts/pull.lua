@@ -1,14 +1,11 @@
 -- PULL: ARGV[5] id. Returns the payload, or nil if the id is unknown.
 load_state(true)
 local id = ARGV[5]
-local v = redis.call('HGET', M, id)
+local v = redis.call('HGET', E, id)
 if not v then
   return false
 end
-local payload = redis.call('HGET', P, id)
-redis.call('HDEL', M, id)
-redis.call('HDEL', P, id)
-kill(v)
-fix_all()
+redis.call('ZREM', Z, member(id, v))
+redis.call('HDEL', E, id)
 finish(true)
-return payload
+return payload_of(v)

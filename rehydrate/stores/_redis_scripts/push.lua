@@ -4,40 +4,49 @@
 load_state(true)
 local retry = ARGV[5] == '1'
 local n = (#ARGV - 5) / 3
+local ids, payloads = {}, {}
+for i = 1, n do
+  ids[i] = ARGV[3 + 3 * i]
+  payloads[i] = ARGV[5 + 3 * i]
+end
+local found = hmget(E, ids, n)
 local seen = 0
-for i = 0, n - 1 do
-  local id = ARGV[6 + 3 * i]
-  if retry then
-    local payload = redis.call('HGET', P, id)
-    if payload then
-      if payload ~= ARGV[8 + 3 * i] then
-        return {0, id}
-      end
-      seen = seen + 1
+for i = 1, n do
+  local v = found[i]
+  if v then
+    -- A retry compares payloads: the first attempt may have pushed the batch before its reply
+    -- was lost.
+    if not retry or payload_of(v) ~= payloads[i] then
+      return {0, ids[i]}
     end
-  elseif redis.call('HEXISTS', M, id) == 1 then
-    return {0, id}
+    seen = seen + 1
   end
 end
 if seen > 0 then
   return {2}
 end
 local before = earliest()
-local created = before == nil -- no queue: no element
 local now = clock()
-local items, soonest = {}, nil
-for i = 0, n - 1 do
-  local ttl = ARGV[7 + 3 * i]
-  local due = now + tonumber(ttl)
-  if soonest == nil or due < soonest then
-    soonest = due
+local due16s, tails, soonest = {}, {}, nil
+-- Elements of a batch often share a TTL: each TTL's due time and header tail are made once.
+local by_ttl = {}
+for i = 1, n do
+  local ttl = ARGV[4 + 3 * i]
+  local made = by_ttl[ttl]
+  if not made then
+    local due = now + tonumber(ttl)
+    if soonest == nil or due < soonest then
+      soonest = due
+    end
+    made = {int16(due), 't' .. int16(ttl) .. FIRST_ATTEMPT}
+    by_ttl[ttl] = made
   end
-  items[i + 1] = {ARGV[6 + 3 * i], '0', 't' .. ttl, due, ARGV[8 + 3 * i]}
+  due16s[i], tails[i] = made[1], made[2]
 end
-file(items)
+file(n, ids, due16s, tails, payloads)
 wake_if_sooner(before, soonest)
 finish()
-if created then
+if before == nil then -- no element before: the dehydrator was created
   if REG then
     redis.call('SADD', REG, NAME)
   end

@@ -28,42 +28,33 @@ local out = {}
 if count == 0 then
   return out
 end
-local metas = redis.call('HMGET', M, unpack(ids))
-local gone, n = {}, 0
+local values = hmget(E, ids, count)
+local gone, members, n = {}, {}, 0
 local removed = {}
 for i = 1, count do
-  local v = metas[i]
+  local v = values[i]
   local ok = false
   if v and not removed[ids[i]] then
-    local a, queue = string.match(v, '^(%d+)|(.*)$', 33)
     local want = wants[i]
-    ok = (want == nil or a == want)
-      and (sub(queue, 1, 1) == 'l' or (xack and tonumber(sub(v, 17, 32)) <= now))
+    ok = (want == nil or tonumber(sub(v, 50, 59)) == tonumber(want))
+      and (claimed(v) or (xack and tonumber(sub(v, 17, 32)) <= now))
     if ok then
       n = n + 1
       gone[n] = ids[i]
+      members[n] = member(ids[i], v)
       removed[ids[i]] = true
-      kill(v)
     end
   end
   if xack then
-    out[i] = ok
+    out[i] = ok and payload_of(v)
   else
     out[i] = ok and 1 or 0
   end
 end
-if xack and n > 0 then
-  local payloads = redis.call('HMGET', P, unpack(gone, 1, n))
-  local k = 0
-  for i = 1, count do
-    if out[i] then
-      k = k + 1
-      out[i] = payloads[k]
-    end
-  end
+if n == 0 then
+  return out
 end
-hdel(M, gone, n)
-hdel(P, gone, n)
-fix_all()
+each_chunk('ZREM', Z, members, n)
+each_chunk('HDEL', E, gone, n)
 finish(true)
 return out

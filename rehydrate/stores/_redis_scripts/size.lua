@@ -1,2 +1,2 @@
 -- size: how many elements the dehydrator holds.
-return redis.call('HLEN', M)
+return redis.call('HLEN', E)
