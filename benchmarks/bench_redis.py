@@ -22,7 +22,9 @@ stopped at the end). Measured, in one process, against that server:
   ``Claim`` objects built the same way, attempts fenced on ack).
 
 Verbs (elements per second, higher is better; median of ``--repeat`` runs, each on fresh keys, the
-two designs taking turns to go first):
+two designs taking turns to go first). Beside each rate, the server's time in the verb's scripts
+per element (``INFO commandstats``, EVALSHA's usec before and after): the part the design decides,
+without the client's work, which both designs share and which dominates the batched verbs:
 
 * push: one ``push`` per round trip, awaited one after the other (``--single`` elements).
 * push x64: 64 tasks pushing at once; coredis pipelines their requests on shared connections.
@@ -52,11 +54,12 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
+import coredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -80,8 +83,23 @@ async def _until_due(seconds: float = 1.2) -> None:
     await anyio.sleep(seconds)
 
 
-async def measure(store: Any, verb: str, n: int, single: int, m: int) -> float:
-    """Elements per second for one verb, on the dehydrator ``jobs`` (fresh keys per run)."""
+ServerTime = Callable[[], Awaitable[float]]
+
+
+async def timed(server_time: ServerTime, body: Callable[[], Awaitable[Any]]) -> tuple[float, float]:
+    """Wall-clock seconds of ``body``, and the seconds the server spent in scripts meanwhile."""
+    server = await server_time()
+    started = time.perf_counter()
+    await body()
+    wall = time.perf_counter() - started
+    return wall, await server_time() - server
+
+
+async def measure(
+    store: Any, verb: str, n: int, single: int, m: int, server_time: ServerTime
+) -> tuple[float, float]:
+    """Elements per second for one verb, on the dehydrator ``jobs`` (fresh keys per run), and the
+    server's time in scripts per element (µs)."""
     name = "jobs"
 
     async def fill(count: int) -> None:
@@ -90,78 +108,86 @@ async def measure(store: Any, verb: str, n: int, single: int, m: int) -> float:
                 name, [(i, ttl_of(i, m), None) for i in range(start, min(start + BATCH, count))]
             )
 
-    if verb == "push":
-        started = time.perf_counter()
+    async def push() -> None:
         for i in range(single):
             await store.push(name, i, ttl=ttl_of(i, m))
-        return single / (time.perf_counter() - started)
-    if verb == "push x64":
-        count = single * 4
 
+    async def push_x64() -> None:
         async def pusher(k: int) -> None:
-            for i in range(k, count, 64):
+            for i in range(k, single * 4, 64):
                 await store.push(name, i, ttl=ttl_of(i, m))
 
-        started = time.perf_counter()
         async with anyio.create_task_group() as tg:
             for k in range(64):
                 tg.start_soon(pusher, k)
-        return count / (time.perf_counter() - started)
-    if verb == "push_many":
-        started = time.perf_counter()
-        await fill(n)
-        return n / (time.perf_counter() - started)
-    if verb == "pull":
-        ids = []
-        for start in range(0, single, BATCH):  # a script never unpacks more than 1000 values
-            ids += await store.push_many(
-                name, [(i, 3600, None) for i in range(start, min(start + BATCH, single))]
-            )
-        started = time.perf_counter()
+
+    async def pull() -> None:
         for id in ids[::2]:
             await store.pull(name, id)
         for id in ids[::2]:
             await store.pull(name, id)  # absent now
-        return single / (time.perf_counter() - started)
-    if verb == "poll":
-        await fill(n)
-        await _until_due()
-        started = time.perf_counter()
+
+    async def poll() -> None:
         got = await store.poll(name)
-        elapsed = time.perf_counter() - started
         assert len(got) == n, (len(got), n)
-        return n / elapsed
-    if verb == "claim+ack":
-        await fill(n)
-        await _until_due()
-        started = time.perf_counter()
+
+    async def claim_ack() -> None:
         done = 0
         while claims := await store.claim(name, lease=60, limit=BATCH):
             oks = await store.ack(name, [(c.id, c.attempt) for c in claims])
             done += sum(oks)
-        elapsed = time.perf_counter() - started
         assert done == n, (done, n)
-        return n / elapsed
-    raise ValueError(verb)
+
+    ids: list[str] = []
+    if verb == "push":
+        count, body = single, push
+    elif verb == "push x64":
+        count, body = single * 4, push_x64
+    elif verb == "push_many":
+        count, body = n, lambda: fill(n)
+    elif verb == "pull":
+        for start in range(0, single, BATCH):  # a script never unpacks more than 1000 values
+            ids += await store.push_many(
+                name, [(i, 3600, None) for i in range(start, min(start + BATCH, single))]
+            )
+        count, body = single, pull
+    elif verb in ("poll", "claim+ack"):
+        await fill(n)
+        await _until_due()
+        count, body = n, poll if verb == "poll" else claim_ack
+    else:
+        raise ValueError(verb)
+    wall, server = await timed(server_time, body)
+    return count / wall, server * 1e6 / count
 
 
 VERBS = ["push", "push x64", "push_many", "pull", "poll", "claim+ack"]
 
 
 async def run_pair(
-    makers: list[Callable[[str], Any]], verb: str, n: int, single: int, m: int, repeat: int
-) -> list[float]:
-    """The median rate of each design; in every round they take turns to go first (a noisy,
-    shared machine drifts, and neither should always run in the other's wake)."""
-    rates: list[list[float]] = [[] for _ in makers]
+    makers: list[Callable[[str], Any]],
+    verb: str,
+    n: int,
+    single: int,
+    m: int,
+    repeat: int,
+    server_time: ServerTime,
+) -> list[tuple[float, float]]:
+    """The median rate and server time per element of each design; in every round they take
+    turns to go first (a noisy, shared machine drifts, and neither should always run in the
+    other's wake)."""
+    results: list[list[tuple[float, float]]] = [[] for _ in makers]
     for r in range(repeat):
         order = list(range(len(makers)))
         if r % 2:
             order.reverse()
         for k in order:
             async with makers[k](f"bench-{uuid.uuid4().hex[:8]}") as store:
-                rates[k].append(await measure(store, verb, n, single, m))
-    return [statistics.median(r) for r in rates]
+                results[k].append(await measure(store, verb, n, single, m, server_time))
+    return [
+        (statistics.median(rate for rate, _ in runs), statistics.median(us for _, us in runs))
+        for runs in results
+    ]
 
 
 def redis_benchmark(port: int) -> dict[str, float]:
@@ -213,21 +239,40 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         def queue_map(prefix: str) -> Any:
             return QueueMapStore.from_url(server.url, prefix=prefix)
 
-        for m in args.ttls:
-            print()
-            print(f"M = {m} distinct TTL{'s' if m > 1 else ''}   (elements per second, higher is better)")
-            header = f"{'verb':<12}{'RedisStore':>14}{'queue-map':>14}{'ratio':>9}"
-            print(header)
-            print("-" * len(header))
-            rows = {}
-            for verb in VERBS:
-                a, b = await run_pair([sorted_set, queue_map], verb, args.n, args.single, m, args.repeat)
-                rows[verb] = {"sorted set": a, "queue-map": b}
-                print(f"{verb:<12}{a:>14,.0f}{b:>14,.0f}{a / b:>8.2f}x")
-            results[f"M={m}"] = rows
+        async with coredis.Redis.from_url(server.url) as raw:
+
+            async def server_time() -> float:
+                """Seconds the server has spent running scripts (INFO commandstats)."""
+                stats = await raw.info("commandstats")
+                return float(stats.get("cmdstat_evalsha", {}).get("usec", 0)) / 1e6
+
+            for m in args.ttls:
+                print()
+                print(f"M = {m} distinct TTL{'s' if m > 1 else ''}")
+                header = (
+                    f"{'':<12}{'elements/s, higher is better':^37}{'server µs/element':^28}\n"
+                    f"{'verb':<12}{'RedisStore':>14}{'queue-map':>14}{'ratio':>9}"
+                    f"{'RedisStore':>14}{'queue-map':>14}"
+                )
+                print(header)
+                print("-" * len(header.splitlines()[1]))
+                rows = {}
+                for verb in VERBS:
+                    (a, a_us), (b, b_us) = await run_pair(
+                        [sorted_set, queue_map], verb, args.n, args.single, m, args.repeat, server_time
+                    )
+                    rows[verb] = {
+                        "sorted set": a,
+                        "queue-map": b,
+                        "sorted set server µs": a_us,
+                        "queue-map server µs": b_us,
+                    }
+                    print(f"{verb:<12}{a:>14,.0f}{b:>14,.0f}{a / b:>8.2f}x{a_us:>14.2f}{b_us:>14.2f}")
+                results[f"M={m}"] = rows
         print()
         print(
-            "RedisStore is the single sorted set; ratio > 1: it is faster than the queue-map."
+            "RedisStore is the single sorted set; ratio > 1: it is faster than the queue-map. Server µs:"
+            " the time the server spent in the verb's scripts (INFO commandstats), per element."
             " Targets: push_many >= 30,000/s, poll >= 300,000/s."
         )
     finally:
