@@ -134,7 +134,7 @@ async def measure(
     async def claim_ack() -> None:
         done = 0
         while claims := await store.claim(name, lease=60, limit=BATCH):
-            oks = await store.ack(name, [(c.id, c.attempt) for c in claims])
+            oks = await store.ack(name, [(c.id, c.token) for c in claims])
             done += sum(oks)
         assert done == n, (done, n)
 

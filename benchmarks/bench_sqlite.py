@@ -100,7 +100,7 @@ async def _claim_ack(store: Store, n: int, batch: int, cap: float, limit: int) -
     done = 0
     t0 = perf()
     while claims := await store.claim(NAME, lease=600, limit=limit):
-        acked = await store.ack(NAME, [(c.id, c.attempt) for c in claims])
+        acked = await store.ack(NAME, [(c.id, c.token) for c in claims])
         done += sum(acked)
         if perf() - t0 > cap:
             return done, perf() - t0, True

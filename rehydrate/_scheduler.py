@@ -73,8 +73,9 @@ class Delivery:
     """One element handed to a handler or a channel, under a lease.
 
     ``ack()`` removes it for good, ``retry(delay)`` brings it back later, ``extend()`` keeps the lease
-    alive. Each is fenced by ``attempt``: once the lease has run out and someone else has claimed the
-    element, they do nothing and return ``False``.
+    alive. Each is fenced by the claim's ``token``: once the lease has run out and someone else has
+    claimed the element (or it was cancelled and a new one deferred under its id), they do nothing
+    and return ``False``.
     """
 
     name: str
@@ -86,6 +87,8 @@ class Delivery:
     due: float
     claimed_at: float
     lease_until: float
+    #: The claim's fencing token (see :class:`~rehydrate.Claim`).
+    token: int = attrs.field(eq=False)
     _store: Store = attrs.field(repr=False, alias="store")
     #: The scheduler's counters, for deliveries from a channel (a handler's are counted for it).
     _counters: _Counters | None = attrs.field(default=None, repr=False, eq=False, alias="counters")
@@ -97,13 +100,13 @@ class Delivery:
 
     async def ack(self) -> bool:
         """Done: remove the element. ``False`` if the claim was lost (it will be redelivered)."""
-        (ok,) = await self._store.ack(self.name, [(self.id, self.attempt)])
+        (ok,) = await self._store.ack(self.name, [(self.id, self.token)])
         self._count(ok, "acked")
         return ok
 
     async def retry(self, delay: Seconds = 0) -> bool:
         """Give the element back, due again in ``delay`` seconds. ``False`` if the claim was lost."""
-        ok = await self._store.reschedule(self.name, self.id, ttl=delay, attempt=self.attempt)
+        ok = await self._store.reschedule(self.name, self.id, ttl=delay, token=self.token)
         self._count(ok, "retried")
         return ok
 
@@ -115,7 +118,7 @@ class Delivery:
 
     async def extend(self, lease: Seconds) -> float | None:
         """Keep the claim for ``lease`` more seconds; the new ``lease_until``, or ``None`` if lost."""
-        return await self._store.extend(self.name, self.id, lease=lease, attempt=self.attempt)
+        return await self._store.extend(self.name, self.id, lease=lease, token=self.token)
 
     @classmethod
     def _from_claim(
@@ -129,6 +132,7 @@ class Delivery:
             due=claim.due,
             claimed_at=claim.claimed_at,
             lease_until=claim.lease_until,
+            token=claim.token,
             store=store,
             counters=counters,
         )
@@ -228,13 +232,13 @@ class _LeaseKeeper:
         self._wake = anyio.Event()
 
     def add(self, claim: Claim) -> None:
-        self._active[claim.id] = claim.attempt
-        self._queue.append((claim.claimed_at + self._route.lease / 2, claim.id, claim.attempt))
+        self._active[claim.id] = claim.token
+        self._queue.append((claim.claimed_at + self._route.lease / 2, claim.id, claim.token))
         if len(self._queue) == 1:
             self._wake.set()
 
-    def discard(self, id: str, attempt: int) -> None:
-        if self._active.get(id) == attempt:
+    def discard(self, id: str, token: int) -> None:
+        if self._active.get(id) == token:
             del self._active[id]
 
     async def run(self) -> None:
@@ -249,7 +253,7 @@ class _LeaseKeeper:
                 await self._wake.wait()
                 self._wake = anyio.Event()
                 continue
-            renew_at, id, attempt = queue[0]
+            renew_at, id, token = queue[0]
             wait = renew_at - clock()
             if wait > 0:
                 # Later entries renew later; finished ones are skipped on waking.
@@ -257,16 +261,15 @@ class _LeaseKeeper:
                 continue
             queue.popleft()
             try:
-                until = await store.extend(route.name, id, lease=route.lease, attempt=attempt)
+                until = await store.extend(route.name, id, lease=route.lease, token=token)
             except RehydrateError as exc:
                 logger.warning(
                     "lease renewal failed, will retry",
                     dehydrator=route.name,
                     id=id,
-                    attempt=attempt,
                     error=repr(exc),
                 )
-                queue.appendleft((clock() + min(half, 1.0), id, attempt))
+                queue.appendleft((clock() + min(half, 1.0), id, token))
                 continue
             if until is None:
                 if active.pop(id, None) is not None:
@@ -274,10 +277,9 @@ class _LeaseKeeper:
                         "lease lost: the element was acked, pulled or claimed again elsewhere",
                         dehydrator=route.name,
                         id=id,
-                        attempt=attempt,
                     )
             else:
-                queue.append((clock() + half, id, attempt))
+                queue.append((clock() + half, id, token))
 
 
 class _Acker:
@@ -290,8 +292,8 @@ class _Acker:
         self._pending: list[tuple[str, int]] = []
         self._wake = anyio.Event()
 
-    def add(self, id: str, attempt: int) -> None:
-        self._pending.append((id, attempt))
+    def add(self, id: str, token: int) -> None:
+        self._pending.append((id, token))
         self._wake.set()
 
     async def run(self) -> None:
@@ -324,13 +326,13 @@ class _Acker:
             self._counters.acked += acked
             if acked != len(batch):
                 self._counters.lost += len(batch) - acked
-                for (id, attempt), ok in zip(batch, results, strict=True):
+                for (id, _), ok in zip(batch, results, strict=True):
                     if not ok:
                         logger.warning(
-                            "ack fenced out: the lease had run out and the element was claimed again",
+                            "ack fenced out: the lease had run out and the element was claimed again "
+                            "(or cancelled)",
                             dehydrator=self._name,
                             id=id,
-                            attempt=attempt,
                         )
 
 
@@ -657,7 +659,7 @@ class Scheduler:
                         delivery = receive.receive_nowait()
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
-                    await self._release(name, delivery.id, delivery.attempt)
+                    await self._release(name, delivery.id, delivery.token)
 
     async def _feed(
         self,
@@ -685,7 +687,7 @@ class Scheduler:
                         # The consumer left: hand back this claim and the rest of the batch.
                         with anyio.CancelScope(shield=True):
                             for left in claims[i:]:
-                                await self._release(name, left.id, left.attempt)
+                                await self._release(name, left.id, left.token)
                         if isinstance(exc, (anyio.BrokenResourceError, anyio.ClosedResourceError)):
                             return
                         raise
@@ -787,7 +789,7 @@ class Scheduler:
                 for claim in workers.drain():
                     route.in_flight -= 1
                     self._counters.in_flight -= 1
-                    await self._release(route.name, claim.id, claim.attempt)
+                    await self._release(route.name, claim.id, claim.token)
 
     async def _claim_loop(
         self, route: _Route, workers: _Workers, keeper: _LeaseKeeper, subscription: Subscription
@@ -827,10 +829,10 @@ class Scheduler:
         if ttn is None or ttn > 0:
             await subscription.wait(ttn)
 
-    async def _release(self, name: str, id: str, attempt: int) -> None:
+    async def _release(self, name: str, id: str, token: int) -> None:
         """Hand a claimed element back, due at once; if that fails its lease brings it back."""
         with anyio.move_on_after(2.0), contextlib.suppress(RehydrateError):
-            await self.store.reschedule(name, id, ttl=0, attempt=attempt)
+            await self.store.reschedule(name, id, ttl=0, token=token)
 
     async def _store_trouble(self, name: str, exc: BaseException, backoff: float) -> float:
         logger.error("store call failed, retrying", dehydrator=name, error=repr(exc), retry_in=backoff)
@@ -842,7 +844,7 @@ class Scheduler:
         counters.delivered += 1
         counters.record_lateness(claim.lateness)
         delivery = Delivery._from_claim(route.name, claim, self.store)
-        token = _current.set(delivery)
+        context_token = _current.set(delivery)
         try:
             if route.is_async:
                 await route.func(claim.element)
@@ -856,15 +858,15 @@ class Scheduler:
         except anyio.get_cancelled_exc_class():
             # Shutting down: hand the element back now rather than when its lease runs out.
             with anyio.CancelScope(shield=True):
-                await self._release(route.name, claim.id, claim.attempt)
+                await self._release(route.name, claim.id, claim.token)
             raise
         except Exception as exc:
             await self._failed(route, claim, exc)
         else:
-            acker.add(claim.id, claim.attempt)
+            acker.add(claim.id, claim.token)
         finally:
-            _current.reset(token)
-            keeper.discard(claim.id, claim.attempt)
+            _current.reset(context_token)
+            keeper.discard(claim.id, claim.token)
             route.in_flight -= 1
             counters.in_flight -= 1
             if route.slot_freed is not None:
@@ -884,7 +886,7 @@ class Scheduler:
                 delay = exc.delay_after(claim.attempt)
             else:
                 delay = route.retry.delay_after(claim.attempt, self._rng)
-            if await self.store.reschedule(route.name, claim.id, ttl=delay, attempt=claim.attempt):
+            if await self.store.reschedule(route.name, claim.id, ttl=delay, token=claim.token):
                 self._counters.retried += 1
                 log.info("handler failed, will retry", error=repr(exc), retry_in=round(delay, 3))
             else:
@@ -907,4 +909,4 @@ class Scheduler:
         # A DuplicateIdError means an earlier try got this far, then lost its ack.
         with contextlib.suppress(DuplicateIdError):
             await self.store.push(route.name + DEAD_SUFFIX, record, ttl=self.dead_letter_ttl, id=claim.id)
-        await self.store.ack(route.name, [(claim.id, claim.attempt)])
+        await self.store.ack(route.name, [(claim.id, claim.token)])

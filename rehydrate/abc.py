@@ -17,9 +17,11 @@ Rules that hold for every method unless its docstring says otherwise:
   Unix time for SQLite, the Redis server's ``TIME`` for Redis. Compare them with each other, not
   with another clock.
 * **Leases and fencing.** ``claim`` files each element anew at ``now + lease`` and adds one to its
-  attempt; until then nobody else can claim it, after that it is due again (redelivery). Calls that
-  take ``attempt`` do nothing when the element's attempt differs: a worker whose lease ran out and
-  whose element was claimed again cannot ack, extend or move the newer claim.
+  attempt; until then nobody else can claim it, after that it is due again (redelivery). Each claim
+  carries a ``token``, never reused in the store. Calls that take ``token`` do nothing unless the
+  element is still under that very claim: a worker whose lease ran out cannot ack, extend or move
+  a newer claim, nor a new element pushed under the same id. (``attempt`` fencing, as in ReDe's
+  XACK, compares only the attempt count, which starts again at 1 for a new element.)
 * **Errors.** Bad arguments raise :class:`~rehydrate.errors.InvalidArgumentError` (also a
   ``ValueError``/``TypeError``) before anything changes. An unknown id is not an error except for
   ``update`` (:class:`~rehydrate.errors.UnknownIdError`). ``push`` of an id that is present raises
@@ -167,10 +169,13 @@ class Store(ABC):
         """The ids of the due elements in due order, at most ``limit``, none removed (XPOLL)."""
 
     @abstractmethod
-    async def xack(self, name: str, *ids: str, attempt: int | None = None) -> list[Any]:
+    async def xack(
+        self, name: str, *ids: str, attempt: int | None = None, token: int | None = None
+    ) -> list[Any]:
         """Remove and return each element that is due or claimed; ``None`` in its place otherwise (XACK).
 
-        With ``attempt``, only elements whose attempt equals it are removed (fencing).
+        With ``attempt``, only elements whose attempt equals it are removed; with ``token``, only
+        those still under that claim (fencing).
         """
 
     @abstractmethod
@@ -202,7 +207,7 @@ class Store(ABC):
 
     @abstractmethod
     async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
-        """Fenced batch acknowledgement: remove each ``(id, attempt)`` whose attempt still matches.
+        """Fenced batch acknowledgement: remove each ``(id, token)`` still under that claim.
 
         Returns, per pair, whether it was removed. The element need not be due (an ack of a
         claim whose lease is still running is the normal case); an ack after the lease ran out
@@ -210,17 +215,20 @@ class Store(ABC):
         """
 
     @abstractmethod
-    async def reschedule(self, name: str, id: str, *, ttl: Seconds, attempt: int | None = None) -> bool:
+    async def reschedule(
+        self, name: str, id: str, *, ttl: Seconds, attempt: int | None = None, token: int | None = None
+    ) -> bool:
         """File the element anew at ``now + ttl`` and release its claim (a delayed retry).
 
-        The attempt count is kept. ``False`` (nothing done) if unknown or fenced out.
+        The attempt count is kept. ``False`` (nothing done) if unknown or fenced out by ``attempt``
+        or ``token``.
         """
 
     @abstractmethod
-    async def extend(self, name: str, id: str, *, lease: Seconds, attempt: int) -> float | None:
+    async def extend(self, name: str, id: str, *, lease: Seconds, token: int) -> float | None:
         """Keep a running claim alive until ``now + lease``; return the new ``lease_until``.
 
-        ``None`` (nothing done) if the element is gone, not claimed, or claimed again since.
+        ``None`` (nothing done) if the element is gone, not claimed, or no longer under claim ``token``.
         """
 
     @abstractmethod

@@ -133,6 +133,9 @@ class TestClaims:
         (claim,) = dehydrator.claim(lease=30)
         assert dehydrator.xack("j", attempt=claim.attempt) == ["job"]
         assert "j" not in dehydrator
+        dehydrator.push("job", ttl=0, id="k")
+        (claim,) = dehydrator.claim(lease=30)
+        assert dehydrator.xack("k", token=claim.token) == ["job"]
         clock.advance(60)
         assert dehydrator.poll() == []
 
@@ -142,10 +145,50 @@ class TestClaims:
         clock.advance(5)  # lease ran out: redelivered to someone else
         (new,) = dehydrator.claim(lease=5)
         assert dehydrator.xack("j", attempt=old.attempt) == [None]
+        assert dehydrator.xack("j", token=old.token) == [None]
+        assert dehydrator.ack("j", token=old.token) is False
         assert dehydrator.reschedule("j", ttl=100, attempt=old.attempt) is False
-        assert dehydrator.extend("j", lease=100, attempt=old.attempt) is None
+        assert dehydrator.reschedule("j", ttl=100, token=old.token) is False
+        assert dehydrator.extend("j", lease=100, token=old.token) is None
         assert dehydrator.info("j") == ElementInfo(id="j", due=1010.0, ttl=5.0, attempt=2, claimed=True)
-        assert dehydrator.xack("j", attempt=new.attempt) == ["job"]
+        assert dehydrator.xack("j", token=new.token) == ["job"]
+
+    def test_stale_token_cannot_touch_a_new_element_under_the_same_id(
+        self, dehydrator: Dehydrator, clock: FakeClock
+    ) -> None:
+        """The id is cancelled and reused while the old claim's worker still runs: attempt fencing
+        alone would let the old worker's ack delete the new element (both are attempt 1)."""
+        dehydrator.push("old", ttl=0, id="doc")
+        (old,) = dehydrator.claim(lease=30)
+        assert dehydrator.pull("doc") == "old"
+        dehydrator.push("new", ttl=0, id="doc")
+        (new,) = dehydrator.claim(lease=30)
+        assert (old.attempt, new.attempt) == (1, 1)
+        assert old.token != new.token
+        assert dehydrator.ack("doc", token=old.token) is False
+        assert dehydrator.extend("doc", lease=60, token=old.token) is None
+        assert dehydrator.reschedule("doc", ttl=0, token=old.token) is False
+        assert dehydrator.xack("doc", token=old.token) == [None]
+        assert dehydrator.look("doc") == "new"
+        assert dehydrator.ack("doc", token=new.token) is True
+
+    def test_tokens_never_repeat(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+        tokens = []
+        for _ in range(3):
+            for i in range(10):
+                dehydrator.push(i, ttl=0, id=str(i))
+            claims = dehydrator.claim(lease=1)
+            tokens += [c.token for c in claims]
+            assert [c.attempt for c in claims] == [1] * 10
+            for c in claims[:5]:
+                assert dehydrator.ack(c.id, token=c.token)
+            clock.advance(1)
+            again = dehydrator.claim(lease=1)
+            assert [c.attempt for c in again] == [2] * 5
+            tokens += [c.token for c in again]
+            for c in again:
+                assert dehydrator.ack(c.id, token=c.token)
+        assert len(set(tokens)) == len(tokens) == 45
 
     def test_ack_after_lease_ran_out_but_before_reclaim(
         self, dehydrator: Dehydrator, clock: FakeClock
@@ -153,7 +196,7 @@ class TestClaims:
         dehydrator.push("job", ttl=0, id="j")
         (claim,) = dehydrator.claim(lease=5)
         clock.advance(7)  # the worker was slow, but nobody claimed it again
-        assert dehydrator.xack("j", attempt=claim.attempt) == ["job"]
+        assert dehydrator.ack("j", token=claim.token) is True
 
     def test_xack_leaves_undue_unclaimed_elements(self, dehydrator: Dehydrator) -> None:
         dehydrator.push("later", ttl=5, id="l")
@@ -163,7 +206,7 @@ class TestClaims:
     def test_reschedule_is_a_delayed_retry(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
         dehydrator.push("job", ttl=0, id="j")
         (claim,) = dehydrator.claim(lease=30)
-        assert dehydrator.reschedule("j", ttl=2, attempt=claim.attempt) is True
+        assert dehydrator.reschedule("j", ttl=2, token=claim.token) is True
         info = dehydrator.info("j")
         assert info is not None
         assert not info.claimed
@@ -184,15 +227,15 @@ class TestClaims:
         dehydrator.push("slow", ttl=0, id="s")
         (claim,) = dehydrator.claim(lease=10)
         clock.advance(6)
-        assert dehydrator.extend("s", lease=10, attempt=claim.attempt) == 1016.0
+        assert dehydrator.extend("s", lease=10, token=claim.token) == 1016.0
         clock.advance(6)
         assert dehydrator.claim(lease=10) == []  # the original lease would have run out
         assert dehydrator.xack("s", attempt=1) == ["slow"]
 
     def test_extend_needs_a_claim(self, dehydrator: Dehydrator) -> None:
         dehydrator.push("x", ttl=5, id="x")
-        assert dehydrator.extend("x", lease=10, attempt=0) is None
-        assert dehydrator.extend("missing", lease=10, attempt=1) is None
+        assert dehydrator.extend("x", lease=10, token=1) is None
+        assert dehydrator.extend("missing", lease=10, token=1) is None
 
     def test_update_keeps_the_claim(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
         dehydrator.push("v1", ttl=0, id="x")
@@ -279,7 +322,7 @@ class TestBadInput:
             lambda d, i: d.info(i),
             lambda d, i: d.xack("due", i),
             lambda d, i: d.reschedule(i, ttl=1),
-            lambda d, i: d.extend(i, lease=1, attempt=1),
+            lambda d, i: d.extend(i, lease=1, token=1),
         ],
         ids=["pull", "look", "update", "info", "xack", "reschedule", "extend"],
     )
@@ -311,7 +354,7 @@ class TestBadInput:
         with pytest.raises(InvalidArgumentError, match="lease"):
             loaded.claim(lease=lease)
         with pytest.raises(InvalidArgumentError, match="lease"):
-            loaded.extend("claimed", lease=lease, attempt=1)
+            loaded.extend("claimed", lease=lease, token=1)
         assert snapshot(loaded) == before
 
     @pytest.mark.parametrize("ttl", BAD_DURATIONS)
@@ -328,13 +371,26 @@ class TestBadInput:
             loaded.xack("claimed", attempt=attempt)
         with pytest.raises(InvalidArgumentError, match="attempt"):
             loaded.reschedule("claimed", ttl=1, attempt=attempt)
-        with pytest.raises(InvalidArgumentError, match="attempt"):
-            loaded.extend("claimed", lease=1, attempt=attempt)
         assert snapshot(loaded) == before
 
-    def test_extend_without_attempt(self, loaded: Dehydrator) -> None:
-        with pytest.raises(InvalidArgumentError, match="attempt"):
-            loaded.extend("claimed", lease=1, attempt=None)  # type: ignore[arg-type]
+    @pytest.mark.parametrize("token", [0, -1, "1", 1.0, True])
+    def test_bad_token(self, loaded: Dehydrator, token: Any) -> None:
+        before = snapshot(loaded)
+        with pytest.raises(InvalidArgumentError, match="token"):
+            loaded.xack("claimed", token=token)
+        with pytest.raises(InvalidArgumentError, match="token"):
+            loaded.reschedule("claimed", ttl=1, token=token)
+        with pytest.raises(InvalidArgumentError, match="token"):
+            loaded.extend("claimed", lease=1, token=token)
+        with pytest.raises(InvalidArgumentError, match="token"):
+            loaded.ack("claimed", token=token)
+        assert snapshot(loaded) == before
+
+    def test_extend_and_ack_need_a_token(self, loaded: Dehydrator) -> None:
+        with pytest.raises(InvalidArgumentError, match="token"):
+            loaded.extend("claimed", lease=1, token=None)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="token"):
+            loaded.ack("claimed", token=None)  # type: ignore[arg-type]
 
     def test_xack_checks_every_id_first(self, loaded: Dehydrator) -> None:
         before = snapshot(loaded)

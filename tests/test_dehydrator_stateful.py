@@ -31,6 +31,8 @@ class Entry:
     ttl: float
     attempt: int = 0
     claimed: bool = False
+    #: The token of its last claim (the model cannot predict tokens, only record them).
+    token: int | None = None
 
 
 class Model:
@@ -64,6 +66,22 @@ class DehydratorMachine(RuleBasedStateMachine):
         self.clock = FakeClock(0.0)
         self.d = Dehydrator(clock=self.clock)
         self.model = Model()
+        #: Every token ever issued, stale ones included, for the fenced rules to pick from.
+        self.tokens: list[int] = []
+
+    def pick(self, index: int | None) -> int | None:
+        """A token issued earlier (or, with no token yet, one nobody holds); ``None`` for no fencing."""
+        if index is None:
+            return None
+        return self.tokens[index % len(self.tokens)] if self.tokens else 1
+
+    def fenced(self, entry: Entry | None, attempt: int | None, token: int | None) -> bool:
+        """Whether a call fenced by ``attempt`` and ``token`` may act on ``entry``."""
+        return (
+            entry is not None
+            and (attempt is None or entry.attempt == attempt)
+            and (token is None or entry.token == token)
+        )
 
     @rule(element=s.elements, ttl=s.ttls, id=s.ids)
     def push(self, element: Any, ttl: float, id: str) -> None:
@@ -102,21 +120,24 @@ class DehydratorMachine(RuleBasedStateMachine):
     def xpoll(self, limit: int | None) -> None:
         assert self.d.xpoll(limit=limit) == self.model.due_ids(limit)
 
-    @rule(ids=st.lists(s.ids, max_size=4), attempt=st.none() | st.integers(0, 3))
-    def xack(self, ids: list[str], attempt: int | None) -> None:
+    @rule(
+        ids=st.lists(s.ids, max_size=4),
+        attempt=st.none() | st.integers(0, 3),
+        token=st.none() | st.integers(0, 1000),
+    )
+    def xack(self, ids: list[str], attempt: int | None, token: int | None) -> None:
+        fence = self.pick(token)
         expected = []
         m = self.model
         for id in ids:
             entry = m.entries.get(id)
-            if (
-                entry is None
-                or (attempt is not None and entry.attempt != attempt)
-                or (entry.due > m.now and not entry.claimed)
+            if not self.fenced(entry, attempt, fence) or (
+                entry is not None and entry.due > m.now and not entry.claimed
             ):
                 expected.append(None)
             else:
                 expected.append(m.entries.pop(id).element)
-        assert self.d.xack(*ids, attempt=attempt) == expected
+        assert self.d.xack(*ids, attempt=attempt, token=fence) == expected
 
     @rule(lease=s.leases, limit=s.limits)
     def claim(self, lease: float, limit: int | None) -> None:
@@ -127,23 +148,45 @@ class DehydratorMachine(RuleBasedStateMachine):
             entry.attempt += 1
             m.schedule(id, lease, claimed=True)
             expected.append(Claim(id=id, element=entry.element, attempt=entry.attempt, lease_until=entry.due))
-        assert self.d.claim(lease=lease, limit=limit) == expected
+        claims = self.d.claim(lease=lease, limit=limit)
+        assert claims == expected
+        for claim in claims:
+            assert claim.token not in self.tokens  # never reused, even for a reused id
+            self.tokens.append(claim.token)
+            m.entries[claim.id].token = claim.token
 
-    @rule(id=s.ids, ttl=s.ttls, attempt=st.none() | st.integers(0, 3))
-    def reschedule(self, id: str, ttl: float, attempt: int | None) -> None:
+    @rule(id=s.ids, token=st.integers(0, 1000))
+    def ack(self, id: str, token: int) -> None:
+        fence = self.pick(token)
         entry = self.model.entries.get(id)
-        ok = entry is not None and (attempt is None or entry.attempt == attempt)
+        ok = self.fenced(entry, None, fence) and entry is not None and entry.claimed
+        if ok:
+            del self.model.entries[id]
+        assert fence is not None
+        assert self.d.ack(id, token=fence) is ok
+
+    @rule(
+        id=s.ids,
+        ttl=s.ttls,
+        attempt=st.none() | st.integers(0, 3),
+        token=st.none() | st.integers(0, 1000),
+    )
+    def reschedule(self, id: str, ttl: float, attempt: int | None, token: int | None) -> None:
+        fence = self.pick(token)
+        ok = self.fenced(self.model.entries.get(id), attempt, fence)
         if ok:
             self.model.schedule(id, ttl, claimed=False)
-        assert self.d.reschedule(id, ttl=ttl, attempt=attempt) is ok
+        assert self.d.reschedule(id, ttl=ttl, attempt=attempt, token=fence) is ok
 
-    @rule(id=s.ids, lease=s.leases, attempt=st.integers(0, 3))
-    def extend(self, id: str, lease: float, attempt: int) -> None:
+    @rule(id=s.ids, lease=s.leases, token=st.integers(0, 1000))
+    def extend(self, id: str, lease: float, token: int) -> None:
+        fence = self.pick(token)
+        assert fence is not None
         entry = self.model.entries.get(id)
         expected = None
-        if entry is not None and entry.attempt == attempt and entry.claimed:
+        if self.fenced(entry, None, fence) and entry is not None and entry.claimed:
             expected = self.model.schedule(id, lease, claimed=True).due
-        assert self.d.extend(id, lease=lease, attempt=attempt) == expected
+        assert self.d.extend(id, lease=lease, token=fence) == expected
 
     @rule(id=s.ids, element=s.elements)
     def update(self, id: str, element: Any) -> None:

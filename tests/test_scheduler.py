@@ -271,6 +271,35 @@ class TestAtLeastOnce:
             assert scheduler.stats().lost == 1
             assert scheduler.stats().acked == 0
 
+    async def test_cancel_and_defer_again_while_the_handler_runs(
+        self, scheduler: Scheduler, store: MemoryStore, clock: FakeClock
+    ) -> None:
+        """Debouncing by cancel + defer under the same id while the old element's handler runs:
+        the old handler's ack must not delete the new element (both are attempt 1)."""
+        releases = {"v1": anyio.Event(), "v2": anyio.Event()}
+        done: list[str] = []
+
+        @scheduler.handler("docs", lease=10)
+        async def save(element: str) -> None:
+            await releases[element].wait()
+            done.append(element)
+
+        async with scheduler:
+            await scheduler.defer("docs", "v1", id="doc")
+            await settle()  # v1's handler is running
+            assert await scheduler.cancel("docs", "doc") == "v1"
+            await scheduler.defer("docs", "v2", id="doc")
+            await settle()  # v2's handler is running too
+            releases["v1"].set()
+            await settle()
+            assert await store.look("docs", "doc") == "v2"  # v1's ack was fenced out
+            assert scheduler.stats().lost == 1
+            releases["v2"].set()
+            await settle()
+            assert done == ["v1", "v2"]
+            assert await store.size("docs") == 0
+            assert scheduler.stats().acked == 1
+
     async def test_slow_handler_lease_is_extended(
         self, scheduler: Scheduler, store: MemoryStore, clock: FakeClock
     ) -> None:

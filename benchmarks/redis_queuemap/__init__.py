@@ -13,18 +13,21 @@ the scripts of the verbs the benchmark times are kept (push, pull, poll, claim, 
 these keys instead of its own, so both designs are measured through the same client code
 (arguments checked, elements serialized, replies parsed and retries handled alike): what differs
 is only what the server does. ``push``, ``push_many``, ``pull``, ``claim`` and ``ack`` are the
-store's own methods (the scripts take the same arguments and give the same replies); ``poll`` is
-the former one, whose reply had no time in it. Other verbs are not available.
+store's own methods (the scripts take the same arguments and give the same replies); ``poll``,
+``claim`` and ``ack`` are the former ones (its poll replied no time; it fenced by attempt, the
+store now by a claim token). Other verbs are not available.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rehydrate._core import _validate
-from rehydrate.stores._redis import RedisStore, _escape, _Script
+from rehydrate._core._dehydrator import Claim
+from rehydrate._core._validate import Seconds
+from rehydrate.stores._redis import RedisStore, _escape, _micros, _Script, _text
 
 __all__ = ["QueueMapStore"]
 
@@ -86,3 +89,51 @@ class QueueMapStore(RedisStore):
                 return out
             if max_seq == "":
                 max_seq = int(reply[0])
+
+    async def claim(self, name: str, *, lease: Seconds, limit: int | None = None) -> list[Claim]:
+        """The former claim: its scripts fence by attempt, so a claim's token is its attempt."""
+        self._keys(name)
+        micros = _micros(lease, "lease")
+        n = _validate.limit(limit)
+        out: list[Claim] = []
+        first: list[str | int] = ["", ""]
+        while True:
+            page = self._batch if n is None else min(self._batch, n - len(out))
+            reply = await self._eval(
+                "take", name, ["claim", page, micros, first[0], self._join_flag, first[1]]
+            )
+            now, until = int(reply[2]) / 1e6, int(reply[3]) / 1e6
+            rows = range(5, len(reply), 4)
+            if self._join:
+                elements = self._loads_joined(reply[4])
+            else:
+                elements = [self._loads(reply[i + 3]) for i in rows]
+            out += [
+                Claim(
+                    id=_text(reply[i]),
+                    element=element,
+                    attempt=int(reply[i + 1]),
+                    lease_until=until,
+                    token=int(reply[i + 1]),
+                    due=int(reply[i + 2]) / 1e6,
+                    claimed_at=now,
+                )
+                for i, element in zip(rows, elements, strict=True)
+            ]
+            if not int(reply[1]) or (n is not None and len(out) >= n):
+                return out
+            if first[0] == "":
+                first = [int(reply[0]), int(reply[2])]
+
+    async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
+        """The former ack: ``(id, attempt)`` pairs (a claim's token is its attempt here)."""
+        self._keys(name)
+        pairs = list(claims)
+        out: list[bool] = []
+        for start in range(0, len(pairs), self._batch):
+            flat: list[str | bytes | int] = []
+            for id, attempt in pairs[start : start + self._batch]:
+                flat += (id, attempt)
+            reply = await self._eval("remove", name, ["ack", *flat])
+            out.extend(bool(int(r)) for r in reply)
+        return out

@@ -30,7 +30,7 @@ from typing import Any, Final, final
 
 import attrs
 
-from rehydrate._core import _validate
+from rehydrate._core import _fence, _validate
 from rehydrate._core._validate import Seconds
 from rehydrate.errors import (
     DuplicateIdError,
@@ -48,21 +48,29 @@ _COMPACT_MIN = 32
 _SWEEP_SLACK = 1024
 #: Rebuild the heads heap once it holds this many more entries than twice the live queues.
 _REBUILD_SLACK = 64
+#: A node's ``attempt`` slot holds its claim stamp (see ``_fence``): the attempt in the low bits,
+#: a claim number never repeated in this dehydrator above them. The stamp is the fencing token.
+_STAMP: Final = _fence.STAMP
+_ATTEMPTS: Final = _fence.ATTEMPTS
 
 
 @attrs.frozen(kw_only=True)
 class Claim:
     """One element taken by :meth:`Dehydrator.claim`, leased to the claimer until ``lease_until``.
 
-    ``attempt`` is 1 on first delivery and counts every claim since. Pass it back to ``xack``,
-    ``reschedule`` or ``extend`` as the fencing token: once the lease runs out and someone else
-    claims the element, the attempt moves on and a stale claimer's calls do nothing.
+    ``attempt`` is 1 on first delivery and counts every claim since. ``token`` identifies this very
+    claim: pass it back to ``ack``, ``extend``, ``reschedule`` or ``xack`` to fence them. Once the
+    lease runs out and someone else claims the element, or the element is pulled and a new one
+    pushed under its id, a stale claimer's fenced calls do nothing. (Fencing with ``attempt`` alone,
+    as ReDe's XACK does, cannot tell a new element under a reused id from the old one.)
     """
 
     id: str
     element: Any
     attempt: int
     lease_until: float
+    #: The fencing token: unique to this claim in the store, never reused.
+    token: int = attrs.field(default=0, eq=False)
     #: When the element became due (its lateness is ``claimed_at - due``).
     due: float = attrs.field(default=0.0, eq=False)
     #: When it was claimed, in the same clock.
@@ -149,6 +157,7 @@ class Dehydrator:
     """
 
     __slots__ = (
+        "_claims",
         "_clock",
         "_dead",
         "_heads",
@@ -172,6 +181,7 @@ class Dehydrator:
         self._leases: dict[float, _Queue] = {}
         self._heads: list[_Entry] = []
         self._seq = count()
+        self._claims = count(1)
         #: Dead nodes still in some queue, and the count at which to consider a sweep.
         self._dead = 0
         self._sweep_at = _SWEEP_SLACK
@@ -259,14 +269,16 @@ class Dehydrator:
         n = _validate.limit_or_inf(limit)
         return [node[2] for node in self._due_nodes(self.now(), n)]
 
-    def xack(self, *ids: str, attempt: int | None = None) -> list[Any]:
+    def xack(self, *ids: str, attempt: int | None = None, token: int | None = None) -> list[Any]:
         """Remove each element that is due or claimed and return it; ``None`` in its place otherwise (XACK).
 
         ``None`` stands for an unknown id, an element not yet due and not claimed, or, when
-        ``attempt`` is given, an element whose attempt differs (claimed again by someone else since).
+        ``attempt`` (or a claim's ``token``) is given, an element whose attempt differs (or that has
+        been claimed since, or is a new element under the same id).
         """
         _validate.ids(ids)
         _validate.attempt(attempt)
+        _validate.token(token)
         now = self.now()
         index = self._index
         out: list[Any] = []
@@ -274,7 +286,8 @@ class Dehydrator:
             node = index.get(id)
             if (
                 node is None
-                or (attempt is not None and node[4] != attempt)
+                or (attempt is not None and node[4] & _ATTEMPTS != attempt)
+                or (token is not None and node[4] != token)
                 or (node[0] > now and not node[5].lease)
             ):
                 out.append(None)
@@ -284,15 +297,15 @@ class Dehydrator:
             self._kill(node)
         return out
 
-    def ack(self, id: str, *, attempt: int) -> bool:
-        """Remove a claimed element if its attempt is still ``attempt``; whether it did.
+    def ack(self, id: str, *, token: int) -> bool:
+        """Remove a claimed element if it is still under the claim ``token``; whether it did.
 
         The fenced acknowledgement a worker sends when it is done: the element need not be due.
         """
         node = self._checked_get(id)
-        if _validate.attempt(attempt) is None:
-            raise InvalidArgumentError("ack needs the claim's attempt")
-        if node is None or node[4] != attempt or not node[5].lease:
+        if _validate.token(token) is None:
+            raise InvalidArgumentError("ack needs the claim's token")
+        if node is None or node[4] != token or not node[5].lease:
             return False
         del self._index[id]
         self._kill(node)
@@ -357,10 +370,12 @@ class Dehydrator:
             queue = self._leases[seconds] = _Queue(seconds, True)
         items = queue.items
         seq = self._seq
+        stamps = self._claims
         claims: list[Claim] = []
         append = claims.append
         for node in taken:
-            attempt = node[4] = node[4] + 1
+            attempt = min((node[4] & _ATTEMPTS) + 1, _ATTEMPTS)
+            token = node[4] = next(stamps) * _STAMP + attempt
             was_due = node[0]
             node[0] = due
             node[1] = next(seq)
@@ -372,6 +387,7 @@ class Dehydrator:
                     element=node[3],
                     attempt=attempt,
                     lease_until=due,
+                    token=token,
                     due=was_due,
                     claimed_at=now,
                 )
@@ -380,33 +396,39 @@ class Dehydrator:
             self._seat(queue)
         return claims
 
-    def extend(self, id: str, *, lease: Seconds, attempt: int) -> float | None:
+    def extend(self, id: str, *, lease: Seconds, token: int) -> float | None:
         """Keep a running claim alive: due again at ``now + lease``.
 
         Returns the new ``lease_until``, or ``None`` (and does nothing) if the element is gone,
-        is not claimed, or was claimed again since (``attempt`` differs).
+        is not claimed, or is no longer under the claim ``token``.
         """
         seconds = _validate.seconds(lease, "lease")
         node = self._checked_get(id)
-        _validate.attempt(attempt)
-        if attempt is None:
-            raise InvalidArgumentError("extend needs the claim's attempt")
-        if node is None or node[4] != attempt or not node[5].lease:
+        if _validate.token(token) is None:
+            raise InvalidArgumentError("extend needs the claim's token")
+        if node is None or node[4] != token or not node[5].lease:
             return None
         due = self.now() + seconds
         self._move(node, due, seconds, lease=True)
         return due
 
-    def reschedule(self, id: str, *, ttl: Seconds, attempt: int | None = None) -> bool:
+    def reschedule(
+        self, id: str, *, ttl: Seconds, attempt: int | None = None, token: int | None = None
+    ) -> bool:
         """Give the element ``id`` a new due time ``now + ttl`` (a delayed retry) and release its claim.
 
         Its attempt count is kept. Returns ``False`` (and does nothing) if the id is unknown or, when
-        ``attempt`` is given, the element's attempt differs.
+        ``attempt`` or ``token`` is given, the element's attempt differs or its claim is another.
         """
         seconds = _validate.seconds(ttl, "ttl")
         node = self._checked_get(id)
         _validate.attempt(attempt)
-        if node is None or (attempt is not None and node[4] != attempt):
+        _validate.token(token)
+        if (
+            node is None
+            or (attempt is not None and node[4] & _ATTEMPTS != attempt)
+            or (token is not None and node[4] != token)
+        ):
             return False
         self._move(node, self.now() + seconds, seconds, lease=False)
         return True
@@ -417,7 +439,9 @@ class Dehydrator:
         if node is None:
             return None
         queue: _Queue = node[5]
-        return ElementInfo(id=node[2], due=node[0], ttl=queue.key, attempt=node[4], claimed=queue.lease)
+        return ElementInfo(
+            id=node[2], due=node[0], ttl=queue.key, attempt=node[4] & _ATTEMPTS, claimed=queue.lease
+        )
 
     def summary(self) -> Summary:
         """Counts for inspection: O(n), so not for a hot path."""

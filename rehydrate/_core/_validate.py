@@ -74,6 +74,17 @@ def attempt(value: object) -> int | None:
     return value
 
 
+def token(value: object) -> int | None:
+    """Return ``value`` if it is ``None`` (no fencing) or a claim's token: an ``int`` of at least 1."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidTypeError(f"token must be an int (a Claim's token) or None, not {type(value).__name__}")
+    if value < 1:
+        raise InvalidArgumentError(f"token must be a Claim's token (at least 1), got {value!r}")
+    return value
+
+
 def ids(values: tuple[Any, ...]) -> tuple[str, ...]:
     """Check every id of a variadic call before any is acted upon."""
     for value in values:

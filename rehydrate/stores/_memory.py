@@ -112,10 +112,12 @@ class MemoryStore(Store):
         d = self._get(name)
         return d.xpoll(limit=limit)
 
-    async def xack(self, name: str, *ids: str, attempt: int | None = None) -> list[Any]:
+    async def xack(
+        self, name: str, *ids: str, attempt: int | None = None, token: int | None = None
+    ) -> list[Any]:
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
-        return d.xack(*ids, attempt=attempt)
+        return d.xack(*ids, attempt=attempt, token=token)
 
     async def look(self, name: str, id: str) -> Any:
         await anyio.lowlevel.checkpoint()
@@ -142,26 +144,28 @@ class MemoryStore(Store):
     async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
         await anyio.lowlevel.checkpoint()
         pairs = list(claims)
-        for id, attempt in pairs:
+        for id, token in pairs:
             _validate.element_id(id)
-            if _validate.attempt(attempt) is None:
-                raise _validate.InvalidArgumentError("ack needs each claim's attempt")
+            if _validate.token(token) is None:
+                raise _validate.InvalidArgumentError("ack needs each claim's token")
         d = self._get(name)
-        return [d.ack(id, attempt=attempt) for id, attempt in pairs]
+        return [d.ack(id, token=token) for id, token in pairs]
 
-    async def reschedule(self, name: str, id: str, *, ttl: Seconds, attempt: int | None = None) -> bool:
+    async def reschedule(
+        self, name: str, id: str, *, ttl: Seconds, attempt: int | None = None, token: int | None = None
+    ) -> bool:
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
         before = d.next_due()
-        result = d.reschedule(id, ttl=ttl, attempt=attempt)
+        result = d.reschedule(id, ttl=ttl, attempt=attempt, token=token)
         self._notify_if_sooner(name, d, before)
         return result
 
-    async def extend(self, name: str, id: str, *, lease: Seconds, attempt: int) -> float | None:
+    async def extend(self, name: str, id: str, *, lease: Seconds, token: int) -> float | None:
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
         before = d.next_due()
-        result = d.extend(id, lease=lease, attempt=attempt)
+        result = d.extend(id, lease=lease, token=token)
         self._notify_if_sooner(name, d, before)
         return result
 

@@ -45,6 +45,7 @@ import anyio
 
 from rehydrate._core import _validate
 from rehydrate._core._dehydrator import Claim, ElementInfo
+from rehydrate._core._fence import STAMP, stamp
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Serializer, Store, Subscription
 from rehydrate.errors import (
@@ -407,6 +408,14 @@ def _escape(name: str) -> str:
     return name.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
 
 
+def _fence_text(token: int | None) -> str:
+    """A claim's token as the scripts compare it: the header's attempt10 .. claim16, or "" for none."""
+    if token is None:
+        return ""
+    claim, attempt = divmod(token, STAMP)
+    return f"{attempt:010d}{claim:016d}"
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -717,16 +726,19 @@ class RedisStore(Store):
                 return out
             after = [reply[0], reply[1], reply[2]]
 
-    async def xack(self, name: str, *ids: str, attempt: int | None = None) -> list[Any]:
+    async def xack(
+        self, name: str, *ids: str, attempt: int | None = None, token: int | None = None
+    ) -> list[Any]:
         """See :meth:`Store.xack`. ``batch_size`` ids per script, each script atomic."""
         self._keys(name)
         _validate.ids(ids)
         _validate.attempt(attempt)
+        _validate.token(token)
         fence: str | int = "" if attempt is None else attempt
         out: list[Any] = []
         for start in range(0, len(ids), self._batch):
             chunk = ids[start : start + self._batch]
-            reply = await self._eval("remove", name, ["xack", fence, *chunk])
+            reply = await self._eval("remove", name, ["xack", fence, _fence_text(token), *chunk])
             out.extend(None if payload is None else self._loads(payload) for payload in reply)
         return out
 
@@ -767,17 +779,18 @@ class RedisStore(Store):
                 "take", name, ["claim", page, micros, first[0], self._join_flag, first[1]]
             )
             now, until = int(reply[2]) / 1e6, int(reply[3]) / 1e6
-            rows = range(5, len(reply), 4)
+            rows = range(5, len(reply), 5)
             if self._join:
                 elements = self._loads_joined(reply[4])
             else:
-                elements = [self._loads(reply[i + 3]) for i in rows]
+                elements = [self._loads(reply[i + 4]) for i in rows]
             out += [
                 Claim(
                     id=_text(reply[i]),
                     element=element,
                     attempt=int(reply[i + 1]),
                     lease_until=until,
+                    token=stamp(int(reply[i + 3]), int(reply[i + 1])),
                     due=int(reply[i + 2]) / 1e6,
                     claimed_at=now,
                 )
@@ -792,34 +805,38 @@ class RedisStore(Store):
         """See :meth:`Store.ack`. ``batch_size`` pairs per script, each script atomic."""
         self._keys(name)
         pairs = list(claims)
-        for id, attempt in pairs:
+        for id, token in pairs:
             _validate.element_id(id)
-            if _validate.attempt(attempt) is None:
-                raise InvalidArgumentError("ack needs each claim's attempt")
+            if _validate.token(token) is None:
+                raise InvalidArgumentError("ack needs each claim's token")
         out: list[bool] = []
         for start in range(0, len(pairs), self._batch):
             flat: _Args = []
-            for id, attempt in pairs[start : start + self._batch]:
-                flat += (id, attempt)
+            for id, token in pairs[start : start + self._batch]:
+                flat += (id, _fence_text(token))
             reply = await self._eval("remove", name, ["ack", *flat])
             out.extend(bool(int(r)) for r in reply)
         return out
 
-    async def reschedule(self, name: str, id: str, *, ttl: Seconds, attempt: int | None = None) -> bool:
+    async def reschedule(
+        self, name: str, id: str, *, ttl: Seconds, attempt: int | None = None, token: int | None = None
+    ) -> bool:
         self._keys(name)
         micros = _micros(ttl, "ttl")
         _validate.element_id(id)
         _validate.attempt(attempt)
-        reply = await self._eval("move", name, ["reschedule", id, micros, "" if attempt is None else attempt])
+        _validate.token(token)
+        fence = "" if attempt is None else attempt
+        reply = await self._eval("move", name, ["reschedule", id, micros, fence, _fence_text(token)])
         return reply is not None
 
-    async def extend(self, name: str, id: str, *, lease: Seconds, attempt: int) -> float | None:
+    async def extend(self, name: str, id: str, *, lease: Seconds, token: int) -> float | None:
         self._keys(name)
         micros = _micros(lease, "lease")
         _validate.element_id(id)
-        if _validate.attempt(attempt) is None:
-            raise InvalidArgumentError("extend needs the claim's attempt")
-        reply = await self._eval("move", name, ["extend", id, micros, attempt])
+        if _validate.token(token) is None:
+            raise InvalidArgumentError("extend needs the claim's token")
+        reply = await self._eval("move", name, ["extend", id, micros, "", _fence_text(token)])
         return None if reply is None else int(reply) / 1e6
 
     async def info(self, name: str, id: str) -> ElementInfo | None:

@@ -17,6 +17,7 @@ import anyio.to_thread
 from rehydrate._clock import WallClock
 from rehydrate._core import _validate
 from rehydrate._core._dehydrator import Claim, ElementInfo, Summary
+from rehydrate._core._fence import attempt_of, stamp
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Clock, Serializer, Store, Subscription
 from rehydrate.errors import (
@@ -55,7 +56,7 @@ _SCHEMA: Final = (
         due REAL NOT NULL,
         seq INTEGER NOT NULL,
         ttl REAL NOT NULL,
-        attempt INTEGER NOT NULL DEFAULT 0,
+        attempt INTEGER NOT NULL DEFAULT 0,  -- the claim stamp: see rehydrate._core._fence
         claimed INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (name, id)
     )""",
@@ -659,10 +660,13 @@ class SQLiteStore(Store):
 
         return await self._run(body)
 
-    async def xack(self, name: str, *ids: str, attempt: int | None = None) -> list[Any]:
+    async def xack(
+        self, name: str, *ids: str, attempt: int | None = None, token: int | None = None
+    ) -> list[Any]:
         _validate.element_id(name, "name")
         _validate.ids(ids)
         _validate.attempt(attempt)
+        _validate.token(token)
 
         def body(conn: sqlite3.Connection) -> list[Any]:
             now = self._now()
@@ -671,7 +675,8 @@ class SQLiteStore(Store):
                 row = conn.execute(_ROW, (name, id)).fetchone()
                 if (
                     row is None
-                    or (attempt is not None and row[4] != attempt)
+                    or (attempt is not None and attempt_of(row[4]) != attempt)
+                    or (token is not None and row[4] != token)
                     or (row[3] > now and not row[5])
                 ):
                     out.append(None)
@@ -738,21 +743,25 @@ class SQLiteStore(Store):
                 return []
             until = now + seconds
             first = _next_seq(conn, len(rows))
+            # The filing number doubles as the claim number of the stamp (the fencing token): the
+            # sequence never goes back in this file.
+            stamps = [stamp(first + i, attempt_of(row[5]) + 1) for i, row in enumerate(rows)]
             claims = [
                 Claim(
                     id=id,
                     element=self._loads(name, id, payload, codec),
-                    attempt=attempt + 1,
+                    attempt=attempt_of(token),
                     lease_until=until,
+                    token=token,
                     due=due,
                     claimed_at=now,
                 )
-                for _, id, payload, codec, due, attempt in rows
+                for (_, id, payload, codec, due, _), token in zip(rows, stamps, strict=True)
             ]
             conn.executemany(
-                "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ?, attempt = attempt + 1, claimed = 1"
+                "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ?, attempt = ?, claimed = 1"
                 " WHERE rowid = ?",
-                [(until, first + i, seconds, row[0]) for i, row in enumerate(rows)],
+                [(until, first + i, seconds, stamps[i], row[0]) for i, row in enumerate(rows)],
             )
             return claims
 
@@ -761,14 +770,14 @@ class SQLiteStore(Store):
     async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
         _validate.element_id(name, "name")
         pairs = list(claims)
-        for id, attempt in pairs:
+        for id, token in pairs:
             _validate.element_id(id)
-            if _validate.attempt(attempt) is None:
-                raise InvalidArgumentError("ack needs each claim's attempt")
+            if _validate.token(token) is None:
+                raise InvalidArgumentError("ack needs each claim's token")
 
         def body(conn: sqlite3.Connection) -> list[bool]:
             sql = "DELETE FROM rehydrate_elements WHERE name = ? AND id = ? AND attempt = ? AND claimed = 1"
-            return [conn.execute(sql, (name, id, attempt)).rowcount == 1 for id, attempt in pairs]
+            return [conn.execute(sql, (name, id, token)).rowcount == 1 for id, token in pairs]
 
         if not pairs:
             if self._conn is None:
@@ -777,15 +786,22 @@ class SQLiteStore(Store):
             return []
         return await self._write(body)
 
-    async def reschedule(self, name: str, id: str, *, ttl: Seconds, attempt: int | None = None) -> bool:
+    async def reschedule(
+        self, name: str, id: str, *, ttl: Seconds, attempt: int | None = None, token: int | None = None
+    ) -> bool:
         _validate.element_id(name, "name")
         seconds = _validate.seconds(ttl, "ttl")
         _validate.element_id(id)
         _validate.attempt(attempt)
+        _validate.token(token)
 
         def body(conn: sqlite3.Connection) -> tuple[bool, int | None]:
             row = conn.execute(_ROW, (name, id)).fetchone()
-            if row is None or (attempt is not None and row[4] != attempt):
+            if (
+                row is None
+                or (attempt is not None and attempt_of(row[4]) != attempt)
+                or (token is not None and row[4] != token)
+            ):
                 return False, None
             return True, self._refile(conn, name, row[0], seconds, claimed=False)[1]
 
@@ -793,16 +809,16 @@ class SQLiteStore(Store):
         self._notify(name, counter)
         return done
 
-    async def extend(self, name: str, id: str, *, lease: Seconds, attempt: int) -> float | None:
+    async def extend(self, name: str, id: str, *, lease: Seconds, token: int) -> float | None:
         _validate.element_id(name, "name")
         seconds = _validate.seconds(lease, "lease")
         _validate.element_id(id)
-        if _validate.attempt(attempt) is None:
-            raise InvalidArgumentError("extend needs the claim's attempt")
+        if _validate.token(token) is None:
+            raise InvalidArgumentError("extend needs the claim's token")
 
         def body(conn: sqlite3.Connection) -> tuple[float | None, int | None]:
             row = conn.execute(_ROW, (name, id)).fetchone()
-            if row is None or row[4] != attempt or not row[5]:
+            if row is None or row[4] != token or not row[5]:
                 return None, None
             return self._refile(conn, name, row[0], seconds, claimed=True)
 
@@ -834,7 +850,9 @@ class SQLiteStore(Store):
             ).fetchone()
             if row is None:
                 return None
-            return ElementInfo(id=id, due=row[0], ttl=row[1], attempt=row[2], claimed=bool(row[3]))
+            return ElementInfo(
+                id=id, due=row[0], ttl=row[1], attempt=attempt_of(row[2]), claimed=bool(row[3])
+            )
 
         return await self._run(body)
 

@@ -165,36 +165,73 @@ class TestLeases:
         (old,) = await s.claim(N, lease=5)
         harness.advance(5)
         (new,) = await s.claim(N, lease=5)
-        assert await s.ack(N, [("j", old.attempt)]) == [False]
+        assert (old.attempt, new.attempt) == (1, 2)
+        assert await s.ack(N, [("j", old.token)]) == [False]
         assert await s.xack(N, "j", attempt=old.attempt) == [None]
+        assert await s.xack(N, "j", token=old.token) == [None]
         assert await s.reschedule(N, "j", ttl=100, attempt=old.attempt) is False
-        assert await s.extend(N, "j", lease=100, attempt=old.attempt) is None
-        assert await s.ack(N, [("j", new.attempt), ("missing", 1)]) == [True, False]
+        assert await s.reschedule(N, "j", ttl=100, token=old.token) is False
+        assert await s.extend(N, "j", lease=100, token=old.token) is None
+        assert await s.ack(N, [("j", new.token), ("missing", 1)]) == [True, False]
         assert await s.size(N) == 0
+
+    async def test_a_stale_claim_cannot_touch_a_new_element_under_its_id(self, harness: Harness) -> None:
+        """Cancel and defer again under the same id while the old claim's worker still runs: both
+        claims are attempt 1, and only the token tells them apart."""
+        s = harness.store
+        await s.push(N, "old", ttl=0, id="doc")
+        (old,) = await s.claim(N, lease=30)
+        assert await s.pull(N, "doc") == "old"
+        await s.push(N, "new", ttl=0, id="doc")
+        (new,) = await s.claim(N, lease=30)
+        assert (old.attempt, new.attempt) == (1, 1)
+        assert old.token != new.token
+        assert await s.ack(N, [("doc", old.token)]) == [False]
+        assert await s.extend(N, "doc", lease=60, token=old.token) is None
+        assert await s.reschedule(N, "doc", ttl=0, token=old.token) is False
+        assert await s.xack(N, "doc", token=old.token) == [None]
+        assert await s.look(N, "doc") == "new"
+        assert await s.ack(N, [("doc", new.token)]) == [True]
+
+    async def test_tokens_are_unique(self, harness: Harness) -> None:
+        s = harness.store
+        tokens = []
+        for _ in range(3):
+            await s.push_many(N, [(i, 0, f"e{i}") for i in range(20)])
+            claims = await s.claim(N, lease=1)
+            assert [c.attempt for c in claims] == [1] * 20
+            tokens += [c.token for c in claims]
+            harness.advance(1)
+            again = await s.claim(N, lease=1)
+            assert [c.attempt for c in again] == [2] * 20
+            tokens += [c.token for c in again]
+            assert await s.ack(N, [(c.id, c.token) for c in again]) == [True] * 20
+        assert all(isinstance(t, int) and t >= 1 for t in tokens)
+        assert len(set(tokens)) == len(tokens) == 120
 
     async def test_ack_needs_a_claim(self, harness: Harness) -> None:
         s = harness.store
         await s.push(N, "job", ttl=0, id="j")
-        assert await s.ack(N, [("j", 0)]) == [False]
+        assert await s.ack(N, [("j", 1)]) == [False]
         assert await s.size(N) == 1
 
     async def test_xack_removes_claimed(self, harness: Harness) -> None:
         s = harness.store
         await s.push(N, "job", ttl=0, id="j")
         (c,) = await s.claim(N, lease=30)
-        assert await s.xack(N, "j", attempt=c.attempt) == ["job"]
+        assert await s.xack(N, "j", token=c.token) == ["job"]
 
     async def test_reschedule_and_extend(self, harness: Harness) -> None:
         s = harness.store
         await s.push(N, "job", ttl=0, id="j")
         (c,) = await s.claim(N, lease=10)
         harness.advance(6)
-        until = await s.extend(N, "j", lease=10, attempt=c.attempt)
+        until = await s.extend(N, "j", lease=10, token=c.token)
         assert until is not None
         assert until > c.lease_until
         harness.advance(6)
         assert await s.claim(N, lease=10) == []
-        assert await s.reschedule(N, "j", ttl=2, attempt=c.attempt) is True
+        assert await s.reschedule(N, "j", ttl=2, token=c.token) is True
         info = await s.info(N, "j")
         assert info is not None
         assert not info.claimed
@@ -234,7 +271,7 @@ class TestSummary:
         assert summary == Summary(size=3, due=2, claimed=1, ttn=0.0)
         # The generic version every store inherits agrees with the store's own.
         assert await Store.summary(s, N) == summary
-        await s.ack(N, [("a", claim.attempt)])
+        await s.ack(N, [("a", claim.token)])
         await s.pull(N, "c")
         assert await s.summary(N) == Summary(size=1, due=0, claimed=0, ttn=pytest.approx(39, abs=0.01))
 
@@ -279,9 +316,13 @@ class TestBadInput:
             lambda s: s.xack(N, "a", ""),
             lambda s: s.claim(N, lease=-1),
             lambda s: s.claim(N, lease=1, limit=0),
-            lambda s: s.ack(N, [("a", -1)]),
+            lambda s: s.ack(N, [("a", 0)]),
+            lambda s: s.ack(N, [("a", "1")]),
+            lambda s: s.xack(N, "a", token=-1),
+            lambda s: s.reschedule(N, "a", ttl=1, token=0),
             lambda s: s.reschedule(N, "a", ttl=float("inf")),
-            lambda s: s.extend(N, "a", lease=-2, attempt=1),
+            lambda s: s.extend(N, "a", lease=-2, token=1),
+            lambda s: s.extend(N, "a", lease=2, token=0),
             lambda s: s.update(N, "", 1),
             lambda s: s.info(N, None),
             lambda s: s.size(""),

@@ -119,7 +119,7 @@ async def check_invariants(
     """The sorted set's invariants (see ``_redis_scripts/_lib.lua``), checked from outside."""
     base = f"{prefix}:{{{name}}}"
     values = {k.decode(): v for k, v in (await client.hgetall(f"{base}:e")).items()}
-    headers = {id: v[:59].decode() for id, v in values.items()}
+    headers = {id: v[:75].decode() for id, v in values.items()}
     members = [(_redis._text(m), s) for m, s in await client.zrange(f"{base}:z", 0, -1, withscores=True)]
     expected = {h[:16] + id: float(int(h[16:32])) for id, h in headers.items()}
     assert dict(members) == expected, "one member per element, seq16 .. id, scored by its due time"
@@ -225,7 +225,7 @@ async def test_pages_resume_where_a_vanished_member_was(
                 if verb == "pull":
                     await real("pull", name, [last])
                 else:
-                    await real("move", name, ["reschedule", last, 5_000_000, ""])
+                    await real("move", name, ["reschedule", last, 5_000_000, "", ""])
             return reply
 
         monkeypatch.setattr(s, "_eval", between_pages)
@@ -303,7 +303,7 @@ async def test_memory_stays_bounded(store: RedisStore, raw: coredis.Redis[bytes]
     assert await store.ids(N) == ["head", *kept]
     store._advance_for_tests(3600)
     claims = await store.claim(N, lease=60, limit=50)
-    assert await store.ack(N, [(c.id, c.attempt) for c in claims]) == [True] * 50
+    assert await store.ack(N, [(c.id, c.token) for c in claims]) == [True] * 50
     due = await store.xpoll(N, limit=20)
     assert None not in await store.xack(N, *due)
     assert len(await store.poll(N)) == 101 - 70
@@ -324,7 +324,7 @@ async def test_big_batches_loop(url: str, prefix: str, raw: coredis.Redis[bytes]
         assert await s.ids(N, limit=5) == expected[:5]
         claims = await s.claim(N, lease=0)  # lease 0: due again at once, but not claimed twice
         assert [c.id for c in claims] == expected
-        assert await s.ack(N, [(c.id, c.attempt) for c in claims[:150]]) == [True] * 150
+        assert await s.ack(N, [(c.id, c.token) for c in claims[:150]]) == [True] * 150
         assert await s.xack(N, *expected[150:200], attempt=1) == expected[150:200]
         assert await s.poll(N, limit=105) == expected[200:305]
         assert await s.poll(N) == expected[305:]
@@ -531,7 +531,7 @@ def _claim_and_ack(url: str, prefix: str, backend: str, barrier: Any, results: A
             barrier.wait()
             while claims := await store.claim(N, lease=60, limit=100):
                 claimed += [c.id for c in claims]
-                oks = await store.ack(N, [(c.id, c.attempt) for c in claims])
+                oks = await store.ack(N, [(c.id, c.token) for c in claims])
                 acked += [c.id for c, ok in zip(claims, oks, strict=True) if ok]
         return claimed, acked
 
@@ -574,6 +574,9 @@ _ttls = st.sampled_from([0, 0.25, 1, 2, 3])
 _leases = st.sampled_from([0, 1, 2])
 _limits = st.sampled_from([None, 1, 2, 3])
 _attempts = st.sampled_from([None, 0, 1, 2])
+#: Which of an id's claim tokens a fenced call uses: 0 the latest, 1 the one before... (a token
+#: nobody holds when there is none). Tokens differ between stores; their order does not.
+_picks = st.sampled_from([0, 1, 2])
 _ops = st.lists(
     st.one_of(
         st.tuples(st.just("push"), _ids, _ttls),
@@ -584,9 +587,10 @@ _ops = st.lists(
         st.tuples(st.just("xpoll"), _limits),
         st.tuples(st.just("xack"), st.lists(_ids, max_size=3), _attempts),
         st.tuples(st.just("claim"), _leases, _limits),
-        st.tuples(st.just("ack"), st.lists(st.tuples(_ids, st.sampled_from([0, 1, 2])), max_size=3)),
+        st.tuples(st.just("ack"), st.lists(st.tuples(_ids, _picks), max_size=3)),
         st.tuples(st.just("reschedule"), _ids, _ttls, _attempts),
-        st.tuples(st.just("extend"), _ids, _leases, st.sampled_from([0, 1, 2])),
+        st.tuples(st.just("reschedule_token"), _ids, _ttls, _picks),
+        st.tuples(st.just("extend"), _ids, _leases, _picks),
         st.tuples(st.just("update"), _ids),
         st.tuples(st.just("look"), _ids),
         st.tuples(st.just("info"), _ids),
@@ -599,8 +603,14 @@ _ops = st.lists(
 )
 
 
-async def _apply(store: Any, op: tuple[Any, ...], n: int) -> Any:
-    """Run one operation; return something comparable between stores."""
+def _pick(tokens: dict[str, list[int]], id: str, k: int) -> int:
+    issued = tokens.get(id, [])
+    return issued[-1 - k] if k < len(issued) else 1
+
+
+async def _apply(store: Any, op: tuple[Any, ...], n: int, tokens: dict[str, list[int]]) -> Any:
+    """Run one operation; return something comparable between stores. ``tokens``: the claim
+    tokens this store issued, per id, oldest first."""
     kind, *args = op
     now = store.clock()
     try:
@@ -622,16 +632,20 @@ async def _apply(store: Any, op: tuple[Any, ...], n: int) -> Any:
                 return await store.xack(N, *args[0], attempt=args[1])
             case "claim":
                 claims = await store.claim(N, lease=args[0], limit=args[1])
+                for c in claims:
+                    tokens.setdefault(c.id, []).append(c.token)
                 return [
                     (c.element, c.attempt, round(c.lease_until - now, 3), round(c.due - now, 3))
                     for c in claims
                 ]
             case "ack":
-                return await store.ack(N, args[0])
+                return await store.ack(N, [(id, _pick(tokens, id, k)) for id, k in args[0]])
             case "reschedule":
                 return await store.reschedule(N, args[0], ttl=args[1], attempt=args[2])
+            case "reschedule_token":
+                return await store.reschedule(N, args[0], ttl=args[1], token=_pick(tokens, args[0], args[2]))
             case "extend":
-                until = await store.extend(N, args[0], lease=args[1], attempt=args[2])
+                until = await store.extend(N, args[0], lease=args[1], token=_pick(tokens, args[0], args[2]))
                 return None if until is None else round(until - now, 3)
             case "update":
                 return await store.update(N, args[0], f"{args[0]}@{n}")
@@ -672,9 +686,11 @@ async def _same_answers(url: str, batch_size: int, cluster: bool, ops: list[tupl
             coredis.Redis.from_url(url) as raw,  # plain: a one-node cluster serves every slot
         ):
             await redis._freeze_for_tests()
+            memory_tokens: dict[str, list[int]] = {}
+            redis_tokens: dict[str, list[int]] = {}
             for n, op in enumerate(ops):
-                expected = await _apply(memory, op, n)
-                got = await _apply(redis, op, n)
+                expected = await _apply(memory, op, n, memory_tokens)
+                got = await _apply(redis, op, n, redis_tokens)
                 assert got == expected, (n, op)
                 await check_invariants(raw, prefix, N, cluster=cluster)
             assert await redis.size(N) == await memory.size(N)

@@ -47,7 +47,7 @@ async def test_elements_due_times_attempts_and_claims_survive_a_reopen(tmp_path:
         assert (info.claimed, info.attempt, info.due, info.ttl) == (True, 1, 1030.0, 30.0)
         assert await store.look(N, "a") == "a"
         assert await store.ttn(N) == 5.0
-        assert await store.ack(N, [("b", claim.attempt)]) == [True]
+        assert await store.ack(N, [("b", claim.token)]) == [True]
         clock.advance(10)
         assert await store.poll(N) == ["a", "c"]
         assert await store.names() == []
@@ -283,7 +283,7 @@ def _claim_and_ack(path: str, barrier: Any, results: Any) -> None:
             while claims := await store.claim(N, lease=600, limit=50):
                 claimed.extend(c.id for c in claims)
                 await anyio.sleep(0.002)  # the work, so that one process cannot take everything
-                oks = await store.ack(N, [(c.id, c.attempt) for c in claims])
+                oks = await store.ack(N, [(c.id, c.token) for c in claims])
                 acked.extend(c.id for c, ok in zip(claims, oks, strict=True) if ok)
         return claimed, acked
 

@@ -3,16 +3,20 @@
 -- One dehydrator lives under a base "<prefix>:{<name>}" (the braces are a Cluster hash tag, so all
 -- its keys share one slot and every script touches one slot):
 --
---   KEYS[1] <base>:e          HASH  id -> a 59-character header, then the payload (the element
+--   KEYS[1] <base>:e          HASH  id -> a 75-character header, then the payload (the element
 --                                   serialized); the header is seq16 .. due16 .. how17 .. attempt10
+--                                   .. claim16
 --   KEYS[2] <base>:z          ZSET  one member per element, seq16 .. id, scored by its due time.
 --                                   Equal scores sort by member, so by seq: filing order.
 --   KEYS[3] <base>:s          HASH  seq (last sequence number), now (latest time used), ser (serializer)
 --   KEYS[4] <prefix>:names    SET   names of the non-empty dehydrators (not passed on Redis Cluster)
 --   <base>:wake               pub/sub channel: published when something becomes due sooner
 --
--- seq16, due16 and attempt10 are zero-padded decimals; how17 is "t" and the TTL the element was
--- filed with, or "l" and the lease it is claimed for, in 16 digits (µs). A claimed element stays
+-- seq16, due16, attempt10 and claim16 are zero-padded decimals; how17 is "t" and the TTL the
+-- element was filed with, or "l" and the lease it is claimed for, in 16 digits (µs). claim16 is
+-- the seq its last claim drew (0 if never claimed): never reused, so attempt10 .. claim16 is the
+-- claim's fencing token (a stale claimer's token matches no later claim, nor a new element pushed
+-- under the same id, whose attempts start again from 0). A claimed element stays
 -- in the zset, scored by the end of its lease: once that passes it is due again, like any other
 -- element. Every filing (push, claim, reschedule, extend) draws a new seq, so ties come out in
 -- filing order. The element's member is found from its id through the header's seq16.
@@ -35,8 +39,9 @@ local NAME = ARGV[4]
 local CHUNK = 1000
 local sub = string.sub
 -- The header's length; the payload starts after it.
-local HEADER = 59
-local FIRST_ATTEMPT = '0000000000'
+local HEADER = 75
+-- attempt10 .. claim16 of an element never claimed.
+local UNCLAIMED = '00000000000000000000000000'
 
 local function int(n)
   return string.format('%d', n)
@@ -46,9 +51,14 @@ local function int16(n)
   return string.format('%016d', n)
 end
 
--- The parts of an element's value (strings): seq16, due16, how17, attempt10.
+-- The parts of an element's value (strings): seq16, due16, how17, attempt10, claim16.
 local function parse(v)
-  return sub(v, 1, 16), sub(v, 17, 32), sub(v, 33, 49), sub(v, 50, 59)
+  return sub(v, 1, 16), sub(v, 17, 32), sub(v, 33, 49), sub(v, 50, 59), sub(v, 60, 75)
+end
+
+-- The fencing token of the element's last claim: attempt10 .. claim16.
+local function token_of(v)
+  return sub(v, 50, 75)
 end
 
 local function payload_of(v)
@@ -147,7 +157,7 @@ local function hmget(key, ids, n)
 end
 
 -- File n elements anew, in order: ids[i], due at due16s[i] (a string), with the header's
--- how17 .. attempt10 tails[i] and payloads[i] after the header. Each draws a seq; its value is
+-- how17 .. attempt10 .. claim16 tails[i] and payloads[i] after the header. Each draws a seq; its value is
 -- written and its member added. The caller has removed an element's old member first.
 local function file(n, ids, due16s, tails, payloads)
   local values, scored = {}, {}

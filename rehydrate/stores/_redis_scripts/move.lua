@@ -1,16 +1,20 @@
 -- reschedule and extend: ARGV[5] "reschedule" or "extend", ARGV[6] id, ARGV[7] ttl or lease (µs),
--- ARGV[8] attempt or "". File the element anew at now + ttl (reschedule: released, attempt kept;
--- extend: only a claimed element whose attempt matches, still claimed). Returns the new due time,
--- or nil when nothing was done.
+-- ARGV[8] attempt or "", ARGV[9] token (attempt10 .. claim16) or "". File the element anew at
+-- now + ttl (reschedule: released, attempt and token kept; extend: only a claimed element under
+-- that token, still claimed). Returns the new due time, or nil when nothing was done.
 load_state(true)
 local extend = ARGV[5] == 'extend'
-local id, ttl, want = ARGV[6], ARGV[7], ARGV[8]
+local id, ttl, want, token = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local v = redis.call('HGET', E, id)
 if not v then
   return false
 end
-local _, _, _, attempt = parse(v)
-if (want ~= '' and tonumber(attempt) ~= tonumber(want)) or (extend and not claimed(v)) then
+local _, _, _, attempt, claim16 = parse(v)
+if
+  (want ~= '' and tonumber(attempt) ~= tonumber(want))
+  or (token ~= '' and token_of(v) ~= token)
+  or (extend and not claimed(v))
+then
   return false
 end
 local before = earliest()
@@ -21,7 +25,7 @@ if extend then
   kind = 'l'
 end
 redis.call('ZREM', Z, member(id, v))
-file(1, {id}, {int16(due)}, {kind .. int16(ttl) .. attempt}, {payload_of(v)})
+file(1, {id}, {int16(due)}, {kind .. int16(ttl) .. attempt .. claim16}, {payload_of(v)})
 wake_if_sooner(before, due)
 finish()
 return due

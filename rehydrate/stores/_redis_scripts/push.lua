@@ -38,7 +38,7 @@ for i = 1, n do
     if soonest == nil or due < soonest then
       soonest = due
     end
-    made = {int16(due), 't' .. int16(ttl) .. FIRST_ATTEMPT}
+    made = {int16(due), 't' .. int16(ttl) .. UNCLAIMED}
     by_ttl[ttl] = made
   end
   due16s[i], tails[i] = made[1], made[2]

@@ -1,27 +1,30 @@
 -- XACK and ack. ARGV[5] "xack" or "ack".
--- xack: ARGV[6] attempt or "", then ids; removes each element that is due or claimed (and whose
--- attempt matches, if given) and returns its payload, nil in its place otherwise.
--- ack: (id, attempt) pairs from ARGV[6]; removes each claimed element whose attempt matches and
+-- xack: ARGV[6] attempt or "", ARGV[7] token (attempt10 .. claim16) or "", then ids; removes
+-- each element that is due or claimed (and whose attempt or token matches, if given) and returns
+-- its payload, nil in its place otherwise.
+-- ack: (id, token) pairs from ARGV[6]; removes each claimed element still under that token and
 -- returns 1 for it, 0 otherwise.
 load_state(true)
 local xack = ARGV[5] == 'xack'
-local now, attempt, first, step = 0, nil, 6, 2
+local now, attempt, token, first, step = 0, nil, nil, 6, 2
 if xack then
   now = clock()
-  attempt = ARGV[6]
-  if attempt == '' then
-    attempt = nil
+  if ARGV[6] ~= '' then
+    attempt = tonumber(ARGV[6])
   end
-  first, step = 7, 1
+  if ARGV[7] ~= '' then
+    token = ARGV[7]
+  end
+  first, step = 8, 1
 end
-local ids, wants, count = {}, {}, 0
+local ids, tokens, count = {}, {}, 0
 for i = first, #ARGV, step do
   count = count + 1
   ids[count] = ARGV[i]
   if xack then
-    wants[count] = attempt
+    tokens[count] = token
   else
-    wants[count] = ARGV[i + 1]
+    tokens[count] = ARGV[i + 1]
   end
 end
 local out = {}
@@ -35,8 +38,9 @@ for i = 1, count do
   local v = values[i]
   local ok = false
   if v and not removed[ids[i]] then
-    local want = wants[i]
-    ok = (want == nil or tonumber(sub(v, 50, 59)) == tonumber(want))
+    local want = tokens[i]
+    ok = (want == nil or token_of(v) == want)
+      and (attempt == nil or tonumber(sub(v, 50, 59)) == attempt)
       and (claimed(v) or (xack and tonumber(sub(v, 17, 32)) <= now))
     if ok then
       n = n + 1

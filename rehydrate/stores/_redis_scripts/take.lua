@@ -9,7 +9,8 @@
 -- ZREMRANGEBYRANK removes them (claim adds them back, scored by the end of their lease).
 --
 -- poll returns {seq, full, now, payload...} (or {seq, full, now, joined}); claim returns
--- {seq, full, now, lease_until, joined or "", then id, attempt, due, payload or "" per element}.
+-- {seq, full, now, lease_until, joined or "", then id, attempt, due, claim, payload or "" per
+-- element}; claim is the seq the element's claim draws (its fencing token's claim number).
 -- seq is the dehydrator's seq before the call, full is 1 when limit elements were taken.
 load_state(true)
 local claim = ARGV[5] == 'claim'
@@ -59,27 +60,25 @@ if claim then
   local until_ = now + tonumber(ARGV[7])
   local how = 'l' .. int16(tonumber(ARGV[7]))
   local until16 = int16(until_)
-  local due16s, tails, by_attempt = {}, {}, {}
+  local due16s, tails = {}, {}
   local out = {top_seq, full, now, until_, joined}
   local k = 5
   for i = 1, n do
     local v = values[i]
     local attempt = tonumber(sub(v, 50, 59)) + 1
-    local tail = by_attempt[attempt]
-    if not tail then
-      tail = how .. string.format('%010d', attempt)
-      by_attempt[attempt] = tail
-    end
-    due16s[i], tails[i] = until16, tail
+    -- file() below gives the i-th element seq SEQ + i: that is its claim number.
+    tails[i] = how .. string.format('%010d', attempt) .. int16(SEQ + i)
+    due16s[i] = until16
     out[k + 1] = ids[i]
     out[k + 2] = attempt
     out[k + 3] = sub(v, 17, 32)
+    out[k + 4] = SEQ + i
     if join then
-      out[k + 4] = ''
+      out[k + 5] = ''
     else
-      out[k + 4] = payloads[i]
+      out[k + 5] = payloads[i]
     end
-    k = k + 4
+    k = k + 5
   end
   file(n, ids, due16s, tails, payloads)
   finish()
