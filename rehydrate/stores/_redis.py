@@ -44,7 +44,7 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 
 from rehydrate._core import _validate
-from rehydrate._core._dehydrator import Claim, ElementInfo
+from rehydrate._core._dehydrator import Claim, ElementInfo, Summary
 from rehydrate._core._fence import STAMP, stamp
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Serializer, Store, Subscription
@@ -80,6 +80,7 @@ _SCRIPT_NAMES: Final = (
     "range",
     "remove",
     "size",
+    "summary",
     "take",
     "time",
     "ttn",
@@ -865,6 +866,12 @@ class RedisStore(Store):
     async def size(self, name: str) -> int:
         self._keys(name)
         return int(await self._eval("size", name, []))
+
+    async def summary(self, name: str) -> Summary:
+        """See :meth:`Store.summary`: one script, O(log n) (claims are counted as they happen)."""
+        self._keys(name)
+        size, due, claimed, left = (int(x) for x in await self._eval("summary", name, []))
+        return Summary(size=size, due=due, claimed=claimed, ttn=None if left < 0 else left / 1e6)
 
     async def ids(self, name: str, *, limit: int | None = None) -> list[str]:
         """See :meth:`Store.ids`: the sorted set read in order, ``batch_size`` ids per script.

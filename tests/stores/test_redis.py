@@ -131,6 +131,9 @@ async def check_invariants(
         assert (h[:32] + h[33:]).isdigit(), h
     state = {k.decode(): v.decode() for k, v in (await client.hgetall(f"{base}:s")).items()}
     assert all(int(h[:16]) <= int(state["seq"]) for h in headers.values()), "seqs come from the counter"
+    claimed = sum(h[32] == "l" for h in headers.values())
+    assert int(state.get("claimed", "0")) == claimed, "the claimed counter counts the claimed headers"
+    assert state.get("claimed") != "0", "a zero counter is deleted"
     keys = {key.decode() async for key in client.scan_iter(match=f"{base}:*")}
     assert keys <= {f"{base}:{k}" for k in "ezs"}, "nothing else is kept"
     registered = name.encode() in await client.smembers(f"{prefix}:names")

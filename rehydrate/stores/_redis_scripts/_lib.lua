@@ -8,7 +8,8 @@
 --                                   .. claim16
 --   KEYS[2] <base>:z          ZSET  one member per element, seq16 .. id, scored by its due time.
 --                                   Equal scores sort by member, so by seq: filing order.
---   KEYS[3] <base>:s          HASH  seq (last sequence number), now (latest time used), ser (serializer)
+--   KEYS[3] <base>:s          HASH  seq (last sequence number), now (latest time used), ser (serializer),
+--                                   claimed (how many elements are claimed; absent when none)
 --   KEYS[4] <prefix>:names    SET   names of the non-empty dehydrators (not passed on Redis Cluster)
 --   <base>:wake               pub/sub channel: published when something becomes due sooner
 --
@@ -76,6 +77,9 @@ local function member(id, v)
 end
 
 local SEQ, LAST_NOW = 0, 0
+-- How many elements this script claimed (+) or released or removed while claimed (-): finish()
+-- adds it to <base>:s's "claimed", which rehydrate stats reads instead of scanning the headers.
+local CLAIMED = 0
 
 -- Read seq and the latest time used; fail (before any write) if the elements were serialized
 -- differently from what this client uses.
@@ -108,6 +112,9 @@ end
 -- Save seq and time (kept when the dehydrator empties, so seqs are never reused); when it is
 -- empty (only scripts that removed elements ask), forget its serializer and its name.
 local function finish(removed)
+  if CLAIMED ~= 0 and redis.call('HINCRBY', S, 'claimed', CLAIMED) == 0 then
+    redis.call('HDEL', S, 'claimed')
+  end
   if removed and redis.call('EXISTS', E) == 0 then
     redis.call('HSET', S, 'seq', int(SEQ), 'now', int(LAST_NOW))
     redis.call('HDEL', S, 'ser')

@@ -24,6 +24,9 @@ local kind = 't'
 if extend then
   kind = 'l'
 end
+if claimed(v) and not extend then
+  CLAIMED = -1
+end
 redis.call('ZREM', Z, member(id, v))
 file(1, {id}, {int16(due)}, {kind .. int16(ttl) .. attempt .. claim16}, {payload_of(v)})
 wake_if_sooner(before, due)

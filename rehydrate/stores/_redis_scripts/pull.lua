@@ -7,5 +7,8 @@ if not v then
 end
 redis.call('ZREM', Z, member(id, v))
 redis.call('HDEL', E, id)
+if claimed(v) then
+  CLAIMED = -1
+end
 finish(true)
 return payload_of(v)

@@ -44,6 +44,9 @@ for i = 1, count do
       and (claimed(v) or (xack and tonumber(sub(v, 17, 32)) <= now))
     if ok then
       n = n + 1
+      if claimed(v) then
+        CLAIMED = CLAIMED - 1
+      end
       gone[n] = ids[i]
       members[n] = member(ids[i], v)
       removed[ids[i]] = true

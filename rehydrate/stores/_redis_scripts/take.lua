@@ -65,6 +65,9 @@ if claim then
   local k = 5
   for i = 1, n do
     local v = values[i]
+    if not claimed(v) then
+      CLAIMED = CLAIMED + 1
+    end
     local attempt = tonumber(sub(v, 50, 59)) + 1
     -- file() below gives the i-th element seq SEQ + i: that is its claim number.
     tails[i] = how .. string.format('%010d', attempt) .. int16(SEQ + i)
@@ -85,6 +88,11 @@ if claim then
   return out
 end
 each_chunk('HDEL', E, ids, n)
+for i = 1, n do
+  if claimed(values[i]) then
+    CLAIMED = CLAIMED - 1
+  end
+end
 finish(true)
 if join then
   return {top_seq, full, now, joined}
