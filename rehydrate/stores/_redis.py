@@ -39,7 +39,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from functools import cache
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 
@@ -429,6 +429,26 @@ def _int_option(value: object, name: str, low: int, high: int) -> int:
     return value
 
 
+def _flag(value: str) -> bool:
+    lowered = value.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(value)
+
+
+#: The constructor's options a URL's query may carry, and how to read them.
+_URL_OPTIONS: Final[dict[str, Callable[[str], Any]]] = {
+    "prefix": str,
+    "cluster": _flag,
+    "serializer": str,
+    "timeout": float,
+    "retries": int,
+    "retry_backoff": float,
+    "batch_size": int,
+}
+
 _Args = list[str | bytes | int]
 _Item = tuple[str | None, int, bytes]
 
@@ -504,8 +524,33 @@ class RedisStore(Store):
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisStore:
-        """``redis://host:port/db`` or ``rediss://...``; ``options`` are the constructor's keywords."""
-        return cls(url, **options)
+        """``redis://host:port/db`` or ``rediss://...``; ``options`` are the constructor's keywords.
+
+        ``prefix``, ``cluster``, ``serializer``, ``timeout``, ``retries``, ``retry_backoff`` and
+        ``batch_size`` may also be query parameters (``redis://host/0?prefix=billing&cluster=1``),
+        so a URL alone (``rehydrate --store``) can say everything; not both ways. Other parameters
+        (``ssl_*``...) are left for the client.
+        """
+        if not isinstance(url, str):
+            raise InvalidTypeError(f"url must be a str, not {type(url).__name__}")
+        parts = urlsplit(url)
+        try:
+            query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+        except ValueError as exc:
+            raise InvalidArgumentError(f"malformed query in {_redact(url)!r}: {exc}") from None
+        rest = []
+        for key, value in query:
+            convert = _URL_OPTIONS.get(key)
+            if convert is None:
+                rest.append((key, value))
+                continue
+            if key in options:
+                raise InvalidArgumentError(f"{key} is given both in the URL and as an argument")
+            try:
+                options[key] = convert(value)
+            except ValueError:
+                raise InvalidArgumentError(f"invalid {key}={value!r} in the Redis URL") from None
+        return cls(urlunsplit(parts._replace(query=urlencode(rest))), **options)
 
     def __repr__(self) -> str:
         return (

@@ -242,6 +242,23 @@ async def test_pages_resume_where_a_vanished_member_was(
         await check_invariants(raw, prefix, N)
 
 
+async def test_options_in_the_url(url: str, prefix: str, raw: coredis.Redis[bytes]) -> None:
+    """``rehydrate --store`` has only a URL: the store's options can ride in its query."""
+    query = (
+        f"?prefix={prefix}&batch_size=2&serializer=msgpack&retries=1&retry_backoff=0.01&timeout=5&cluster=0"
+    )
+    async with RedisStore.from_url(url + query) as s:
+        assert (s._prefix, s._batch, s._serializer.name) == (prefix, 2, "msgpack")
+        await s.push_many(N, [(i, 0, f"e{i}") for i in range(5)])
+        assert await s.poll(N) == [0, 1, 2, 3, 4]  # in pages of 2
+        assert b"{jobs}" in b"".join([key async for key in raw.scan_iter(match=f"{prefix}:*")])
+    with pytest.raises(InvalidArgumentError, match="both in the URL and as an argument"):
+        RedisStore.from_url(url + f"?prefix={prefix}", prefix="other")
+    for bad in ("batch_size=many", "cluster=maybe", "timeout=soon", "prefix=a&prefix={b}"):
+        with pytest.raises(InvalidArgumentError):
+            RedisStore.from_url(f"{url}?{bad}")
+
+
 async def test_serializer_is_checked(url: str, prefix: str, store: RedisStore) -> None:
     await store.push(N, {"a": 1}, ttl=0, id="x")
     async with RedisStore.from_url(url, prefix=prefix, serializer="pickle") as other:
