@@ -4,10 +4,10 @@ Each verb is one Lua script (``_redis_scripts/``), so it is atomic on the server
 one SORTED SET of its elements scored by due time (integer microseconds, exact in a double), whose
 members are ``seq .. id`` with a zero-padded filing sequence number, so that elements due at the
 same microsecond sort in filing order; beside it, one HASH from id to a fixed-size header (seq,
-due time, TTL or lease, attempt) followed by the payload. A claim files the element anew in the
-same set, scored by the end of its lease, so an expired lease is simply "due again". Push, pull
-and ack cost O(log n) each; a poll or a claim is one range read and one range removal, O(log n + k)
-for k elements. ``_redis_scripts/_lib.lua`` documents the keys and their invariants.
+due time, TTL or lease, attempt, claim number) followed by the payload. A claim files the element
+anew in the same set, scored by the end of its lease, so an expired lease is simply "due again".
+Push, pull and ack cost O(log n) each; a poll or a claim is one range read and one range removal,
+O(log n + k) for k elements. ``_redis_scripts/_lib.lua`` documents the keys and their invariants.
 
 This is the design other Redis job queues use (arq, SAQ, rq's scheduled registry). The store used
 to keep the core's queue-map on Redis types instead (a LIST per TTL, a zset of the lists' heads,
