@@ -55,12 +55,12 @@ def app(tmp_path: Path) -> Callable[..., Path]:
     return write
 
 
-def start(tmp_path: Path, *argv: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def start(cwd: Path, *argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """``rehydrate --log-format json worker ARGV...`` in ``cwd``, with ``env`` added."""
     return subprocess.Popen(
         [sys.executable, "-m", "rehydrate", "--log-format", "json", "worker", *argv],
-        cwd=tmp_path,
-        env=env,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -213,26 +213,9 @@ def test_redis_deployment_example(tmp_path: Path, request: pytest.FixtureRequest
     anyio.run(_flush, url)
     results = tmp_path / "results.log"
     example = ROOT / "examples" / "redis_workers"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "REHYDRATE_STORE": url, "RESULTS": str(results)}
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rehydrate",
-            "--log-format",
-            "json",
-            "worker",
-            "app:scheduler",
-            "--processes",
-            "2",
-        ],
-        cwd=example,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    extra = {"REHYDRATE_STORE": url, "RESULTS": str(results)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **extra}
+    worker = start(example, "app:scheduler", "--processes", "2", env=extra)
     try:
         produced = subprocess.run(
             [sys.executable, "producer.py", "--count", "300", "--spread", "1"],

@@ -63,26 +63,25 @@ def limit_or_inf(value: object) -> float:
     return math.inf if checked is None else checked
 
 
-def attempt(value: object) -> int | None:
-    """Return ``value`` if it is ``None`` (no fencing) or an ``int`` of at least 0."""
+def _fence(value: object, name: str, low: int) -> int | None:
+    """Return ``value`` if it is ``None`` (no fencing) or an ``int`` of at least ``low``."""
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidTypeError(f"attempt must be an int or None, not {type(value).__name__}")
-    if value < 0:
-        raise InvalidArgumentError(f"attempt must not be negative, got {value!r}")
+        raise InvalidTypeError(f"{name} must be an int or None, not {type(value).__name__}")
+    if value < low:
+        raise InvalidArgumentError(f"{name} must be at least {low}, got {value!r}")
     return value
+
+
+def attempt(value: object) -> int | None:
+    """An attempt count to fence with (ReDe's XACK), or ``None``."""
+    return _fence(value, "attempt", 0)
 
 
 def token(value: object) -> int | None:
-    """Return ``value`` if it is ``None`` (no fencing) or a claim's token: an ``int`` of at least 1."""
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidTypeError(f"token must be an int (a Claim's token) or None, not {type(value).__name__}")
-    if value < 1:
-        raise InvalidArgumentError(f"token must be a Claim's token (at least 1), got {value!r}")
-    return value
+    """A :class:`Claim`'s ``token`` to fence with, or ``None``."""
+    return _fence(value, "token", 1)
 
 
 def ids(values: tuple[Any, ...]) -> tuple[str, ...]:
