@@ -164,9 +164,11 @@ local function hmget(key, ids, n)
 end
 
 -- File n elements anew, in order: ids[i], due at due16s[i] (a string), with the header's
--- how17 .. attempt10 .. claim16 tails[i] and payloads[i] after the header. Each draws a seq; its value is
--- written and its member added. The caller has removed an element's old member first.
-local function file(n, ids, due16s, tails, payloads)
+-- how17 .. attempt10 .. claim16 tails[i] and payloads[i] after the header. Each draws a seq; its
+-- value is written and its member added. With claimed, tails[i] stops at attempt10 and the seq
+-- the element draws is its claim16 (formatted once for both). The caller has removed an
+-- element's old member first.
+local function file(n, ids, due16s, tails, payloads, claimed)
   local values, scored = {}, {}
   local seq = SEQ
   for i = 1, n do
@@ -174,7 +176,11 @@ local function file(n, ids, due16s, tails, payloads)
     seq = seq + 1
     local seq16 = int16(seq)
     values[2 * i - 1] = id
-    values[2 * i] = seq16 .. due16 .. tails[i] .. payloads[i]
+    if claimed then
+      values[2 * i] = seq16 .. due16 .. tails[i] .. seq16 .. payloads[i]
+    else
+      values[2 * i] = seq16 .. due16 .. tails[i] .. payloads[i]
+    end
     scored[2 * i - 1] = due16 -- a string: Redis parses it, Lua need not format a number
     scored[2 * i] = seq16 .. id
   end

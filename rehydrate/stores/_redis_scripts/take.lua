@@ -60,7 +60,7 @@ if claim then
   local until_ = now + tonumber(ARGV[7])
   local how = 'l' .. int16(tonumber(ARGV[7]))
   local until16 = int16(until_)
-  local due16s, tails = {}, {}
+  local due16s, tails, by_attempt = {}, {}, {}
   local out = {top_seq, full, now, until_, joined}
   local k = 5
   for i = 1, n do
@@ -69,8 +69,14 @@ if claim then
       CLAIMED = CLAIMED + 1
     end
     local attempt = tonumber(sub(v, 50, 59)) + 1
-    -- file() below gives the i-th element seq SEQ + i: that is its claim number.
-    tails[i] = how .. string.format('%010d', attempt) .. int16(SEQ + i)
+    local tail = by_attempt[attempt] -- most elements of a batch share their attempt
+    if not tail then
+      tail = how .. string.format('%010d', attempt)
+      by_attempt[attempt] = tail
+    end
+    -- file() below gives the i-th element seq SEQ + i, and writes it as its claim16: its claim
+    -- number.
+    tails[i] = tail
     due16s[i] = until16
     out[k + 1] = ids[i]
     out[k + 2] = attempt
@@ -83,7 +89,7 @@ if claim then
     end
     k = k + 5
   end
-  file(n, ids, due16s, tails, payloads)
+  file(n, ids, due16s, tails, payloads, true)
   finish()
   return out
 end
