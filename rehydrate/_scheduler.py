@@ -877,10 +877,12 @@ class Scheduler:
     async def _failed(self, route: _Route, claim: Claim, exc: Exception) -> None:
         log = logger.bind(dehydrator=route.name, id=claim.id, attempt=claim.attempt)
         try:
-            if claim.attempt >= route.retry.attempts:
+            retryable = route.retry.retries(exc)
+            if claim.attempt >= route.retry.attempts or not retryable:
                 await self._dead_letter(route, claim, exc)
                 self._counters.dead_lettered += 1
-                log.warning("handler failed for the last time: dead-lettered", error=repr(exc))
+                why = "for the last time" if retryable else "with an error not retried"
+                log.warning(f"handler failed {why}: dead-lettered", error=repr(exc))
                 return
             if isinstance(exc, Retry) and exc.delay is not None:
                 delay = exc.delay_after(claim.attempt)

@@ -360,6 +360,40 @@ class TestAtLeastOnce:
             assert attempts[-1] == 1
             assert await scheduler.dead_letters("jobs") == []
 
+    async def test_only_the_errors_in_on_are_retried(
+        self, scheduler: Scheduler, store: MemoryStore, clock: FakeClock
+    ) -> None:
+        attempts: dict[str, list[int]] = {"flaky": [], "broken": [], "asks": []}
+
+        @scheduler.handler("jobs", retry=Retry(attempts=3, backoff=NO_JITTER, on=ConnectionError))
+        async def job(element: str) -> None:
+            attempts[element].append(current_delivery().attempt)
+            if element == "flaky" and current_delivery().attempt == 1:
+                raise ConnectionError("reset by peer")
+            if element == "broken":
+                raise ValueError("cannot parse")
+            if element == "asks" and current_delivery().attempt == 1:
+                raise Retry(delay=5)  # an explicit Retry is always retried
+
+        async with scheduler:
+            for element in attempts:
+                await scheduler.defer("jobs", element, id=element)
+            await settle()
+            (letter,) = await scheduler.dead_letters("jobs")
+            assert (letter.id, letter.attempts) == ("broken", 1)  # not retried: dead at once
+            assert "cannot parse" in letter.error
+            await advance(clock, 5)
+            assert attempts == {"flaky": [1, 2], "broken": [1], "asks": [1, 2]}
+            assert await store.size("jobs") == 0
+            assert (scheduler.stats().retried, scheduler.stats().dead_lettered) == (2, 1)
+
+    def test_bad_on(self) -> None:
+        for bad in ((), "ValueError", (ValueError, 3), int):
+            with pytest.raises(InvalidArgumentError, match="on must be"):
+                Retry(on=bad)  # type: ignore[arg-type]
+        assert Retry(on=KeyError).on == (KeyError,)
+        assert Retry().on == (Exception,)
+
     async def test_raised_retry_asks_for_a_delay(self, scheduler: Scheduler, clock: FakeClock) -> None:
         attempts: list[int] = []
 

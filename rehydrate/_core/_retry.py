@@ -48,13 +48,20 @@ class Backoff:
         return delay
 
 
+def _as_tuple(value: object) -> tuple[type[BaseException], ...]:
+    """``on=ValueError`` means ``on=(ValueError,)``; the validator checks what is inside."""
+    return value if isinstance(value, tuple) else (value,)
+
+
 @attrs.define(frozen=True, kw_only=True, eq=False)
 class Retry(Exception):
     """How a handler's failures are retried, and a way for a handler to ask for a retry.
 
     As a policy (``@scheduler.handler(..., retry=Retry(attempts=5))``): an element is delivered at
     most ``attempts`` times; after each failure it is rescheduled ``backoff(attempt)`` seconds
-    later; after the last one it goes to the dead letters.
+    later; after the last one it goes to the dead letters. Only the exceptions in ``on`` (every
+    ``Exception`` by default) are retried: with ``on=(TimeoutError, ConnectionError)``, a
+    ``ValueError`` (a payload that will never parse) goes to the dead letters at once.
 
     Raised from a handler (``raise Retry(delay=30)``): retry this element after ``delay`` seconds
     instead of the backoff (it still counts as an attempt; ``attempts`` here is ignored).
@@ -63,6 +70,7 @@ class Retry(Exception):
     attempts: int = attrs.field(default=5)
     backoff: Callable[[int], float] = attrs.field(factory=Backoff)
     delay: float | None = attrs.field(default=None)
+    on: tuple[type[BaseException], ...] = attrs.field(default=(Exception,), converter=_as_tuple)
 
     @attempts.validator
     def _check_attempts(self, _: object, value: int) -> None:
@@ -78,6 +86,15 @@ class Retry(Exception):
     def _check_delay(self, _: object, value: float | None) -> None:
         if value is not None:
             _validate.seconds(value, "delay")
+
+    @on.validator
+    def _check_on(self, _: object, value: tuple[object, ...]) -> None:
+        if not value or not all(isinstance(t, type) and issubclass(t, BaseException) for t in value):
+            raise InvalidArgumentError("on must be an exception class or a non-empty tuple of them")
+
+    def retries(self, exc: BaseException) -> bool:
+        """Whether a handler's failure with ``exc`` may be retried (a raised ``Retry`` always may)."""
+        return isinstance(exc, (Retry, *self.on))
 
     def delay_after(self, attempt: int, rng: random.Random | None = None) -> float:
         """Seconds to wait after failed attempt ``attempt``."""
