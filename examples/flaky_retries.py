@@ -5,7 +5,8 @@ Three webhooks go to three pretend HTTP services:
 * ``flaky`` answers 503 twice, then 200: the webhook is delivered on its third attempt;
 * ``outage`` answers 503 for longer than the retry policy lasts: the webhook is dead-lettered,
   then requeued by the operator once the service is back, and delivered;
-* ``broken`` answers 400 to everything: a permanent error, dead-lettered and reported.
+* ``broken`` answers 400 to everything: a permanent error, not worth retrying
+  (``Retry(on=TransientError)``): dead-lettered at once and reported.
 
 After each failed attempt the scheduler reschedules the element ``backoff(attempt)`` seconds later
 (doubling each time, less a random part of up to ``jitter`` of it, so that callers that failed
@@ -137,9 +138,9 @@ async def run(
             await services[webhook["service"]].post(webhook["body"])
         except HTTPError as exc:
             # Raising is how a handler fails: the scheduler reschedules the element with backoff,
-            # or dead-letters it after the last attempt. It retries every exception alike: a 400
-            # uses up its attempts like a 503 (rehydrate has no "do not retry this one").
-            if delivery.attempt < retry.attempts:
+            # or dead-letters it after the last attempt, or at once for an error the policy does
+            # not retry (``retry.on``: a 400 will not pass on the next attempt).
+            if retry.retries(exc) and delivery.attempt < retry.attempts:
                 say(f"{delivery.id}: attempt {delivery.attempt} failed ({exc}), will retry")
             else:
                 say(f"{delivery.id}: attempt {delivery.attempt} failed ({exc}), giving up")
@@ -185,7 +186,11 @@ async def demo() -> Report:
         "broken": FakeService(permanent=True),
     }
     # Short delays so that the demonstration takes a moment; a real policy would start at seconds.
-    retry = Retry(attempts=4, backoff=Backoff(initial=0.05, multiplier=2, maximum=1, jitter=0.5))
+    retry = Retry(
+        attempts=4,
+        backoff=Backoff(initial=0.05, multiplier=2, maximum=1, jitter=0.5),
+        on=TransientError,  # a 5xx may pass later; a 4xx will not
+    )
     return await run(MemoryStore(), services, retry)
 
 
