@@ -173,6 +173,8 @@ def configure_logging(log_format: str, verbosity: int, stream: TextIO | None = N
     structlog.configure(
         processors=[*processors, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=out),
+        # One write per line (PrintLogger writes the line and its newline apart): the lines of
+        # worker processes sharing a pipe do not interleave.
+        logger_factory=structlog.WriteLoggerFactory(file=out),
         cache_logger_on_first_use=False,
     )
