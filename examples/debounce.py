@@ -5,9 +5,11 @@ delivery still pending. So the handler (here: reindex the document for search) r
 user has stopped typing for ``quiet`` seconds, with what they typed last. ``max_wait`` bounds the
 wait: a burst that never pauses is still delivered ``max_wait`` after its first edit.
 
-``Scheduler.defer`` raises ``DuplicateIdError`` for an id that is already deferred and has no
-"replace" option, so re-deferring is two calls: ``cancel`` (ReDe's PULL, which hands back the
-pending element, so the burst's first-edit time and edit count carry over) and ``defer``.
+Plain debouncing is one call: ``defer(..., id=doc, replace=True)`` files the new content in place
+of the pending one, due anew. This example also counts the edits of a burst and bounds its wait,
+so it needs what the pending element held: it takes it back with ``cancel`` (ReDe's PULL, which
+returns the element) and defers the merged one (``defer`` raises ``DuplicateIdError`` if another
+edit got in between, and it merges again).
 
 Run it with ``python examples/debounce.py``; ``tests/test_examples.py`` drives :func:`run` with a
 fake clock.

@@ -542,14 +542,17 @@ class Scheduler:
         delay: Seconds | None = None,
         at: datetime | None = None,
         id: str | None = None,
+        replace: bool = False,
     ) -> str:
         """Deliver ``element`` to ``name``'s handler after ``delay`` seconds or at ``at``; its id.
 
         ``at`` must be timezone-aware. With neither, it is due at once. Raises
-        ``DuplicateIdError`` if ``id`` is already deferred in ``name``.
+        ``DuplicateIdError`` if ``id`` is already deferred in ``name``, unless ``replace``: then
+        the pending element is replaced by this one, atomically, and due anew (a debounce). If
+        the old one is running, it finishes, and its ack cannot touch the new one.
         """
         ttl = self._ttl(delay, at)
-        return await self.store.push(name, element, ttl=ttl, id=id)
+        return await self.store.push(name, element, ttl=ttl, id=id, replace=replace)
 
     async def cancel(self, name: str, id: str) -> Any:
         """Remove a deferred element before it is delivered (PULL); the element, or ``None``."""

@@ -137,11 +137,16 @@ class Store(ABC):
     # -- ReDe verbs ----------------------------------------------------------------------------
 
     @abstractmethod
-    async def push(self, name: str, element: Any, *, ttl: Seconds, id: str | None = None) -> str:
+    async def push(
+        self, name: str, element: Any, *, ttl: Seconds, id: str | None = None, replace: bool = False
+    ) -> str:
         """Dehydrate ``element`` for ``ttl`` seconds (PUSH/GIDPUSH) and return its id.
 
-        Without ``id`` a unique one is generated. Raises ``DuplicateIdError`` if ``id`` is present.
-        Durable stores have the element on disk (or acknowledged by the server) when this returns.
+        Without ``id`` a unique one is generated. Raises ``DuplicateIdError`` if ``id`` is present,
+        unless ``replace``: then the element under ``id`` is removed and this one filed in its
+        place, in one atomic step (a new element: attempt 0, unclaimed, due in ``ttl``; a worker
+        still running the old one is fenced out). Durable stores have the element on disk (or
+        acknowledged by the server) when this returns.
         """
 
     @abstractmethod

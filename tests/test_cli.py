@@ -129,6 +129,10 @@ def test_verbs_round_trip(cli: CLI) -> None:
     assert cli.json("look", "jobs", "a") == {"to": "ann"}
     assert cli.json("update", "jobs", "a", '{"to": "bob"}') == {"to": "ann"}
     assert cli.json("look", "jobs", "a") == {"to": "bob"}
+    assert cli("push", "jobs", "1", "--id", "a")[0] == 1  # already there
+    assert cli.json("push", "jobs", '{"to": "cy"}', "--id", "a", "--replace") == {"id": "a", "ttl": 0.0}
+    assert cli.json("look", "jobs", "a") == {"to": "cy"}
+    assert cli.json("update", "jobs", "a", '{"to": "bob"}') == {"to": "cy"}
     assert cli.json("ttn", "jobs") == 0.0
     assert cli.json("xack", "jobs", "a", later["id"]) == [
         {"id": "a", "element": {"to": "bob"}},
@@ -252,6 +256,7 @@ def test_stats_watch(cli: CLI) -> None:
     ("argv", "code", "message"),
     [
         (["push", "jobs", "{bad"], 1, "invalid JSON payload '{bad'"),
+        (["push", "jobs", "1", "--replace"], 1, "--replace needs --id"),
         (["push", "jobs", "1", "--delay", "5x"], 2, "invalid duration '5x'"),
         (["push", "jobs", "1", "--at", "tomorrow"], 2, "invalid time 'tomorrow'"),
         (["--store", "ftp://host", "ttn", "jobs"], 1, "unsupported store URL 'ftp://host'"),

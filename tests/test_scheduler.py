@@ -300,6 +300,26 @@ class TestAtLeastOnce:
             assert await store.size("docs") == 0
             assert scheduler.stats().acked == 1
 
+    async def test_defer_replace_debounces(
+        self, scheduler: Scheduler, store: MemoryStore, clock: FakeClock
+    ) -> None:
+        got: list[str] = []
+
+        @scheduler.handler("docs")
+        async def save(element: str) -> None:
+            got.append(element)
+
+        async with scheduler:
+            for n in range(5):  # an edit every second, each pushing the save 3 s later
+                await scheduler.defer("docs", f"v{n}", id="doc", delay=3, replace=True)
+                await advance(clock, 1)
+            assert got == []
+            await advance(clock, 2)
+            assert got == ["v4"]
+            await scheduler.defer("docs", "a", id="x", delay=9)
+            with pytest.raises(DuplicateIdError):  # without replace
+                await scheduler.defer("docs", "b", id="x", delay=9)
+
     async def test_slow_handler_lease_is_extended(
         self, scheduler: Scheduler, store: MemoryStore, clock: FakeClock
     ) -> None:

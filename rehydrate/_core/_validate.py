@@ -63,6 +63,12 @@ def limit_or_inf(value: object) -> float:
     return math.inf if checked is None else checked
 
 
+def flag(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidTypeError(f"{name} must be True or False, not {type(value).__name__}")
+    return value
+
+
 def _fence(value: object, name: str, low: int) -> int | None:
     """Return ``value`` if it is ``None`` (no fencing) or an ``int`` of at least ``low``."""
     if value is None:

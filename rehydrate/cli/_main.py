@@ -110,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     when.add_argument("--delay", type=duration, default=0.0, help="e.g. 1500ms, 5s, 2m, 1h (default 0)")
     when.add_argument("--at", type=aware_datetime, help="ISO 8601 time; without an offset it is UTC")
     push.add_argument("--id", help="the element's id (default: a generated one)")
+    push.add_argument("--replace", action="store_true", help="replace the element under --id, due anew")
     for name, help, func in [
         ("pull", "remove and print an element, due or not (PULL)", _verbs.pull),
         ("look", "print an element without removing it (LOOK)", _verbs.look),

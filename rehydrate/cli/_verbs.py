@@ -45,7 +45,9 @@ async def push(args: argparse.Namespace, store: Store) -> int:
         ttl = max(0.0, (args.at - datetime.now(UTC)).total_seconds())
     else:
         ttl = args.delay
-    id = await store.push(args.name, args.payload, ttl=ttl, id=args.id)
+    if args.replace and args.id is None:
+        raise CLIError("--replace needs --id: the element to replace")
+    id = await store.push(args.name, args.payload, ttl=ttl, id=args.id, replace=args.replace)
     if wants_json(args):
         emit_json({"id": id, "ttl": ttl})
     else:

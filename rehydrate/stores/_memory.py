@@ -72,10 +72,16 @@ class MemoryStore(Store):
 
     # -- ReDe verbs ------------------------------------------------------------------------------
 
-    async def push(self, name: str, element: Any, *, ttl: Seconds, id: str | None = None) -> str:
+    async def push(
+        self, name: str, element: Any, *, ttl: Seconds, id: str | None = None, replace: bool = False
+    ) -> str:
         await anyio.lowlevel.checkpoint()
+        _validate.flag(replace, "replace")
         d = self._get_or_create(name)
         before = d.next_due()
+        if replace and id is not None and id in d:
+            _validate.seconds(ttl, "ttl")  # before anything changes
+            d.pull(id)
         id = d.push(element, ttl=ttl, id=id)
         self._notify_if_sooner(name, d, before)
         return id

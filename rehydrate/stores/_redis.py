@@ -674,15 +674,16 @@ class RedisStore(Store):
     def _new_id(self) -> str:
         return f"{self._id_prefix}{next(self._id_counter):x}"
 
-    async def _push(self, name: str, items: list[_Item]) -> list[str]:
+    async def _push(self, name: str, items: list[_Item], *, replace: bool = False) -> list[str]:
         """File the items in one script. ``None`` ids are generated here, before the first attempt,
-        so a retry after a lost reply is recognised."""
+        so a retry after a lost reply is recognised (a replace is simply done again)."""
         while True:
             ids = [id if id is not None else self._new_id() for id, _, _ in items]
             flat: _Args = []
             for id, (_, ttl, payload) in zip(ids, items, strict=True):
                 flat += (id, ttl, payload)
-            reply = await self._eval("push", name, ["0", *flat], retry=["1", *flat])
+            mode, retry = ("r", "r") if replace else ("0", "1")
+            reply = await self._eval("push", name, [mode, *flat], retry=[retry, *flat])
             status = int(reply[0])
             if status == 0:
                 dup = _text(reply[1])
@@ -698,13 +699,16 @@ class RedisStore(Store):
 
     # -- ReDe verbs ------------------------------------------------------------------------------
 
-    async def push(self, name: str, element: Any, *, ttl: Seconds, id: str | None = None) -> str:
+    async def push(
+        self, name: str, element: Any, *, ttl: Seconds, id: str | None = None, replace: bool = False
+    ) -> str:
         self._keys(name)
         micros = _micros(ttl, "ttl")
+        _validate.flag(replace, "replace")
         if id is not None:
             _validate.element_id(id)
         payload = self._dumps(element)
-        (pushed,) = await self._push(name, [(id, micros, payload)])
+        (pushed,) = await self._push(name, [(id, micros, payload)], replace=replace)
         return pushed
 
     async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:

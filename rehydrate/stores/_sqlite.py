@@ -558,9 +558,12 @@ class SQLiteStore(Store):
 
     # -- ReDe verbs ------------------------------------------------------------------------------
 
-    async def push(self, name: str, element: Any, *, ttl: Seconds, id: str | None = None) -> str:
+    async def push(
+        self, name: str, element: Any, *, ttl: Seconds, id: str | None = None, replace: bool = False
+    ) -> str:
         _validate.element_id(name, "name")
         seconds = _validate.seconds(ttl, "ttl")
+        _validate.flag(replace, "replace")
         if id is not None:
             _validate.element_id(id)
         payload = self._dumps(element)
@@ -570,6 +573,8 @@ class SQLiteStore(Store):
         def body(conn: sqlite3.Connection) -> int | None:
             due = self._now() + seconds
             head = _head(conn, name)
+            if replace:
+                conn.execute("DELETE FROM rehydrate_elements WHERE name = ? AND id = ?", (name, key))
             try:
                 conn.execute(_INSERT, (name, key, payload, codec, due, _next_seq(conn, 1), seconds))
             except sqlite3.IntegrityError:

@@ -46,6 +46,32 @@ class TestVerbs:
             await s.push(N, "b", ttl=1, id="x")
         assert await s.look(N, "x") == "a"
 
+    async def test_push_replace(self, harness: Harness) -> None:
+        s = harness.store
+        assert await s.push(N, "v1", ttl=5, id="doc", replace=True) == "doc"  # absent: a plain push
+        await s.push(N, "other", ttl=3, id="o")
+        harness.advance(4)
+        assert await s.push(N, "v2", ttl=5, id="doc", replace=True) == "doc"
+        assert await s.size(N) == 2
+        assert await s.look(N, "doc") == "v2"
+        harness.advance(4)  # v1 would be due now; v2 is due at 9
+        assert await s.poll(N) == ["other"]
+        harness.advance(1)
+        (claim,) = await s.claim(N, lease=30)
+        assert (claim.element, claim.attempt) == ("v2", 1)
+        # Replacing a claimed element: a new element, unclaimed; the old claim is fenced out.
+        await s.push(N, "v3", ttl=0, id="doc", replace=True)
+        info = await s.info(N, "doc")
+        assert info is not None
+        assert (info.attempt, info.claimed) == (0, False)
+        assert await s.ack(N, [("doc", claim.token)]) == [False]
+        assert await s.extend(N, "doc", lease=60, token=claim.token) is None
+        assert await s.summary(N) == Summary(size=1, due=1, claimed=0, ttn=0.0)
+        assert await s.poll(N) == ["v3"]
+        await s.push(N, "x", ttl=1, id="o2")
+        with pytest.raises(DuplicateIdError):  # without replace, as before
+            await s.push(N, "y", ttl=1, id="o2")
+
     async def test_same_id_in_two_dehydrators(self, harness: Harness) -> None:
         s = harness.store
         await s.push("one", "a", ttl=1, id="x")
@@ -308,6 +334,8 @@ class TestBadInput:
             lambda s: s.push(N, "x", ttl=float("nan")),
             lambda s: s.push(N, "x", ttl="5"),
             lambda s: s.push(N, "x", ttl=1, id=""),
+            lambda s: s.push(N, "x", ttl=-1, id="a", replace=True),
+            lambda s: s.push(N, "x", ttl=1, id="a", replace=1),
             lambda s: s.push("", "x", ttl=1),
             lambda s: s.pull(N, ""),
             lambda s: s.look(N, 7),

@@ -600,6 +600,7 @@ _picks = st.sampled_from([0, 1, 2])
 _ops = st.lists(
     st.one_of(
         st.tuples(st.just("push"), _ids, _ttls),
+        st.tuples(st.just("push_replace"), _ids, _ttls),
         st.tuples(st.just("push_gen"), _ttls),
         st.tuples(st.just("push_many"), st.lists(st.tuples(_ids, _ttls), max_size=4)),
         st.tuples(st.just("pull"), _ids),
@@ -637,6 +638,8 @@ async def _apply(store: Any, op: tuple[Any, ...], n: int, tokens: dict[str, list
         match kind:
             case "push":
                 return await store.push(N, f"{args[0]}#{n}", ttl=args[1], id=args[0])
+            case "push_replace":
+                return await store.push(N, f"{args[0]}#{n}", ttl=args[1], id=args[0], replace=True)
             case "push_gen":
                 await store.push(N, f"gen#{n}", ttl=args[0])
                 return None

@@ -1,8 +1,10 @@
--- PUSH / push_many: ARGV[5] "1" on a retried attempt, then (id, ttl µs, payload) per element.
--- Returns {1, created} when pushed (created: the dehydrator was empty), {0, id} when an id is
--- present, {2} when a retry finds the batch already pushed (an id present with the same payload).
+-- PUSH / push_many: ARGV[5] "0", "1" on a retried attempt, or "r" to replace elements present,
+-- then (id, ttl µs, payload) per element. Returns {1, created} when pushed (created: the
+-- dehydrator was empty), {0, id} when an id is present, {2} when a retry finds the batch already
+-- pushed (an id present with the same payload).
 load_state(true)
 local retry = ARGV[5] == '1'
+local replace = ARGV[5] == 'r'
 local n = (#ARGV - 5) / 3
 local ids, payloads = {}, {}
 for i = 1, n do
@@ -11,9 +13,16 @@ for i = 1, n do
 end
 local found = hmget(E, ids, n)
 local seen = 0
+local before = earliest()
 for i = 1, n do
   local v = found[i]
-  if v then
+  if v and replace then
+    -- The new element takes the old one's place: its member goes, its value is overwritten.
+    redis.call('ZREM', Z, member(ids[i], v))
+    if claimed(v) then
+      CLAIMED = CLAIMED - 1
+    end
+  elseif v then
     -- A retry compares payloads: the first attempt may have pushed the batch before its reply
     -- was lost.
     if not retry or payload_of(v) ~= payloads[i] then
@@ -25,7 +34,6 @@ end
 if seen > 0 then
   return {2}
 end
-local before = earliest()
 local now = clock()
 local due16s, tails, soonest = {}, {}, nil
 -- Elements of a batch often share a TTL: each TTL's due time and header tail are made once.
