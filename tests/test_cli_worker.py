@@ -188,6 +188,24 @@ def test_processes_share_the_work_once(app: Callable[..., Path], tmp_path: Path)
     assert state(url) == []
 
 
+def test_memory_store_worker_starts_and_stops(app: Callable[..., Path], tmp_path: Path) -> None:
+    """The app's own store (memory://) when no --store is given: nothing to share, but it runs."""
+    app()
+    worker = start(tmp_path, "wapp:scheduler")
+    try:
+        deadline = time.monotonic() + 20
+        assert worker.stderr is not None
+        line = worker.stderr.readline()
+        while "worker ready" not in line and time.monotonic() < deadline:
+            line = worker.stderr.readline()
+        assert "MemoryStore" in json.loads(line)["store"]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+    code, logs = finish(worker)
+    assert code == 0
+    assert logs[-1]["event"] == "worker stopped"
+
+
 def test_processes_refuse_the_memory_store(app: Callable[..., Path], tmp_path: Path) -> None:
     app()
     worker = start(tmp_path, "wapp:scheduler", "--processes", "2")
