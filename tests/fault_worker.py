@@ -1,4 +1,4 @@
-"""A worker process for the fault tests: ``python -m tests.fault_worker URL OPTIONS MODE LOG [N]``.
+"""A worker process for the fault tests: ``python -m tests.fault_worker URL OPTIONS MODE LOG [N [BACKEND]]``.
 
 It serves the dehydrator ``jobs`` with a 1-second lease. Every delivery appends
 ``<id> <attempt> <pid>`` to LOG; in MODE ``hang`` the handler then never returns (the test kills the
@@ -40,5 +40,6 @@ async def main(url: str, options: dict[str, object], mode: str, out: TextIO, con
 if __name__ == "__main__":
     url, options, mode, log = sys.argv[1:5]
     concurrency = int(sys.argv[5]) if len(sys.argv) > 5 else 5
+    backend = sys.argv[6] if len(sys.argv) > 6 else "asyncio"
     with open(log, "a", buffering=1) as out:  # one line per delivery, written as it happens
-        anyio.run(main, url, json.loads(options), mode, out, concurrency)
+        anyio.run(main, url, json.loads(options), mode, out, concurrency, backend=backend)

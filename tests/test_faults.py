@@ -2,7 +2,8 @@
 
 A worker claims 5 elements and hangs in their handlers; it is killed with SIGKILL. A second
 worker then handles all 20: the 15 nobody had, at once, and the killed worker's 5 once their
-1-second lease runs out, as attempt 2. Runs on SQLite and on Redis (a throwaway server).
+1-second lease runs out, as attempt 2. Runs on SQLite and on Redis (a throwaway server), with the
+worker processes on asyncio and on trio.
 """
 
 from __future__ import annotations
@@ -38,10 +39,16 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
     anyio.run(drop_prefix, url, prefix)
 
 
+@pytest.fixture(params=["asyncio", "trio"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The event loop the worker processes run on."""
+    return str(request.param)
+
+
 def start_worker(
-    url: str, options: dict[str, Any], mode: str, log: Path, concurrency: int = 5
+    url: str, options: dict[str, Any], mode: str, log: Path, backend: str, concurrency: int = 5
 ) -> subprocess.Popen[bytes]:
-    args = [url, json.dumps(options), mode, str(log), str(concurrency)]
+    args = [url, json.dumps(options), mode, str(log), str(concurrency), backend]
     with open(log.with_suffix(".err"), "wb") as err:
         return subprocess.Popen(
             [sys.executable, "-m", "tests.fault_worker", *args],
@@ -78,7 +85,9 @@ async def store_call(url: str, options: dict[str, Any], method: str, *args: Any,
         return await getattr(store, method)(*args, **kwargs)
 
 
-def test_worker_killed_mid_handler_loses_nothing(target: tuple[str, dict[str, Any]], tmp_path: Path) -> None:
+def test_worker_killed_mid_handler_loses_nothing(
+    target: tuple[str, dict[str, Any]], tmp_path: Path, backend: str
+) -> None:
     url, options = target
     ids = [f"job-{i}" for i in range(20)]
     anyio.run(
@@ -86,7 +95,7 @@ def test_worker_killed_mid_handler_loses_nothing(target: tuple[str, dict[str, An
     )
 
     first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
-    first = start_worker(url, options, "hang", first_log)
+    first = start_worker(url, options, "hang", first_log, backend)
     try:
         wait_for(
             lambda: len(lines(first_log)) == 5, 20, "the first worker to start 5 handlers", first, first_log
@@ -97,7 +106,7 @@ def test_worker_killed_mid_handler_loses_nothing(target: tuple[str, dict[str, An
     started = {id for id, _, _ in lines(first_log)}
     assert len(started) == 5
 
-    second = start_worker(url, options, "ok", second_log)
+    second = start_worker(url, options, "ok", second_log, backend)
     try:
         wait_for(
             lambda: {id for id, _, _ in lines(second_log)} == set(ids),
@@ -124,7 +133,9 @@ def test_worker_killed_mid_handler_loses_nothing(target: tuple[str, dict[str, An
     assert second.returncode == 0  # SIGTERM: a graceful stop
 
 
-def test_two_workers_share_the_work_once(target: tuple[str, dict[str, Any]], tmp_path: Path) -> None:
+def test_two_workers_share_the_work_once(
+    target: tuple[str, dict[str, Any]], tmp_path: Path, backend: str
+) -> None:
     """Two worker processes on one store: 10,000 elements, each handled exactly once."""
     url, options = target
     ids = [f"e{i}" for i in range(10_000)]
@@ -135,7 +146,7 @@ def test_two_workers_share_the_work_once(target: tuple[str, dict[str, Any]], tmp
                 await store.push_many("jobs", [(None, 0, id) for id in ids[start : start + 1000]])
 
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
-    workers = [start_worker(url, options, "ok", log, concurrency=100) for log in logs]
+    workers = [start_worker(url, options, "ok", log, backend, concurrency=100) for log in logs]
     try:
         for worker, log in zip(workers, logs, strict=True):
             wait_for(lambda log=log: log.exists() and "ready" in log.read_text(), 20, "ready", worker, log)
