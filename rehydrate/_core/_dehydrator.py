@@ -557,8 +557,14 @@ class Dehydrator:
         return items[i] if i < n else None
 
     def _seat(self, queue: _Queue) -> None:
+        """Give the queue a heap entry for its live head, or forget it if it has none.
+
+        A queue left in the map without an entry would take later pushes that no poll can see.
+        """
         node = self._first_live(queue)
-        if node is not None:
+        if node is None:
+            self._forget(queue)
+        else:
             heappush(self._heads, (node[0], node[1], queue))
 
     def _top(self) -> _Entry | None:
