@@ -752,12 +752,15 @@ class Dehydrator:
         Each queue is sorted by due time (dead nodes keep their place), so its due prefix is found
         by bisection and cut with a slice; one stable sort on the due time merges the prefixes in
         C, O(k log r) for r prefixes, instead of a heap operation per element when the queues'
-        due times interleave. The last pass then walks the nodes in due order, which is close to
-        the order they were allocated in, so memory is read mostly in sequence.
+        due times interleave. A poll of many elements is bound by memory, not arithmetic (a
+        million nodes do not fit in a cache), so each pass over the nodes counts: the dead are
+        looked for only if there are any, a poll that takes every element clears the index
+        instead of probing it once per node, and the taken nodes are not marked dead (they are
+        behind their queue's head and out of the index, where nothing looks at them again).
         """
         heads = self._heads
-        if len(heads) < 2 or (heads[1][0] > now and (len(heads) < 3 or heads[2][0] > now)):
-            return [node[3] for node in self._take(now, _INF, drop=True)]
+        if not heads or heads[0][0] > now:
+            return []
         entries = []
         while heads and heads[0][0] <= now:
             entries.append(heappop(heads))
@@ -776,27 +779,38 @@ class Dehydrator:
                 continue
             self._advance(queue, end)
             self._seat(queue)
+        # Pulled or moved nodes keep their place in a queue until a sweep: leave them out.
+        if self._dead and None in map(_QUEUE, nodes):
+            live = [node for node in nodes if node[5] is not None]
+            self._dead -= len(nodes) - len(live)
+            nodes = live
+        index = self._index
+        if len(nodes) == len(index):  # every live node is indexed: this poll takes them all
+            index.clear()
+        else:
+            for node in nodes:
+                del index[node[2]]
         if runs > 1:
             # Float keys compare fast; the sort is stable, so only equal due times in different
-            # runs can come out of filing order: then, and only then, sort on (due, seq).
+            # runs can come out of filing order: then, and only then, sort on (due, seq). The
+            # check rides on the pass that collects the elements: one more read of each node, in
+            # due order, would cost as much as the sort.
             nodes.sort(key=_DUE)
-            dues = list(map(_DUE, nodes))
-            if len(set(dues)) != len(dues):
-                nodes.sort(key=_ORDER)
-        index = self._index
-        out: list[Any] = []
-        append = out.append
-        dead = 0
-        for node in nodes:
-            if node[5] is None:  # pulled or moved: dead nodes keep their place in a queue
-                dead += 1
-                continue
-            node[5] = None
-            del index[node[2]]
-            append(node[3])
-        self._dead -= dead
-        return out
+            out: list[Any] = []
+            append = out.append
+            prev = None
+            for node in nodes:
+                due = node[0]
+                if due == prev:
+                    nodes.sort(key=_ORDER)
+                    return list(map(_ELEMENT, nodes))
+                prev = due
+                append(node[3])
+            return out
+        return list(map(_ELEMENT, nodes))
 
 
 _ORDER: Final = itemgetter(0, 1)
 _DUE: Final = itemgetter(0)
+_ELEMENT: Final = itemgetter(3)
+_QUEUE: Final = itemgetter(5)
