@@ -101,6 +101,22 @@ class TestOrdering:
         assert dehydrator.poll() == [None]
         assert "n" not in dehydrator
 
+    def test_a_queue_emptied_by_poll_still_takes_pushes(
+        self, dehydrator: Dehydrator, clock: FakeClock
+    ) -> None:
+        """Regression: poll took the due prefix of a TTL's queue whose rest was dead (b moved
+        away) and left the queue mapped but unseated, so the next push with that TTL was lost."""
+        dehydrator.push("a", ttl=1.5, id="a")
+        clock.advance(1)
+        dehydrator.push("b", ttl=1.5, id="b")
+        assert dehydrator.reschedule("b", ttl=0)
+        clock.advance(0.5)
+        assert dehydrator.poll() == ["b", "a"]
+        dehydrator.push("c", ttl=1.5, id="c")
+        assert dehydrator.ttn() == 1.5
+        clock.advance(1.5)
+        assert dehydrator.poll() == ["c"]
+
 
 class TestClaims:
     def test_claim_leases_and_redelivers(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
