@@ -10,10 +10,11 @@ Layout (see the README's "How it works"):
   the top; a poll that finds nothing due looks at one entry; a poll of k due elements costs
   O(k + (queues touched) log M), and a k-way merge keeps the global due order across queues.
 
-Removal from the middle of a queue is lazy: the node is marked dead (``node[5] = None``) and its
-payload dropped at once; dead nodes are skipped when they reach the head, and once dead nodes
-outnumber live ones every queue is swept, so dead nodes never take more memory than live ones
-(amortised O(1) per removal; a pull itself is a dict pop and three stores). Heap entries are
+Removal from the middle of a queue is lazy: the node is marked dead (its element replaced by
+``_DEAD``, so the payload is dropped at once); dead nodes are skipped when they reach the head,
+and once dead nodes outnumber live ones every queue is swept, so dead nodes never take more
+memory than live ones (amortised O(1) per removal; a pull itself is a dict pop, one store and a
+countdown). Heap entries are
 lazy too: an entry may name a head that has since died; it is corrected when it reaches the top.
 """
 
@@ -24,8 +25,8 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from heapq import heapify, heappop, heappush, heapreplace
-from itertools import count
-from operator import itemgetter
+from itertools import count, repeat
+from operator import is_, itemgetter
 from typing import Any, Final, final
 
 import attrs
@@ -52,6 +53,12 @@ _REBUILD_SLACK = 64
 #: a claim number never repeated in this dehydrator above them. The stamp is the fencing token.
 _STAMP: Final = _fence.STAMP
 _ATTEMPTS: Final = _fence.ATTEMPTS
+#: A dead node's element. Marking the element, not clearing the node's queue, keeps a pull from
+#: touching the queue object (a cache miss per pull once there are many queues).
+_DEAD: Final = object()
+#: Deaths are counted down from at most this many before they are added up and a sweep considered:
+#: a countdown within the small ints, which are shared objects, allocates nothing (pull is hot).
+_TICKS = 256
 
 
 @attrs.frozen(kw_only=True)
@@ -130,8 +137,9 @@ class _Queue:
 
 
 #: One element: ``[due, seq, id, element, attempt, queue]``. A list, not a class: building one is
-#: four times cheaper than calling an ``__init__``, and push is a hot path. ``queue`` is ``None``
-#: once the node is dead (pulled, acked, or filed anew elsewhere); claim refiles a node in place.
+#: four times cheaper than calling an ``__init__``, and push is a hot path. ``element`` is
+#: ``_DEAD`` once the node is dead (pulled, acked, or filed anew elsewhere); claim refiles a node in
+#: place. A node taken by poll or claim is behind its old queue's head, where nothing looks.
 _Node = list[Any]
 
 
@@ -169,6 +177,8 @@ class Dehydrator:
         "_queues",
         "_seq",
         "_sweep_at",
+        "_tick",
+        "_ticks",
     )
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
@@ -182,9 +192,11 @@ class Dehydrator:
         self._heads: list[_Entry] = []
         self._seq = count()
         self._claims = count(1)
-        #: Dead nodes still in some queue, and the count at which to consider a sweep.
+        #: Dead nodes still in some queue (those counted down by ``_tick`` not yet included), and
+        #: the count at which to consider a sweep. ``_tick`` counts deaths down from ``_ticks``.
         self._dead = 0
         self._sweep_at = _SWEEP_SLACK
+        self._ticks = self._tick = min(_TICKS, _SWEEP_SLACK + 1)
         self._ids = count()
         self._id_prefix = os.urandom(6).hex()
 
@@ -242,10 +254,10 @@ class Dehydrator:
                 _validate.element_id(id)
             return None
         element = node[3]
-        node[5] = node[3] = None
-        self._dead += 1
-        if self._dead > self._sweep_at:
-            self._sweep()
+        node[3] = _DEAD
+        self._tick -= 1
+        if not self._tick:
+            self._tock()
         return element
 
     def look(self, id: str) -> Any:
@@ -319,7 +331,7 @@ class Dehydrator:
             items = queue.items
             i = queue.head
             # The common case, written out: the top entry names its queue's live head.
-            if i < len(items) and items[i][1] == seq and items[i][5] is queue:
+            if i < len(items) and items[i][1] == seq and items[i][3] is not _DEAD:
                 now = self._clock()
                 if now < self._now:
                     now = self._now
@@ -508,21 +520,36 @@ class Dehydrator:
 
     def _kill(self, node: _Node) -> None:
         """Mark a node dead (already out of the index) and drop its payload."""
-        node[5] = node[3] = None
-        self._dead += 1
+        node[3] = _DEAD
+        self._tick -= 1
+        if not self._tick:
+            self._tock()
+
+    def _tock(self) -> None:
+        """Add up the deaths counted down since the last tock; sweep once they are too many.
+
+        The next countdown ends no later than the death that would take the count past
+        ``_sweep_at``, so a sweep is considered at the very death it would be if each were counted.
+        """
+        self._dead += self._ticks
         if self._dead > self._sweep_at:
             self._sweep()
+        self._ticks = self._tick = min(_TICKS, self._sweep_at - self._dead + 1)
+
+    def _dead_nodes(self) -> int:
+        return self._dead + self._ticks - self._tick
 
     def _sweep(self) -> None:
         """Once dead nodes outnumber live ones: drop them from every queue, rebuild the heap.
 
         O(n), but only after at least n/2 removals since the last sweep: amortised O(1) each.
+        Called right after a tock, so ``_dead`` is the whole count.
         """
         live = len(self._index)
         if self._dead > live + _SWEEP_SLACK:
             for queues in (self._queues, self._leases):
                 for key, queue in list(queues.items()):
-                    items = [node for node in queue.items[queue.head :] if node[5] is queue]
+                    items = [node for node in queue.items[queue.head :] if node[3] is not _DEAD]
                     if items:
                         queue.items, queue.head = items, 0
                     else:
@@ -547,10 +574,10 @@ class Dehydrator:
         """The queue's first live node, dropping the dead ones in front of it."""
         items, i = queue.items, queue.head
         n = len(items)
-        if i < n and items[i][5] is queue:
+        if i < n and items[i][3] is not _DEAD:
             return items[i]
         start = i
-        while i < n and items[i][5] is not queue:
+        while i < n and items[i][3] is _DEAD:
             i += 1
         self._dead -= i - start
         queue.head = i
@@ -605,7 +632,7 @@ class Dehydrator:
 
         From the top queue it takes every node that sorts before the runner-up's head, so a run
         of nodes from one queue costs one heap operation, not one each. With ``drop`` the nodes
-        leave the index and die (poll); without, they stay indexed (claim re-files them).
+        leave the index (poll); without, they stay indexed (claim re-files them).
         """
         heads = self._heads
         index = self._index
@@ -634,7 +661,7 @@ class Dehydrator:
             dead = 0
             while i < n:
                 node = items[i]
-                if node[5] is not queue:
+                if node[3] is _DEAD:
                     i += 1
                     dead += 1
                     continue
@@ -645,7 +672,6 @@ class Dehydrator:
                 append(node)
                 if drop:
                     del index[node[2]]
-                    node[5] = None
                 left -= 1
                 if left <= 0:
                     break
@@ -661,10 +687,6 @@ class Dehydrator:
                 self._forget(queue)
             else:
                 heapreplace(heads, (head[0], head[1], queue))
-        if not drop:
-            # Claimed nodes are re-filed by the caller; detach them from their old queue now.
-            for node in out:
-                node[5] = None
         return out
 
     def _due_nodes(self, now: float, limit: float) -> list[_Node]:
@@ -707,7 +729,7 @@ class Dehydrator:
                 break
             pos += 1
             n = len(items)
-            while pos < n and items[pos][5] is not queue:
+            while pos < n and items[pos][3] is _DEAD:
                 pos += 1
             if pos < n and items[pos][0] <= now:
                 node = items[pos]
@@ -780,8 +802,8 @@ class Dehydrator:
             self._advance(queue, end)
             self._seat(queue)
         # Pulled or moved nodes keep their place in a queue until a sweep: leave them out.
-        if self._dead and None in map(_QUEUE, nodes):
-            live = [node for node in nodes if node[5] is not None]
+        if self._dead_nodes() and any(map(is_, map(_ELEMENT, nodes), repeat(_DEAD))):
+            live = [node for node in nodes if node[3] is not _DEAD]
             self._dead -= len(nodes) - len(live)
             nodes = live
         index = self._index
@@ -813,4 +835,3 @@ class Dehydrator:
 _ORDER: Final = itemgetter(0, 1)
 _DUE: Final = itemgetter(0)
 _ELEMENT: Final = itemgetter(3)
-_QUEUE: Final = itemgetter(5)
