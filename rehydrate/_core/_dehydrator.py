@@ -238,9 +238,19 @@ class Dehydrator:
             now = self._now
         else:
             self._now = now
-        queue = self._queues.get(seconds)
+        queues = self._queues
+        queue = queues.get(seconds)
         if queue is None:
-            self._insert(id, element, 0, now + seconds, seconds, False)
+            # A new TTL: _insert's work, written out (with many TTLs, most pushes come here).
+            queue = queues[seconds] = _Queue(seconds, False)
+            due = now + seconds
+            seq = next(self._seq)
+            node = index[id] = [due, seq, id, element, 0, queue]
+            queue.items.append(node)
+            heads = self._heads
+            heappush(heads, (due, seq, queue))
+            if len(heads) > 2 * (len(queues) + len(self._leases)) + _REBUILD_SLACK:
+                self._rebuild_heads()
         else:
             node = index[id] = [now + seconds, next(self._seq), id, element, 0, queue]
             queue.items.append(node)
