@@ -49,6 +49,9 @@ _COMPACT_MIN = 32
 _SWEEP_SLACK = 1024
 #: Rebuild the heads heap once it holds this many more entries than twice the live queues.
 _REBUILD_SLACK = 64
+#: A poll of everything due pops this many heap entries, and an eighth of the heap, one by one
+#: before it takes the due entries in one pass over the heap.
+_BULK_MIN = 8
 #: A node's ``attempt`` slot holds its claim stamp (see ``_fence``): the attempt in the low bits,
 #: a claim number never repeated in this dehydrator above them. The stamp is the fencing token.
 _STAMP: Final = _fence.STAMP
@@ -793,8 +796,22 @@ class Dehydrator:
         heads = self._heads
         if not heads or heads[0][0] > now:
             return []
-        entries = []
+        entries: list[_Entry] = []
+        # Pop the due entries one by one while there are few; once many are due, look at the
+        # whole heap at once (O(M), paid for by the pops already made), so a poll of a few
+        # elements stays O(k log M).
+        budget = (len(heads) >> 3) + _BULK_MIN
         while heads and heads[0][0] <= now:
+            if not budget:
+                if self._all_due(now):
+                    return self._take_everything()
+                keep: list[_Entry] = []
+                for entry in heads:
+                    (entries if entry[0] <= now else keep).append(entry)
+                heapify(keep)
+                self._heads = heads = keep
+                break
+            budget -= 1
             entries.append(heappop(heads))
         nodes: list[_Node] = []
         runs = 0
@@ -840,6 +857,55 @@ class Dehydrator:
                 append(node[3])
             return out
         return list(map(_ELEMENT, nodes))
+
+    def _all_due(self, now: float) -> bool:
+        """Whether every node in every queue, dead ones included, is due: one look per queue."""
+        for queues in (self._queues, self._leases):
+            for queue in queues.values():
+                items = queue.items
+                if items and items[-1][0] > now:
+                    return False
+        return True
+
+    def _take_everything(self) -> list[Any]:
+        """Poll when every element is due: take the index's nodes, drop every queue wholesale.
+
+        No queue is cut and no heap entry popped. The queues' lists are emptied, as ``_forget``
+        does, so no queue and its nodes are left in a reference cycle for the collector.
+        """
+        index = self._index
+        nodes = list(index.values())
+        index.clear()
+        for queues in (self._queues, self._leases):
+            for queue in queues.values():
+                queue.items = []
+                queue.head = 0
+            queues.clear()
+        self._heads = []
+        self._dead = 0
+        self._sweep_at = _SWEEP_SLACK
+        self._ticks = self._tick = min(_TICKS, _SWEEP_SLACK + 1)
+        return _in_due_order(nodes)
+
+
+def _in_due_order(nodes: list[_Node]) -> list[Any]:
+    """The nodes' elements in ``(due, seq)`` order (sorts ``nodes`` in place).
+
+    Float keys compare fast; only equal due times can be out of filing order after a stable sort
+    on the due time alone: then, and only then, sort on (due, seq).
+    """
+    nodes.sort(key=_DUE)
+    out: list[Any] = []
+    append = out.append
+    prev = None
+    for node in nodes:
+        due = node[0]
+        if due == prev:
+            nodes.sort(key=_ORDER)
+            return list(map(_ELEMENT, nodes))
+        prev = due
+        append(node[3])
+    return out
 
 
 _ORDER: Final = itemgetter(0, 1)
