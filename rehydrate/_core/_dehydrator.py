@@ -811,6 +811,9 @@ class Dehydrator:
                     (entries if entry[0] <= now else keep).append(entry)
                 heapify(keep)
                 self._heads = heads = keep
+                # In due order, as the pops would have given them: the queues are then visited
+                # in about the order they were made in, which the caches like.
+                entries.sort(key=_DUE)
                 break
             budget -= 1
             entries.append(heappop(heads))
