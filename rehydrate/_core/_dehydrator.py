@@ -793,6 +793,8 @@ class Dehydrator:
         looked for only if there are any, a poll that takes every element clears the index
         instead of probing it once per node, and the taken nodes are not marked dead (they are
         behind their queue's head and out of the index, where nothing looks at them again).
+        Once more than an eighth of the heap is due, the due entries are taken in one pass over
+        the heap; when every queue is wholly due, nothing is cut (see ``_take_everything``).
         """
         heads = self._heads
         if not heads or heads[0][0] > now:
