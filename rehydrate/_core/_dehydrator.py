@@ -846,22 +846,7 @@ class Dehydrator:
             for node in nodes:
                 del index[node[2]]
         if runs > 1:
-            # Float keys compare fast; the sort is stable, so only equal due times in different
-            # runs can come out of filing order: then, and only then, sort on (due, seq). The
-            # check rides on the pass that collects the elements: one more read of each node, in
-            # due order, would cost as much as the sort.
-            nodes.sort(key=_DUE)
-            out: list[Any] = []
-            append = out.append
-            prev = None
-            for node in nodes:
-                due = node[0]
-                if due == prev:
-                    nodes.sort(key=_ORDER)
-                    return list(map(_ELEMENT, nodes))
-                prev = due
-                append(node[3])
-            return out
+            return _sorted_elements(nodes)
         return list(map(_ELEMENT, nodes))
 
     def _all_due(self, now: float) -> bool:
@@ -911,8 +896,17 @@ def _in_due_order(nodes: list[_Node]) -> list[Any]:
         elements.sort(key=partial(next, iter(dues)))
         return elements
     del seqs
-    # Float keys compare fast; only equal due times can come out of filing order after a stable
-    # sort on the due time: then, and only then, sort on (due, seq).
+    return _sorted_elements(nodes)
+
+
+def _sorted_elements(nodes: list[_Node]) -> list[Any]:
+    """The nodes' elements in ``(due, seq)`` order.
+
+    Float keys compare fast, and a sort on the due time alone is exact unless two due times are
+    equal: then, and only then, sort on ``(due, seq)``. The check rides on the
+    pass that collects the elements: one more read of each node, in due order, would cost as much
+    as the sort.
+    """
     nodes.sort(key=_DUE)
     out: list[Any] = []
     append = out.append
