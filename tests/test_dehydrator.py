@@ -476,3 +476,154 @@ class TestMemoryBounds:
             assert dehydrator.reschedule("d", ttl=60)
         assert sum(len(q.items) - q.head for q in dehydrator._queues.values()) < 2 * _dehydrator._SWEEP_SLACK
         assert len(dehydrator) == 1
+
+
+class TestLooseNodes:
+    """Past ``_QUEUES_MAX`` distinct TTLs, elements are filed loose in the heap, as in a binary heap."""
+
+    def test_distinct_ttls_past_the_limit_are_loose(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+        n = _dehydrator._QUEUES_MAX + 500
+        for i in range(n):
+            dehydrator.push(i, ttl=1 + (i * 7919 % n) / 1000, id=f"e{i}")
+        assert len(dehydrator._queues) == _dehydrator._QUEUES_MAX
+        assert len(dehydrator._heads) == n
+        last = n - 1
+        info = dehydrator.info(f"e{last}")
+        assert info is not None
+        assert (info.ttl, info.claimed, info.attempt) == (1 + (last * 7919 % n) / 1000, False, 0)
+        clock.advance(1.2)
+        due = sorted(i for i in range(n) if 1 + (i * 7919 % n) / 1000 <= 1.2)
+        assert sorted(dehydrator.xpoll()) == sorted(f"e{i}" for i in due)
+        assert dehydrator.poll() == sorted(due, key=lambda i: i * 7919 % n)
+        clock.advance(10)
+        assert dehydrator.poll() == sorted(set(range(n)) - set(due), key=lambda i: i * 7919 % n)
+        assert dehydrator.ttn() is None
+
+    def test_a_claimed_loose_element_is_claimed(
+        self, dehydrator: Dehydrator, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(_dehydrator, "_QUEUES_MAX", 0)
+        dehydrator.push("x", ttl=1, id="x")
+        assert dehydrator.xack("x") == [None]  # not due, not claimed
+        clock.advance(1)
+        (claim,) = dehydrator.claim(lease=30)
+        info = dehydrator.info("x")
+        assert info is not None
+        assert info.claimed
+        assert info.ttl == 30
+        assert dehydrator.summary().claimed == 1
+        assert dehydrator.reschedule("x", ttl=5, token=claim.token)
+        info = dehydrator.info("x")
+        assert info is not None
+        assert (info.claimed, info.ttl, info.attempt) == (False, 5, 1)
+        assert dehydrator.ack("x", token=claim.token) is False
+        clock.advance(5)
+        assert dehydrator.poll() == ["x"]
+
+    def test_pulled_loose_elements_do_not_pile_up(
+        self, dehydrator: Dehydrator, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(_dehydrator, "_QUEUES_MAX", 0)
+        dehydrator.push("keep", ttl=1e6, id="keep")
+        for i in range(10_000):
+            dehydrator.push(i, ttl=1000 + i % 3, id="x")
+            dehydrator.pull("x")
+        assert len(dehydrator._heads) < 3 * _dehydrator._SWEEP_SLACK
+        assert dehydrator.ttn() == 1e6
+
+    def test_xpoll_and_xack_drain_loose_elements_in_order(
+        self, dehydrator: Dehydrator, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(_dehydrator, "_QUEUES_MAX", 4)
+        n = 5000
+        for i in range(n):
+            dehydrator.push(i, ttl=(i * 31 % 97) / 10, id=f"e{i}")
+        clock.advance(100)
+        got: list[int] = []
+        while ids := dehydrator.xpoll(limit=100):
+            got += dehydrator.xack(*ids)
+            assert len(dehydrator._heads) <= n
+        assert got == sorted(range(n), key=lambda i: i * 31 % 97)
+        assert len(dehydrator) == 0
+        assert dehydrator.ttn() is None
+
+
+@pytest.mark.parametrize("queues_max", [0, 3, 1024])
+def test_a_long_random_workload_matches_a_model(queues_max: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thousands of mixed steps at sizes the stateful test does not reach (bulk polls, sweeps)."""
+    import random
+
+    monkeypatch.setattr(_dehydrator, "_QUEUES_MAX", queues_max)
+    monkeypatch.setattr(_dehydrator, "_SWEEP_SLACK", 16)
+    rng = random.Random(queues_max)
+    clock = FakeClock(0.0)
+    d = Dehydrator(clock=clock)
+    model: dict[str, tuple[float, int, int]] = {}  # id -> (due, seq, element)
+    tokens: dict[str, int] = {}
+    seq = 0
+    ttls = [rng.choice([0.5, 1, 2]) if rng.random() < 0.5 else rng.uniform(0, 20) for _ in range(60)]
+
+    def due_in_order() -> list[str]:
+        now = clock()
+        return [
+            id
+            for id, _ in sorted(((id, v) for id, v in model.items() if v[0] <= now), key=lambda kv: kv[1][:2])
+        ]
+
+    for step in range(6000):
+        roll = rng.random()
+        if roll < 0.45:
+            id = f"e{rng.randrange(3000)}"
+            if id in model:
+                continue
+            ttl = rng.choice(ttls)
+            d.push(step, ttl=ttl, id=id)
+            model[id] = (clock() + ttl, seq, step)
+            seq += 1
+        elif roll < 0.55 and model:
+            id = rng.choice(list(model))
+            assert d.pull(id) == model.pop(id)[2]
+            tokens.pop(id, None)
+        elif roll < 0.62:
+            limit = rng.choice([None, 1, 7, 100])
+            expected = due_in_order()[:limit]
+            assert d.poll(limit=limit) == [model[id][2] for id in expected]
+            for id in expected:
+                del model[id]
+                tokens.pop(id, None)
+        elif roll < 0.69:
+            ids = d.xpoll(limit=rng.choice([None, 5, 50]))
+            assert ids == due_in_order()[: len(ids)]
+            acked = ids[: rng.randrange(len(ids) + 1)]
+            assert d.xack(*acked) == [model[id][2] for id in acked]
+            for id in acked:
+                del model[id]
+                tokens.pop(id, None)
+        elif roll < 0.76:
+            lease = rng.choice([3, 7])
+            expected = due_in_order()[:20]
+            claims = d.claim(lease=lease, limit=20)
+            assert [c.id for c in claims] == expected
+            for c in claims:
+                model[c.id] = (clock() + lease, seq, model[c.id][2])
+                seq += 1
+                tokens[c.id] = c.token
+        elif roll < 0.80 and tokens:
+            id = rng.choice(list(tokens))
+            assert d.ack(id, token=tokens.pop(id))
+            del model[id]
+        elif roll < 0.84 and model:
+            id = rng.choice(list(model))
+            ttl = rng.choice(ttls)
+            assert d.reschedule(id, ttl=ttl)
+            model[id] = (clock() + ttl, seq, model[id][2])
+            seq += 1
+            tokens.pop(id, None)
+        else:
+            clock.advance(rng.choice([0.0, 0.1, 0.5, 2.0]))
+        assert len(d) == len(model)
+        expected_ttn = None if not model else max(0.0, min(v[0] for v in model.values()) - clock())
+        assert d.ttn() == expected_ttn
+    clock.advance(100)
+    assert d.poll() == [model[id][2] for id in due_in_order()]
+    assert len(d) == 0

@@ -236,9 +236,27 @@ test_dehydrator_matches_model = DehydratorMachine.TestCase
 
 
 def test_with_eager_housekeeping(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same machine with compaction and heap rebuilds on a hair trigger, so they run often."""
+    """The same machine with compaction and sweeps on a hair trigger, so they run often."""
     monkeypatch.setattr(_dehydrator, "_COMPACT_MIN", 0)
-    monkeypatch.setattr(_dehydrator, "_REBUILD_SLACK", 0)
+    monkeypatch.setattr(_dehydrator, "_SWEEP_SLACK", 0)
+    run_state_machine_as_test(
+        DehydratorMachine,
+        settings=settings(max_examples=200, stateful_step_count=60, deadline=None),
+    )
+
+
+def test_with_loose_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same machine with room for two TTL queues, so most elements are filed loose in the heap."""
+    monkeypatch.setattr(_dehydrator, "_QUEUES_MAX", 2)
+    run_state_machine_as_test(
+        DehydratorMachine,
+        settings=settings(max_examples=300, stateful_step_count=60, deadline=None),
+    )
+
+
+def test_with_loose_nodes_and_eager_housekeeping(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_dehydrator, "_QUEUES_MAX", 1)
+    monkeypatch.setattr(_dehydrator, "_COMPACT_MIN", 0)
     monkeypatch.setattr(_dehydrator, "_SWEEP_SLACK", 0)
     run_state_machine_as_test(
         DehydratorMachine,

@@ -9,6 +9,10 @@ Layout (see the README's "How it works"):
 * a min-heap with one entry per non-empty queue, keyed by its head's ``(due, seq)``. ``ttn`` reads
   the top; a poll that finds nothing due looks at one entry; a poll of k due elements costs
   O(k + (queues touched) log M), and a k-way merge keeps the global due order across queues.
+* at most ``_QUEUES_MAX`` TTL queues at once. Past that, an element whose TTL has no queue is
+  *loose*: its node goes into the heap itself, as in a plain binary heap. A queue pays for itself
+  only when its TTL repeats; with all-distinct TTLs (``at=`` deliveries, jittered retries) a queue
+  per element would cost an object, a dict entry and a heap entry each, twice a plain heap's push.
 
 Removal from the middle of a queue is lazy: the node is marked dead (its element replaced by
 ``_DEAD``, so the payload is dropped at once); dead nodes are skipped when they reach the head,
@@ -48,8 +52,10 @@ _INF: Final = float("inf")
 _COMPACT_MIN = 32
 #: Sweep the dead nodes out of every queue once they outnumber the live ones by this much.
 _SWEEP_SLACK = 1024
-#: Rebuild the heads heap once it holds this many more entries than twice the live queues.
-_REBUILD_SLACK = 64
+#: At most this many TTL queues at once; a push whose TTL has none past that is filed loose in the
+#: heap. Large enough for every TTL of a scheduler's routes and retries, small enough that looking
+#: a TTL up stays in the cache.
+_QUEUES_MAX = 1024
 #: A poll of everything due pops this many heap entries, and an eighth of the heap, one by one
 #: before it takes the due entries in one pass over the heap.
 _BULK_MIN = 8
@@ -140,15 +146,25 @@ class _Queue:
         self.head = 0
 
 
-#: One element: ``[due, seq, id, element, attempt, queue]``. A list, not a class: building one is
-#: four times cheaper than calling an ``__init__``, and push is a hot path. ``element`` is
+#: One element: ``[due, seq, id, element, attempt, home]``. A list, not a class: building one is
+#: four times cheaper than calling an ``__init__``, and push is a hot path. ``home`` is the node's
+#: queue, or, for a loose node (one that is its own heap entry), its TTL. ``element`` is
 #: ``_DEAD`` once the node is dead (pulled, acked, or filed anew elsewhere); claim refiles a node in
 #: place. A node taken by poll or claim is behind its old queue's head, where nothing looks.
 _Node = list[Any]
 
 
-#: A heads-heap entry: the ``(due, seq)`` of a queue's head when the entry was made, and the queue.
-_Entry = tuple[float, int, _Queue]
+#: A heads-heap entry: ``[due, seq, queue]``, the ``(due, seq)`` of a queue's head when the entry
+#: was made, or a loose node itself. Lists, so that the two compare (on ``(due, seq)``: seqs are
+#: unique, so nothing past them is compared). ``entry[-1]`` is a ``_Queue`` only for a queue entry.
+#: A loose node's key never changes while it is in the heap: claim pops it first, and a move files
+#: a fresh node.
+_Entry = list[Any]
+
+
+def _is_claimed(node: _Node) -> bool:
+    home = node[5]
+    return type(home) is _Queue and home.lease
 
 
 @final
@@ -244,20 +260,21 @@ class Dehydrator:
             self._now = now
         queues = self._queues
         queue = queues.get(seconds)
-        if queue is None:
-            # A new TTL: _insert's work, written out (with many TTLs, most pushes come here).
+        if queue is not None:
+            node = index[id] = [now + seconds, next(self._seq), id, element, 0, queue]
+            queue.items.append(node)
+        elif len(queues) >= _QUEUES_MAX:
+            # Loose: the node is its own heap entry.
+            node = index[id] = [now + seconds, next(self._seq), id, element, 0, seconds]
+            heappush(self._heads, node)
+        else:
+            # A new TTL: _insert's work, written out.
             queue = queues[seconds] = _Queue(seconds, False)
             due = now + seconds
             seq = next(self._seq)
             node = index[id] = [due, seq, id, element, 0, queue]
             queue.items.append(node)
-            heads = self._heads
-            heappush(heads, (due, seq, queue))
-            if len(heads) > 2 * (len(queues) + len(self._leases)) + _REBUILD_SLACK:
-                self._rebuild_heads()
-        else:
-            node = index[id] = [now + seconds, next(self._seq), id, element, 0, queue]
-            queue.items.append(node)
+            heappush(self._heads, [due, seq, queue])
         return id
 
     def pull(self, id: str) -> Any:
@@ -314,7 +331,7 @@ class Dehydrator:
                 node is None
                 or (attempt is not None and node[4] & _ATTEMPTS != attempt)
                 or (token is not None and node[4] != token)
-                or (node[0] > now and not node[5].lease)
+                or (node[0] > now and not _is_claimed(node))
             ):
                 out.append(None)
                 continue
@@ -331,7 +348,7 @@ class Dehydrator:
         node = self._checked_get(id)
         if _validate.token(token) is None:
             raise InvalidArgumentError("ack needs the claim's token")
-        if node is None or node[4] != token or not node[5].lease:
+        if node is None or node[4] != token or not _is_claimed(node):
             return False
         del self._index[id]
         self._kill(node)
@@ -341,21 +358,29 @@ class Dehydrator:
         """Seconds until the next element is due (TTN): ``0.0`` if one is due now, ``None`` if empty."""
         heads = self._heads
         if heads:
-            due, seq, queue = heads[0]
-            items = queue.items
-            i = queue.head
-            # The common case, written out: the top entry names its queue's live head.
-            if i < len(items) and items[i][1] == seq and items[i][3] is not _DEAD:
+            entry = heads[0]
+            queue = entry[-1]
+            # The common cases, written out: the top entry names its queue's live head, or is a
+            # live loose node.
+            if type(queue) is _Queue:
+                items = queue.items
+                i = queue.head
+                exact = i < len(items) and items[i][1] == entry[1] and items[i][3] is not _DEAD
+            else:
+                exact = entry[3] is not _DEAD
+            if exact:
+                due: float = entry[0]
                 now = self._clock()
                 if now < self._now:
                     now = self._now
                 else:
                     self._now = now
                 return due - now if due > now else 0.0
-        entry = self._top()
-        if entry is None:
+        top = self._top()
+        if top is None:
             return None
-        return max(0.0, entry[0] - self.now())
+        left: float = top[0] - self.now()
+        return max(0.0, left)
 
     def next_due(self) -> float | None:
         """The due time of the next element in the dehydrator's clock, ``None`` if empty."""
@@ -432,7 +457,7 @@ class Dehydrator:
         node = self._checked_get(id)
         if _validate.token(token) is None:
             raise InvalidArgumentError("extend needs the claim's token")
-        if node is None or node[4] != token or not node[5].lease:
+        if node is None or node[4] != token or not _is_claimed(node):
             return None
         due = self.now() + seconds
         self._move(node, due, seconds, lease=True)
@@ -464,10 +489,12 @@ class Dehydrator:
         node = self._checked_get(id)
         if node is None:
             return None
-        queue: _Queue = node[5]
-        return ElementInfo(
-            id=node[2], due=node[0], ttl=queue.key, attempt=node[4] & _ATTEMPTS, claimed=queue.lease
-        )
+        home = node[5]
+        if type(home) is _Queue:
+            ttl, claimed = home.key, home.lease
+        else:
+            ttl, claimed = home, False
+        return ElementInfo(id=node[2], due=node[0], ttl=ttl, attempt=node[4] & _ATTEMPTS, claimed=claimed)
 
     def summary(self) -> Summary:
         """Counts for inspection: O(n), so not for a hot path."""
@@ -475,7 +502,7 @@ class Dehydrator:
         due = claimed = 0
         for node in self._index.values():
             due += node[0] <= now
-            claimed += node[5].lease
+            claimed += _is_claimed(node)
         return Summary(size=len(self._index), due=due, claimed=claimed, ttn=self.ttn())
 
     def ids(self, *, limit: int | None = None) -> list[str]:
@@ -511,19 +538,24 @@ class Dehydrator:
         return self._index.pop(key, None) if pop else self._index.get(key)
 
     def _insert(self, id: str, element: Any, attempt: int, due: float, key: float, lease: bool) -> None:
+        """File a node under ``key`` (a TTL, or a lease length when ``lease``), as push does.
+
+        Leases are never loose: a claimed node is told by its queue, and a scheduler has few.
+        """
         queues = self._leases if lease else self._queues
         queue = queues.get(key)
         seq = next(self._seq)
-        if queue is None:
+        if queue is not None:
+            node = [due, seq, id, element, attempt, queue]
+            queue.items.append(node)
+        elif not lease and len(queues) >= _QUEUES_MAX:
+            node = [due, seq, id, element, attempt, key]
+            heappush(self._heads, node)
+        else:
             queue = queues[key] = _Queue(key, lease)
             node = [due, seq, id, element, attempt, queue]
             queue.items.append(node)
-            heappush(self._heads, (due, seq, queue))
-            if len(self._heads) > 2 * (len(self._queues) + len(self._leases)) + _REBUILD_SLACK:
-                self._rebuild_heads()
-        else:
-            node = [due, seq, id, element, attempt, queue]
-            queue.items.append(node)
+            heappush(self._heads, [due, seq, queue])
         self._index[id] = node
 
     def _move(self, node: _Node, due: float, key: float, *, lease: bool) -> None:
@@ -557,7 +589,8 @@ class Dehydrator:
         """Once dead nodes outnumber live ones: drop them from every queue, rebuild the heap.
 
         O(n), but only after at least n/2 removals since the last sweep: amortised O(1) each.
-        Called right after a tock, so ``_dead`` is the whole count.
+        Called right after a tock, so ``_dead`` is the whole count. Dead loose nodes, and the
+        entries of forgotten queues (which ``_repair`` counts as dead), leave with the heap.
         """
         live = len(self._index)
         if self._dead > live + _SWEEP_SLACK:
@@ -574,13 +607,15 @@ class Dehydrator:
         self._sweep_at = live + _SWEEP_SLACK
 
     def _rebuild_heads(self) -> None:
-        """Drop stale heap entries (of queues emptied by pulls) in one O(M) pass."""
-        heads: list[_Entry] = []
+        """The heap anew: an exact entry per live queue, and the live loose nodes. O(heap)."""
+        heads: list[_Entry] = [
+            entry for entry in self._heads if type(entry[-1]) is not _Queue and entry[3] is not _DEAD
+        ]
         for queues in (self._queues, self._leases):
             for queue in queues.values():
                 node = self._first_live(queue)
                 if node is not None:
-                    heads.append((node[0], node[1], queue))
+                    heads.append([node[0], node[1], queue])
         heapify(heads)
         self._heads = heads
 
@@ -606,14 +641,20 @@ class Dehydrator:
         if node is None:
             self._forget(queue)
         else:
-            heappush(self._heads, (node[0], node[1], queue))
+            heappush(self._heads, [node[0], node[1], queue])
 
     def _top(self) -> _Entry | None:
         """The heap's top entry once it is exact (names its queue's live head), or ``None``."""
         heads = self._heads
         while heads:
             entry = heads[0]
-            queue = entry[2]
+            queue = entry[-1]
+            if type(queue) is not _Queue:
+                if entry[3] is not _DEAD:
+                    return entry
+                heappop(heads)
+                self._dead -= 1
+                continue
             node = self._first_live(queue)
             if node is None:
                 heappop(heads)
@@ -621,7 +662,7 @@ class Dehydrator:
             elif node[1] == entry[1]:
                 return entry
             else:
-                heapreplace(heads, (node[0], node[1], queue))
+                heapreplace(heads, [node[0], node[1], queue])
         return None
 
     @staticmethod
@@ -645,8 +686,9 @@ class Dehydrator:
         """Pop up to ``limit`` due nodes in ``(due, seq)`` order, merging the queues through the heap.
 
         From the top queue it takes every node that sorts before the runner-up's head, so a run
-        of nodes from one queue costs one heap operation, not one each. With ``drop`` the nodes
-        leave the index (poll); without, they stay indexed (claim re-files them).
+        of nodes from one queue costs one heap operation, not one each; a loose node costs one.
+        With ``drop`` the nodes leave the index (poll); without, they stay indexed (claim
+        re-files them).
         """
         heads = self._heads
         index = self._index
@@ -657,7 +699,17 @@ class Dehydrator:
             entry = heads[0]
             if entry[0] > now:
                 break
-            queue = entry[2]
+            queue = entry[-1]
+            if type(queue) is not _Queue:
+                heappop(heads)
+                if entry[3] is _DEAD:
+                    self._dead -= 1
+                    continue
+                append(entry)
+                if drop:
+                    del index[entry[2]]
+                left -= 1
+                continue
             # Everything before the runner-up's head, and not after now, can go in one run.
             size = len(heads)
             if size > 1:
@@ -700,7 +752,7 @@ class Dehydrator:
                 heappop(heads)
                 self._forget(queue)
             else:
-                heapreplace(heads, (head[0], head[1], queue))
+                heapreplace(heads, [head[0], head[1], queue])
         return out
 
     def _due_nodes(self, now: float, limit: float) -> list[_Node]:
@@ -710,32 +762,43 @@ class Dehydrator:
         is the smallest thing left, so the cost is O(limit log F) for a frontier of F, however
         many queues are due. Dead nodes at the front of a queue are dropped on the way.
         """
-        heads = self._heads
         out: list[_Node] = []
-        if not heads or heads[0][0] > now or limit <= 0:
+        top = self._top()  # drops dead loose nodes at the top: those an xpoll + xack loop leaves
+        heads = self._heads
+        if top is None or top[0] > now or limit <= 0:
             return out
         size = len(heads)
         tick = count()
-        # (due, seq, tiebreak, queue or None, position): a queue cursor, or an unopened heap slot.
-        frontier: list[tuple[float, int, int, _Queue | None, int]] = [
-            (heads[0][0], heads[0][1], next(tick), None, 0)
-        ]
+        # (due, seq, tiebreak, what, position): an unopened heap slot (None, its position), a
+        # queue cursor (the queue, a position in it) or a loose node (the node, -1).
+        frontier: list[tuple[float, int, int, Any, int]] = [(top[0], top[1], next(tick), None, 0)]
         first_live = self._first_live
         stale: list[int] = []
         while frontier:
             _, _, _, queue, pos = heappop(frontier)
             if queue is None:
                 entry = heads[pos]
-                opened = entry[2]
-                node = first_live(opened)
-                if node is None or node[1] != entry[1]:
-                    stale.append(pos)
-                if node is not None and node[0] <= now:
-                    heappush(frontier, (node[0], node[1], next(tick), opened, opened.head))
+                opened = entry[-1]
+                if type(opened) is not _Queue:
+                    if entry[3] is _DEAD:
+                        stale.append(pos)
+                    else:
+                        heappush(frontier, (entry[0], entry[1], next(tick), entry, -1))
+                else:
+                    node = first_live(opened)
+                    if node is None or node[1] != entry[1]:
+                        stale.append(pos)
+                    if node is not None and node[0] <= now:
+                        heappush(frontier, (node[0], node[1], next(tick), opened, opened.head))
                 for child in (2 * pos + 1, 2 * pos + 2):
                     if child < size and heads[child][0] <= now:
                         entry = heads[child]
                         heappush(frontier, (entry[0], entry[1], next(tick), None, child))
+                continue
+            if pos < 0:
+                out.append(queue)
+                if len(out) >= limit:
+                    break
                 continue
             items = queue.items
             out.append(items[pos])
@@ -762,13 +825,19 @@ class Dehydrator:
         heads = self._heads
         size = len(heads)
         for pos in sorted(positions, reverse=True):
-            queue = heads[pos][2]
-            node = self._first_live(queue)
-            if node is None:
-                self._forget(queue)
-                entry = (_INF, heads[pos][1], queue)  # sinks; dropped when it surfaces or at a rebuild
+            entry = heads[pos]
+            queue = entry[-1]
+            if type(queue) is not _Queue:
+                entry[0] = _INF  # a dead loose node sinks; dropped when it surfaces or at a sweep
             else:
-                entry = (node[0], node[1], queue)
+                node = self._first_live(queue)
+                if node is None:
+                    self._forget(queue)
+                    # Sinks; dropped when it surfaces or at a sweep, which it counts toward.
+                    entry = [_INF, entry[1], queue]
+                    self._dead += 1
+                else:
+                    entry = [node[0], node[1], queue]
             # Sift down from pos.
             child = 2 * pos + 1
             while child < size:
@@ -822,7 +891,11 @@ class Dehydrator:
         nodes: list[_Node] = []
         runs = 0
         for entry in entries:
-            queue = entry[2]
+            queue = entry[-1]
+            if type(queue) is not _Queue:
+                nodes.append(entry)  # a loose node (perhaps dead: those are left out below)
+                runs += 1
+                continue
             items = queue.items
             n = len(items)
             end = bisect_right(items, now, queue.head, n, key=_DUE)
@@ -850,12 +923,15 @@ class Dehydrator:
         return list(map(_ELEMENT, nodes))
 
     def _all_due(self, now: float) -> bool:
-        """Whether every node in every queue, dead ones included, is due: one look per queue."""
+        """Whether every live node is due: one look per queue (at its tail) and per loose node."""
         for queues in (self._queues, self._leases):
             for queue in queues.values():
                 items = queue.items
                 if items and items[-1][0] > now:
                     return False
+        for entry in self._heads:
+            if entry[0] > now and type(entry[-1]) is not _Queue and entry[3] is not _DEAD:
+                return False
         return True
 
     def _take_everything(self) -> list[Any]:
