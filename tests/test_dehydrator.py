@@ -22,6 +22,16 @@ from rehydrate import (
 from rehydrate._core import _dehydrator
 from rehydrate.testing import FakeClock
 
+from .test_dehydrator_stateful import assert_nodes_counted
+
+
+def held(d: Dehydrator) -> int:
+    """The nodes a dehydrator holds in its queues and heap, live or dead."""
+    queues = [*d._queues.values(), *d._leases.values()]
+    return sum(len(q.items) - q.head for q in queues) + sum(
+        1 for entry in d._heads if type(entry[-1]) is not _dehydrator._Queue
+    )
+
 
 def snapshot(d: Dehydrator) -> dict[str, Any]:
     """Everything observable about a dehydrator, without changing it."""
@@ -470,6 +480,21 @@ class TestMemoryBounds:
         assert len(dehydrator._queues) < 2 * _dehydrator._SWEEP_SLACK
         assert dehydrator.ttn() == 1e6
 
+    def test_after_a_mass_pull_memory_stays_within_the_peak(self, dehydrator: Dehydrator) -> None:
+        """Deaths are not counted, so the dead of a mass pull wait for filings: the nodes held never
+        pass twice the peak of live ones (plus the slack), and are swept once filings go on."""
+        n = 10_000
+        for i in range(n):
+            dehydrator.push(i, ttl=3600, id=f"x{i}")
+        for i in range(n):
+            dehydrator.pull(f"x{i}")
+        bound = 2 * n + _dehydrator._SWEEP_SLACK + 1
+        for i in range(5 * n):
+            dehydrator.push(i, ttl=3600, id="y")
+            assert held(dehydrator) <= bound
+            dehydrator.pull("y")
+        assert held(dehydrator) <= 2 * _dehydrator._SWEEP_SLACK + 2
+
     def test_rescheduled_elements_do_not_pile_up(self, dehydrator: Dehydrator) -> None:
         dehydrator.push("debounced", ttl=60, id="d")
         for _ in range(10_000):
@@ -622,6 +647,8 @@ def test_a_long_random_workload_matches_a_model(queues_max: int, monkeypatch: py
         else:
             clock.advance(rng.choice([0.0, 0.1, 0.5, 2.0]))
         assert len(d) == len(model)
+        if step % 50 == 0:
+            assert_nodes_counted(d)
         expected_ttn = None if not model else max(0.0, min(v[0] for v in model.values()) - clock())
         assert d.ttn() == expected_ttn
     clock.advance(100)

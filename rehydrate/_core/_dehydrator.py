@@ -15,11 +15,12 @@ Layout (see the README's "How it works"):
   per element would cost an object, a dict entry and a heap entry each, twice a plain heap's push.
 
 Removal from the middle of a queue is lazy: the node is marked dead (its element replaced by
-``_DEAD``, so the payload is dropped at once); dead nodes are skipped when they reach the head,
-and once dead nodes outnumber live ones every queue is swept, so dead nodes never take more
-memory than live ones (amortised O(1) per removal; a pull itself is a dict pop, one store and a
-countdown). Heap entries are
-lazy too: an entry may name a head that has since died; it is corrected when it reaches the top.
+``_DEAD``, so the payload is dropped at once); dead nodes are skipped when they reach the head.
+A pull is a dict pop and one store: deaths are not counted, but the nodes held are (seqs drawn
+less nodes gone), and a filing that finds the dead outnumbering the live sweeps every queue, so
+dead nodes never take more memory than the live ones had at the last filing (amortised O(1) per
+removal). Heap entries are lazy too: an entry may name a head that has since died; it is
+corrected when it reaches the top.
 """
 
 from __future__ import annotations
@@ -66,9 +67,6 @@ _ATTEMPTS: Final = _fence.ATTEMPTS
 #: A dead node's element. Marking the element, not clearing the node's queue, keeps a pull from
 #: touching the queue object (a cache miss per pull once there are many queues).
 _DEAD: Final = object()
-#: Deaths are counted down from at most this many before they are added up and a sweep considered:
-#: a countdown within the small ints, which are shared objects, allocates nothing (pull is hot).
-_TICKS = 256
 
 
 @attrs.frozen(kw_only=True)
@@ -185,20 +183,18 @@ class Dehydrator:
     """
 
     __slots__ = (
+        "_check_at",
         "_claims",
         "_clock",
-        "_dead",
         "_heads",
         "_id_prefix",
         "_ids",
         "_index",
         "_leases",
+        "_left",
         "_now",
         "_queues",
         "_seq",
-        "_sweep_at",
-        "_tick",
-        "_ticks",
     )
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
@@ -212,11 +208,12 @@ class Dehydrator:
         self._heads: list[_Entry] = []
         self._seq = count()
         self._claims = count(1)
-        #: Dead nodes still in some queue (those counted down by ``_tick`` not yet included), and
-        #: the count at which to consider a sweep. ``_tick`` counts deaths down from ``_ticks``.
-        self._dead = 0
-        self._sweep_at = _SWEEP_SLACK
-        self._ticks = self._tick = min(_TICKS, _SWEEP_SLACK + 1)
+        #: Deaths are not counted (a pull is a dict pop and a store): the nodes in the queues and
+        #: the heap are the seqs drawn less ``_left``, the nodes that have left them (taken by a
+        #: poll or claim, or dropped dead); those beyond the index are dead. Memory grows only
+        #: when a node is filed, so the filings check, once their seq reaches ``_check_at``.
+        self._left = 0
+        self._check_at = _SWEEP_SLACK
         self._ids = count()
         self._id_prefix = os.urandom(6).hex()
 
@@ -260,21 +257,23 @@ class Dehydrator:
             self._now = now
         queues = self._queues
         queue = queues.get(seconds)
+        seq = next(self._seq)
         if queue is not None:
-            node = index[id] = [now + seconds, next(self._seq), id, element, 0, queue]
+            node = index[id] = [now + seconds, seq, id, element, 0, queue]
             queue.items.append(node)
         elif len(queues) >= _QUEUES_MAX:
             # Loose: the node is its own heap entry.
-            node = index[id] = [now + seconds, next(self._seq), id, element, 0, seconds]
+            node = index[id] = [now + seconds, seq, id, element, 0, seconds]
             heappush(self._heads, node)
         else:
             # A new TTL: _insert's work, written out.
             queue = queues[seconds] = _Queue(seconds, False)
             due = now + seconds
-            seq = next(self._seq)
             node = index[id] = [due, seq, id, element, 0, queue]
             queue.items.append(node)
             heappush(self._heads, [due, seq, queue])
+        if seq >= self._check_at:
+            self._check(seq)
         return id
 
     def pull(self, id: str) -> Any:
@@ -286,9 +285,6 @@ class Dehydrator:
             return None
         element = node[3]
         node[3] = _DEAD
-        self._tick -= 1
-        if not self._tick:
-            self._tock()
         return element
 
     def look(self, id: str) -> Any:
@@ -445,6 +441,9 @@ class Dehydrator:
             )
         if new:
             self._seat(queue)
+        last = node[1]
+        if last >= self._check_at:
+            self._check(last)
         return claims
 
     def extend(self, id: str, *, lease: Seconds, token: int) -> float | None:
@@ -557,6 +556,8 @@ class Dehydrator:
             queue.items.append(node)
             heappush(self._heads, [due, seq, queue])
         self._index[id] = node
+        if seq >= self._check_at:
+            self._check(seq)
 
     def _move(self, node: _Node, due: float, key: float, *, lease: bool) -> None:
         """Re-file a live node under a new due time. The old node dies in place; a fresh one is filed."""
@@ -564,47 +565,41 @@ class Dehydrator:
         self._kill(node)
         self._insert(id, element, attempt, due, key, lease)
 
-    def _kill(self, node: _Node) -> None:
+    @staticmethod
+    def _kill(node: _Node) -> None:
         """Mark a node dead (already out of the index) and drop its payload."""
         node[3] = _DEAD
-        self._tick -= 1
-        if not self._tick:
-            self._tock()
 
-    def _tock(self) -> None:
-        """Add up the deaths counted down since the last tock; sweep once they are too many.
+    def _check(self, seq: int) -> None:
+        """Called by the filing of ``seq``: sweep if the dead nodes outnumber the live ones by more
+        than the slack, and say at which seq to look again.
 
-        The next countdown ends no later than the death that would take the count past
-        ``_sweep_at``, so a sweep is considered at the very death it would be if each were counted.
-        """
-        self._dead += self._ticks
-        if self._dead > self._sweep_at:
-            self._sweep()
-        self._ticks = self._tick = min(_TICKS, self._sweep_at - self._dead + 1)
-
-    def _dead_nodes(self) -> int:
-        return self._dead + self._ticks - self._tick
-
-    def _sweep(self) -> None:
-        """Once dead nodes outnumber live ones: drop them from every queue, rebuild the heap.
-
-        O(n), but only after at least n/2 removals since the last sweep: amortised O(1) each.
-        Called right after a tock, so ``_dead`` is the whole count. Dead loose nodes, and the
-        entries of forgotten queues (which ``_repair`` counts as dead), leave with the heap.
+        The nodes filed are ``seq + 1``. The next look comes no later than the filing that could
+        take the dead past the bound, were no other node to die or leave meanwhile; deaths alone
+        allocate nothing, so memory stays within twice the live nodes, plus the slack, of the last look.
         """
         live = len(self._index)
-        if self._dead > live + _SWEEP_SLACK:
-            for queues in (self._queues, self._leases):
-                for key, queue in list(queues.items()):
-                    items = [node for node in queue.items[queue.head :] if node[3] is not _DEAD]
-                    if items:
-                        queue.items, queue.head = items, 0
-                    else:
-                        del queues[key]
-                        queue.items, queue.head = [], 0
-            self._dead = 0
-            self._rebuild_heads()
-        self._sweep_at = live + _SWEEP_SLACK
+        held = seq + 1 - self._left
+        if held - live > live + _SWEEP_SLACK:
+            self._sweep()
+            self._left = seq + 1 - live
+            held = live
+        self._check_at = seq + 1 + max(0, 2 * live + _SWEEP_SLACK - held)
+
+    def _sweep(self) -> None:
+        """Drop the dead nodes from every queue and rebuild the heap, without dead loose nodes or
+        the entries of forgotten queues. O(n), but only once the dead outnumber the live: amortised
+        O(1) a death.
+        """
+        for queues in (self._queues, self._leases):
+            for key, queue in list(queues.items()):
+                items = [node for node in queue.items[queue.head :] if node[3] is not _DEAD]
+                if items:
+                    queue.items, queue.head = items, 0
+                else:
+                    del queues[key]
+                    queue.items, queue.head = [], 0
+        self._rebuild_heads()
 
     def _rebuild_heads(self) -> None:
         """The heap anew: an exact entry per live queue, and the live loose nodes. O(heap)."""
@@ -628,7 +623,7 @@ class Dehydrator:
         start = i
         while i < n and items[i][3] is _DEAD:
             i += 1
-        self._dead -= i - start
+        self._left += i - start
         queue.head = i
         return items[i] if i < n else None
 
@@ -653,11 +648,13 @@ class Dehydrator:
                 if entry[3] is not _DEAD:
                     return entry
                 heappop(heads)
-                self._dead -= 1
+                self._left += 1
                 continue
             node = self._first_live(queue)
             if node is None:
                 heappop(heads)
+                if entry[0] == _INF:  # an entry _repair sank, and counted as held
+                    self._left += 1
                 self._forget(queue)
             elif node[1] == entry[1]:
                 return entry
@@ -703,7 +700,7 @@ class Dehydrator:
             if type(queue) is not _Queue:
                 heappop(heads)
                 if entry[3] is _DEAD:
-                    self._dead -= 1
+                    self._left += 1
                     continue
                 append(entry)
                 if drop:
@@ -741,7 +738,7 @@ class Dehydrator:
                 left -= 1
                 if left <= 0:
                     break
-            self._dead -= dead
+            self._left += dead
             if i >= n:
                 heappop(heads)
                 self._forget(queue)
@@ -753,6 +750,7 @@ class Dehydrator:
                 self._forget(queue)
             else:
                 heapreplace(heads, [head[0], head[1], queue])
+        self._left += len(out)  # claim files them anew
         return out
 
     def _due_nodes(self, now: float, limit: float) -> list[_Node]:
@@ -835,7 +833,7 @@ class Dehydrator:
                     self._forget(queue)
                     # Sinks; dropped when it surfaces or at a sweep, which it counts toward.
                     entry = [_INF, entry[1], queue]
-                    self._dead += 1
+                    self._left -= 1
                 else:
                     entry = [node[0], node[1], queue]
             # Sift down from pos.
@@ -907,11 +905,10 @@ class Dehydrator:
                 continue
             self._advance(queue, end)
             self._seat(queue)
+        self._left += len(nodes)
         # Pulled or moved nodes keep their place in a queue until a sweep: leave them out.
-        if self._dead_nodes() and any(map(is_, map(_ELEMENT, nodes), repeat(_DEAD))):
-            live = [node for node in nodes if node[3] is not _DEAD]
-            self._dead -= len(nodes) - len(live)
-            nodes = live
+        if any(map(is_, map(_ELEMENT, nodes), repeat(_DEAD))):
+            nodes = [node for node in nodes if node[3] is not _DEAD]
         index = self._index
         if len(nodes) == len(index):  # every live node is indexed: this poll takes them all
             index.clear()
@@ -949,9 +946,9 @@ class Dehydrator:
                 queue.head = 0
             queues.clear()
         self._heads = []
-        self._dead = 0
-        self._sweep_at = _SWEEP_SLACK
-        self._ticks = self._tick = min(_TICKS, _SWEEP_SLACK + 1)
+        filed = next(self._seq) + 1  # every seq drawn, this one too: none is held now
+        self._left = filed
+        self._check_at = filed + _SWEEP_SLACK
         return _in_due_order(nodes)
 
 
