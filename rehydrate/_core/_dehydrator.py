@@ -57,7 +57,7 @@ _SWEEP_SLACK = 1024
 #: heap. Large enough for every TTL of a scheduler's routes and retries, small enough that looking
 #: a TTL up stays in the cache.
 _QUEUES_MAX = 1024
-#: A poll of everything due pops this many heap entries, and an eighth of the heap, one by one
+#: A poll of everything due pops this many heap entries, and a 32nd of the heap, one by one
 #: before it takes the due entries in one pass over the heap.
 _BULK_MIN = 8
 #: A node's ``attempt`` slot holds its claim stamp (see ``_fence``): the attempt in the low bits,
@@ -860,17 +860,21 @@ class Dehydrator:
         looked for only if there are any, a poll that takes every element clears the index
         instead of probing it once per node, and the taken nodes are not marked dead (they are
         behind their queue's head and out of the index, where nothing looks at them again).
-        Once more than an eighth of the heap is due, the due entries are taken in one pass over
+        Once more than a 32nd of the heap is due, the due entries are taken in one pass over
         the heap; when every queue is wholly due, nothing is cut (see ``_take_everything``).
         """
         heads = self._heads
         if not heads or heads[0][0] > now:
             return []
+        # A backlog (everything due) goes straight to the bulk take. A few of the heap's leaves
+        # tell, in O(1), whether that is worth an O(M) look: the latest entry is a leaf.
+        if self._leaves_due(now) and self._all_due(now):
+            return self._take_everything()
         entries: list[_Entry] = []
         # Pop the due entries one by one while there are few; once many are due, look at the
         # whole heap at once (O(M), paid for by the pops already made), so a poll of a few
         # elements stays O(k log M).
-        budget = (len(heads) >> 3) + _BULK_MIN
+        budget = (len(heads) >> 5) + _BULK_MIN
         while heads and heads[0][0] <= now:
             if not budget:
                 if self._all_due(now):
@@ -919,6 +923,13 @@ class Dehydrator:
             return _sorted_elements(nodes)
         return list(map(_ELEMENT, nodes))
 
+    def _leaves_due(self, now: float) -> bool:
+        """Whether a sample of the heap's leaves, eight spread over them, is all due."""
+        heads = self._heads
+        n = len(heads)
+        step = (n - n // 2) // 8 or 1
+        return all(heads[i][0] <= now for i in range(n - 1, n // 2 - 1, -step))
+
     def _all_due(self, now: float) -> bool:
         """Whether every live node is due: one look per queue (at its tail) and per loose node."""
         for queues in (self._queues, self._leases):
@@ -926,10 +937,11 @@ class Dehydrator:
                 items = queue.items
                 if items and items[-1][0] > now:
                     return False
-        for entry in self._heads:
-            if entry[0] > now and type(entry[-1]) is not _Queue and entry[3] is not _DEAD:
-                return False
-        return True
+        # The heap's latest entry is a leaf: the leaves' due times in one pass in C. A queue's
+        # entry is no later than its tail, and a dead loose node or a sunk entry that is not due
+        # only sends the poll the long way.
+        heads = self._heads
+        return not heads or max(map(_DUE, islice(heads, len(heads) // 2, None))) <= now
 
     def _take_everything(self) -> list[Any]:
         """Poll when every element is due: take the index's nodes, drop every queue wholesale.
