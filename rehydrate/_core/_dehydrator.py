@@ -866,9 +866,10 @@ class Dehydrator:
         heads = self._heads
         if not heads or heads[0][0] > now:
             return []
-        # A backlog (everything due) goes straight to the bulk take. A few of the heap's leaves
-        # tell, in O(1), whether that is worth an O(M) look: the latest entry is a leaf.
-        if self._leaves_due(now) and self._all_due(now):
+        # A backlog (everything due) in a big heap goes straight to the bulk take. A few of the
+        # heap's leaves tell, in O(1), whether that is worth an O(M) look: the latest entry is a
+        # leaf. A few queues are better cut (one queue's due prefix is one slice, and no sort).
+        if len(heads) > _BULK_MIN and self._leaves_due(now) and self._all_due(now):
             return self._take_everything()
         entries: list[_Entry] = []
         # Pop the due entries one by one while there are few; once many are due, look at the
