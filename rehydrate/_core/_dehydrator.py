@@ -750,7 +750,7 @@ class Dehydrator:
                 self._forget(queue)
             else:
                 heapreplace(heads, [head[0], head[1], queue])
-        self._left += len(out)  # claim files them anew
+        self._left += len(out)  # gone from their queues (claim files them anew, under new seqs)
         return out
 
     def _due_nodes(self, now: float, limit: float) -> list[_Node]:
@@ -866,6 +866,7 @@ class Dehydrator:
         heads = self._heads
         if not heads or heads[0][0] > now:
             return []
+        dead = self._holds_dead()
         # A backlog (everything due) in a big heap goes straight to the bulk take. A few of the
         # heap's leaves tell, in O(1), whether that is worth an O(M) look: the latest entry is a
         # leaf. A few queues are better cut (one queue's due prefix is one slice, and no sort).
@@ -912,7 +913,7 @@ class Dehydrator:
             self._seat(queue)
         self._left += len(nodes)
         # Pulled or moved nodes keep their place in a queue until a sweep: leave them out.
-        if any(map(is_, map(_ELEMENT, nodes), repeat(_DEAD))):
+        if dead and any(map(is_, map(_ELEMENT, nodes), repeat(_DEAD))):
             nodes = [node for node in nodes if node[3] is not _DEAD]
         index = self._index
         if len(nodes) == len(index):  # every live node is indexed: this poll takes them all
@@ -924,6 +925,12 @@ class Dehydrator:
             return _sorted_elements(nodes)
         return list(map(_ELEMENT, nodes))
 
+    def _holds_dead(self) -> bool:
+        """Whether any dead node may be held: the nodes held outnumber the live ones."""
+        drawn = next(self._seq) + 1  # this seq is never filed: it counts as gone at once
+        self._left += 1
+        return drawn - self._left > len(self._index)
+
     def _leaves_due(self, now: float) -> bool:
         """Whether a sample of the heap's leaves, eight spread over them, is all due."""
         heads = self._heads
@@ -932,7 +939,7 @@ class Dehydrator:
         return all(heads[i][0] <= now for i in range(n - 1, n // 2 - 1, -step))
 
     def _all_due(self, now: float) -> bool:
-        """Whether every live node is due: one look per queue (at its tail) and per loose node."""
+        """Whether every live node is due: one look at each queue's tail, one pass over the heap's leaves."""
         for queues in (self._queues, self._leases):
             for queue in queues.values():
                 items = queue.items
