@@ -22,15 +22,7 @@ from rehydrate import (
 from rehydrate._core import _dehydrator
 from rehydrate.testing import FakeClock
 
-from .test_dehydrator_stateful import assert_nodes_counted
-
-
-def held(d: Dehydrator) -> int:
-    """The nodes a dehydrator holds in its queues and heap, live or dead."""
-    queues = [*d._queues.values(), *d._leases.values()]
-    return sum(len(q.items) - q.head for q in queues) + sum(
-        1 for entry in d._heads if type(entry[-1]) is not _dehydrator._Queue
-    )
+from .test_dehydrator_stateful import assert_nodes_counted, nodes_held
 
 
 def snapshot(d: Dehydrator) -> dict[str, Any]:
@@ -491,9 +483,9 @@ class TestMemoryBounds:
         bound = 2 * n + _dehydrator._SWEEP_SLACK + 1
         for i in range(5 * n):
             dehydrator.push(i, ttl=3600, id="y")
-            assert held(dehydrator) <= bound
+            assert nodes_held(dehydrator) <= bound
             dehydrator.pull("y")
-        assert held(dehydrator) <= 2 * _dehydrator._SWEEP_SLACK + 2
+        assert nodes_held(dehydrator) <= 2 * _dehydrator._SWEEP_SLACK + 2
 
     def test_rescheduled_elements_do_not_pile_up(self, dehydrator: Dehydrator) -> None:
         dehydrator.push("debounced", ttl=60, id="d")

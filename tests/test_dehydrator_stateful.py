@@ -237,13 +237,17 @@ class DehydratorMachine(RuleBasedStateMachine):
         assert_nodes_counted(self.d)
 
 
-def assert_nodes_counted(d: Dehydrator) -> None:
+def nodes_held(d: Dehydrator) -> int:
+    """The nodes a dehydrator holds in its queues and heap, live or dead."""
     queues = [*d._queues.values(), *d._leases.values()]
-    queued = sum(len(q.items) - q.head for q in queues)
     loose = sum(1 for entry in d._heads if type(entry[-1]) is not _dehydrator._Queue)
+    return sum(len(q.items) - q.head for q in queues) + loose
+
+
+def assert_nodes_counted(d: Dehydrator) -> None:
     sunk = sum(1 for entry in d._heads if type(entry[-1]) is _dehydrator._Queue and entry[0] == float("inf"))
     drawn = int(repr(d._seq)[len("count(") : -1])
-    assert drawn - d._left == queued + loose + sunk
+    assert drawn - d._left == nodes_held(d) + sunk
 
 
 DehydratorMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=60, deadline=None)
