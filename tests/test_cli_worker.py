@@ -21,6 +21,7 @@ import anyio
 import pytest
 
 from rehydrate import open_store
+from tests.logfiles import complete_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,7 +70,7 @@ def start(cwd: Path, *argv: str, env: dict[str, str] | None = None) -> subproces
 
 
 def entries(log: Path) -> list[list[str]]:
-    return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+    return [line.split() for line in complete_lines(log)]
 
 
 def wait_for(

@@ -23,6 +23,7 @@ import anyio
 import pytest
 
 from rehydrate import open_store
+from tests.logfiles import complete_lines
 from tests.redis_server import drop_prefix, shared_server_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,10 +61,8 @@ def start_worker(
 
 
 def lines(log: Path) -> list[tuple[str, int, int]]:
-    if not log.exists():
-        return []
     out = []
-    for line in log.read_text().splitlines():
+    for line in complete_lines(log):
         id, attempt, pid = line.split()
         if id != "ready":
             out.append((id, int(attempt), int(pid)))
