@@ -22,6 +22,7 @@ from rehydrate.cli._common import CLIError
 #: name -> (script, extra arguments for --quick)
 BENCHMARKS: Final = {
     "core": ("bench_core.py", ["--quick"]),
+    "push-floor": ("bench_push_floor.py", ["--quick", "--repeat", "3"]),
     "scheduler": ("bench_scheduler.py", ["--n", "5000", "--repeat", "1"]),
     "sqlite": ("bench_sqlite.py", ["--n", "5000"]),
     "redis": ("bench_redis.py", ["--quick"]),
