@@ -516,6 +516,36 @@ class TestLooseNodes:
         assert dehydrator.poll() == sorted(set(range(n)) - set(due), key=lambda i: i * 7919 % n)
         assert dehydrator.ttn() is None
 
+    def test_after_a_miss_the_next_pushes_are_loose_without_a_lookup(
+        self, dehydrator: Dehydrator, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(_dehydrator, "_QUEUES_MAX", 2)
+        monkeypatch.setattr(_dehydrator, "_SKIP", 3)
+
+        def queued(ttl: float) -> int:
+            queue = dehydrator._queues[ttl]
+            return len(queue.items) - queue.head
+
+        dehydrator.push("a", ttl=5, id="a")
+        dehydrator.push("b", ttl=7, id="b")
+        dehydrator.push("c", ttl=9, id="c")  # no room for a third queue: loose, and a window opens
+        for i in range(3):  # TTL 5 has a queue, but these are not looked up
+            dehydrator.push(f"w{i}", ttl=5, id=f"w{i}")
+        assert queued(5) == 1
+        dehydrator.push("d", ttl=5, id="d")  # the window is over: back in its queue
+        assert queued(5) == 2
+        assert len(dehydrator._heads) == 2 + 4  # two queue entries, four loose nodes
+        info = dehydrator.info("w0")
+        assert info is not None
+        assert (info.ttl, info.claimed) == (5, False)
+        clock.advance(5)  # one due time for a, w0..w2 and d: ties in push order, queued or loose
+        assert dehydrator.ttn() == 0.0
+        assert dehydrator.poll(limit=2) == ["a", "w0"]
+        assert dehydrator.poll() == ["w1", "w2", "d"]
+        clock.advance(4)
+        assert dehydrator.poll() == ["b", "c"]
+        assert len(dehydrator) == 0
+
     def test_a_claimed_loose_element_is_claimed(
         self, dehydrator: Dehydrator, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
     ) -> None:

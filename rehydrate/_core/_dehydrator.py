@@ -13,6 +13,9 @@ Layout (see the README's "How it works"):
   *loose*: its node goes into the heap itself, as in a plain binary heap. A queue pays for itself
   only when its TTL repeats; with all-distinct TTLs (``at=`` deliveries, jittered retries) a queue
   per element would cost an object, a dict entry and a heap entry each, twice a plain heap's push.
+  After a push finds no queue and no room, the next ``_SKIP`` pushes are filed loose without
+  looking their TTL up, so a TTL that has a queue may have loose nodes too: the heap orders them
+  all on ``(due, seq)`` alike.
 
 Removal from the middle of a queue is lazy: the node is marked dead (its element replaced by
 ``_DEAD``, so the payload is dropped at once); dead nodes are skipped when they reach the head.
@@ -57,6 +60,11 @@ _SWEEP_SLACK = 1024
 #: heap. Large enough for every TTL of a scheduler's routes and retries, small enough that looking
 #: a TTL up stays in the cache.
 _QUEUES_MAX = 1024
+#: A push that finds no queue for its TTL and no room for one files the next this many pushes loose
+#: without looking their TTLs up. With TTLs that do not repeat (``at=`` deliveries, jittered
+#: retries) the lookup always misses and costs as much as the heappush (benchmarks/
+#: bench_push_floor.py); a TTL that repeats is back in its queue within this many pushes.
+_SKIP = 63
 #: A poll of everything due pops this many heap entries, and a 32nd of the heap, one by one
 #: before it takes the due entries in one pass over the heap.
 _BULK_MIN = 8
@@ -192,6 +200,7 @@ class Dehydrator:
         "_index",
         "_leases",
         "_left",
+        "_loose_until",
         "_now",
         "_queues",
         "_seq",
@@ -214,6 +223,8 @@ class Dehydrator:
         #: when a node is filed, so the filings check, once their seq reaches ``_check_at``.
         self._left = 0
         self._check_at = _SWEEP_SLACK
+        #: Pushes whose seq is below this file loose without looking their TTL up (see _SKIP).
+        self._loose_until = 0
         self._ids = count()
         self._id_prefix = os.urandom(6).hex()
 
@@ -255,14 +266,22 @@ class Dehydrator:
             now = self._now
         else:
             self._now = now
+        seq = next(self._seq)
+        if seq < self._loose_until:
+            # Loose without a lookup: a recent push found no queue for its TTL and no room for one
+            # (see _SKIP). The window ends before _check_at, so no check is due.
+            node = index[id] = [now + seconds, seq, id, element, 0, seconds]
+            heappush(self._heads, node)
+            return id
         queues = self._queues
         queue = queues.get(seconds)
-        seq = next(self._seq)
         if queue is not None:
             node = index[id] = [now + seconds, seq, id, element, 0, queue]
             queue.items.append(node)
         elif len(queues) >= _QUEUES_MAX:
-            # Loose: the node is its own heap entry.
+            # Loose: the node is its own heap entry. _check_at never goes down, so the window
+            # ends before the next check is due.
+            self._loose_until = min(seq + 1 + _SKIP, self._check_at)
             node = index[id] = [now + seconds, seq, id, element, 0, seconds]
             heappush(self._heads, node)
         else:
@@ -966,6 +985,7 @@ class Dehydrator:
                 queue.head = 0
             queues.clear()
         self._heads = []
+        self._loose_until = 0
         filed = next(self._seq) + 1  # every seq drawn, this one too: none is held now
         self._left = filed
         self._check_at = filed + _SWEEP_SLACK
