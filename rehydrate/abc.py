@@ -42,7 +42,7 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
-from rehydrate._core._dehydrator import Claim, ElementInfo, Summary
+from rehydrate._core._records import Claim, ElementInfo, Summary
 from rehydrate._core._validate import Seconds
 
 __all__ = ["Clock", "Serializer", "Store", "Subscription"]

@@ -10,7 +10,8 @@ import anyio
 
 from rehydrate._clock import SystemClock
 from rehydrate._core import _validate
-from rehydrate._core._dehydrator import Claim, Dehydrator, ElementInfo, Summary
+from rehydrate._core._dehydrator import Dehydrator
+from rehydrate._core._records import Claim, ElementInfo, Summary
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Clock, Store, Subscription
 from rehydrate.errors import DuplicateIdError, InvalidTypeError

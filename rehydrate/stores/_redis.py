@@ -45,8 +45,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import anyio
 
 from rehydrate._core import _validate
-from rehydrate._core._dehydrator import Claim, ElementInfo, Summary
 from rehydrate._core._fence import STAMP, stamp
+from rehydrate._core._records import Claim, ElementInfo, Summary
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Serializer, Store, Subscription
 from rehydrate.errors import (

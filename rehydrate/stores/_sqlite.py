@@ -16,8 +16,8 @@ import anyio.to_thread
 
 from rehydrate._clock import WallClock
 from rehydrate._core import _validate
-from rehydrate._core._dehydrator import Claim, ElementInfo, Summary
 from rehydrate._core._fence import attempt_of, stamp
+from rehydrate._core._records import Claim, ElementInfo, Summary
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Clock, Serializer, Store, Subscription
 from rehydrate.errors import (
