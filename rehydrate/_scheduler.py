@@ -47,6 +47,10 @@ from rehydrate.errors import (
     InvalidTypeError,
     RehydrateError,
 )
+from rehydrate.errors import (
+    # Defined in rehydrate.errors; re-exported for the modules that import it from here.
+    SchedulerNotRunningError as SchedulerNotRunningError,
+)
 
 __all__ = ["DeadLetter", "Delivery", "Scheduler", "Stats", "current_delivery"]
 
@@ -62,10 +66,6 @@ _LATENESS_SAMPLES: Final = 10_000
 _ERROR_BACKOFF: Final = (0.05, 5.0)
 #: How long one batch of acks may take before it is given up (the leases bring the elements back).
 _ACK_TIMEOUT: Final = 10.0
-
-
-class SchedulerNotRunningError(RehydrateError, RuntimeError):
-    """A call that needs the scheduler running (``async with scheduler``) was made outside it."""
 
 
 @attrs.frozen(kw_only=True)

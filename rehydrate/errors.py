@@ -11,6 +11,9 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidTypeError",
     "RehydrateError",
+    "SchedulerNotRunningError",
+    "SerializerMismatchError",
+    "StoreNotOpenError",
     "StoreUnavailableError",
     "UnknownIdError",
     "UnsupportedStoreError",
@@ -61,6 +64,30 @@ class StoreUnavailableError(RehydrateError, ConnectionError):
 
     The call may or may not have taken effect; every verb is safe to retry.
     """
+
+
+class StoreNotOpenError(RehydrateError, RuntimeError):
+    """A store was used before :meth:`~rehydrate.abc.Store.open` (``async with store``) or after
+    :meth:`~rehydrate.abc.Store.aclose`. Every store raises it, the memory store included."""
+
+
+class SerializerMismatchError(RehydrateError):
+    """A store read an element written with another serializer than its own.
+
+    The element is left as it was: open the store with the serializer named here
+    (``serializer=``, or ``?serializer=`` in its URL) to read it. Never guessed at: loading
+    pickle runs code.
+    """
+
+    def __init__(self, message: str, *, stored: str, configured: str) -> None:
+        super().__init__(message)
+        #: The serializer the element was written with, and the one this store uses.
+        self.stored = stored
+        self.configured = configured
+
+
+class SchedulerNotRunningError(RehydrateError, RuntimeError):
+    """A call that needs the scheduler running (``async with scheduler``) was made outside it."""
 
 
 class UnsupportedStoreError(RehydrateError, ValueError):

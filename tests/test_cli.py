@@ -48,6 +48,8 @@ class CLI:
         self.kind = kind
         self.url = url
         self.memory = MemoryStore() if kind == "memory" else None
+        if self.memory is not None:
+            anyio.run(self.memory.open)  # lent open, as a store given to a scheduler is
         self._capsys = capsys
 
     def __call__(self, *argv: str) -> Result:

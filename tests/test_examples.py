@@ -128,6 +128,7 @@ class TestDrivenWithAFakeClock:
         """edit() re-defers the same id later with the new content, carrying the burst over."""
         clock = FakeClock()
         store = MemoryStore(clock=clock)
+        await store.open()
         scheduler = Scheduler(store)  # not running: nothing is delivered
         assert await debounce.edit(scheduler, "doc", "a", quiet=30, max_wait=60) == 30
         clock.advance(20)
@@ -165,7 +166,8 @@ class TestDrivenWithAFakeClock:
         assert clock() <= 3.5 * 600 + 5
         assert [r["text"] for r in outcome.pending_at_restart] == ["standup moved to room 4", "dentist"]
         assert (outcome.late_change, outcome.late_cancel) == (False, False)
-        assert await store.size("reminders") == 0
+        async with store:  # closed by the example's restart; a memory store keeps its elements
+            assert await store.size("reminders") == 0
 
     async def test_claim_check(self) -> None:
         """Redeemed payloads are pulled; unredeemed ones expire and the janitor's poll collects them."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,8 +30,9 @@ NO_JITTER = Backoff(initial=1, multiplier=2, maximum=60, jitter=0)
 
 
 @pytest.fixture
-def store(clock: FakeClock) -> MemoryStore:
-    return MemoryStore(clock=clock)
+async def store(clock: FakeClock) -> AsyncIterator[MemoryStore]:
+    async with MemoryStore(clock=clock) as store:  # open, so tests may fill it before the scheduler runs
+        yield store
 
 
 @pytest.fixture

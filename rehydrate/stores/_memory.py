@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 
@@ -13,21 +14,25 @@ from rehydrate._core import _validate
 from rehydrate._core._dehydrator import Dehydrator
 from rehydrate._core._records import Claim, ElementInfo, Summary
 from rehydrate._core._validate import Seconds
-from rehydrate.abc import Clock, Store, Subscription
-from rehydrate.errors import DuplicateIdError, InvalidTypeError
+from rehydrate.abc import Clock, Subscription
+from rehydrate.errors import DuplicateIdError, InvalidArgumentError, InvalidTypeError
+from rehydrate.stores._base import StoreBase, url_options
 from rehydrate.stores._subscription import EventSubscription
 
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore(Store):
+class MemoryStore(StoreBase):
     """Dehydrators held in this process: the embedded default (``memory://``).
 
     Elements are kept as the objects given (not copied or serialized), and are lost when the
     process ends. Time is ``clock`` (monotonic by default; a :class:`~rehydrate.testing.FakeClock`
     in tests). Every call yields to other tasks first (its one checkpoint, where it may be
     cancelled) and then does all its work without yielding: each is atomic, and a cancelled call
-    has done nothing.
+    has done nothing. Like every store it must be opened first (``async with store``, or a
+    scheduler that opens it) and refuses calls after :meth:`aclose`
+    (:class:`~rehydrate.errors.StoreNotOpenError`); its elements stay in the object, so opening it
+    again finds them.
     """
 
     def __init__(self, *, clock: Clock | None = None) -> None:
@@ -41,25 +46,43 @@ class MemoryStore(Store):
         #: does and answers as an empty one. Only reads and fenced calls reach it, so it stays empty.
         self._nothing = Dehydrator(clock=self.clock)
         self._subscribers: dict[str, set[EventSubscription]] = {}
+        self._open = False
 
     @classmethod
     def from_url(cls, url: str, *, clock: Clock | None = None) -> MemoryStore:
-        """``memory://`` (nothing after the scheme is used)."""
+        """``memory://``: nothing after the scheme, and no options."""
+        if not isinstance(url, str):
+            raise InvalidTypeError(f"url must be a str, not {type(url).__name__}")
+        parts = urlsplit(url)
+        if parts.scheme.lower() != "memory":
+            raise InvalidArgumentError(f"not a memory:// URL: {url!r}")
+        if parts.netloc or parts.path.strip("/"):
+            raise InvalidArgumentError(f"a memory:// URL names nothing: {url!r}")
+        url_options(url, parts.query, {})
         return cls(clock=clock)
 
     def __repr__(self) -> str:
         return f"MemoryStore(clock={self.clock!r})"
 
+    async def open(self) -> None:
+        await anyio.lowlevel.checkpoint()
+        self._open = True
+
     async def aclose(self) -> None:
         await anyio.lowlevel.checkpoint()
+        self._open = False
 
     # -- helpers ---------------------------------------------------------------------------------
 
     def _get(self, name: str) -> Dehydrator:
+        if not self._open:
+            raise self._not_open()
         d = self._dehydrators.get(_validate.element_id(name, "name"))
         return self._nothing if d is None else d
 
     def _get_or_create(self, name: str) -> Dehydrator:
+        if not self._open:
+            raise self._not_open()
         d = self._dehydrators.get(_validate.element_id(name, "name"))
         if d is None:
             d = self._dehydrators[name] = Dehydrator(clock=self.clock)
@@ -185,6 +208,8 @@ class MemoryStore(Store):
 
     async def names(self) -> list[str]:
         await anyio.lowlevel.checkpoint()
+        if not self._open:
+            raise self._not_open()
         return sorted(name for name, d in self._dehydrators.items() if len(d))
 
     async def size(self, name: str) -> int:
@@ -214,5 +239,5 @@ class MemoryStore(Store):
                 self._subscribers.pop(name, None)
 
     def subscribe(self, name: str) -> AbstractAsyncContextManager[Subscription]:
-        _validate.element_id(name, "name")
+        self._get(name)
         return self._subscribe(name)

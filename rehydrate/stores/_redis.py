@@ -48,16 +48,18 @@ from rehydrate._core import _validate
 from rehydrate._core._fence import STAMP, stamp
 from rehydrate._core._records import Claim, ElementInfo, Summary
 from rehydrate._core._validate import Seconds
-from rehydrate.abc import Serializer, Store, Subscription
+from rehydrate.abc import Serializer, Subscription
 from rehydrate.errors import (
     DuplicateIdError,
     InvalidArgumentError,
     InvalidTypeError,
     RehydrateError,
+    StoreNotOpenError,
     StoreUnavailableError,
     UnknownIdError,
 )
-from rehydrate.serializers import JSONSerializer, get_serializer
+from rehydrate.serializers import JSONSerializer
+from rehydrate.stores._base import Converter, StoreBase, as_bool, as_float, as_int, as_str, url_options
 from rehydrate.stores._subscription import EventSubscription
 
 if TYPE_CHECKING:
@@ -67,6 +69,7 @@ __all__ = ["RedisStore"]
 
 #: Durations above this are refused: due times are integer microseconds, exact in a Lua double.
 _MAX_SECONDS: Final = 1e9
+
 #: The most elements one script call takes, removes or lists unless ``batch_size`` says otherwise.
 _BATCH: Final = 1000
 _MAX_BATCH: Final = 10_000
@@ -121,8 +124,10 @@ def _scripts() -> dict[str, _Script]:
     }
 
 
-class _ScriptError(RehydrateError):
-    """Redis refused a script call (the message says why; ``RHSERIALIZER ...`` comes from ours)."""
+class RedisRefusedError(RehydrateError):
+    """The Redis server refused a call for a reason retrying will not change (a key of the wrong
+    type, a server-side limit...): the message is the server's. ``RHSERIALIZER ...`` comes from
+    our scripts and becomes a :class:`~rehydrate.errors.SerializerMismatchError`."""
 
 
 #: Replies that mean "not now" rather than "never": retried like a lost connection.
@@ -159,6 +164,7 @@ class _Backend:
         *,
         cluster: bool,
         timeout: float,
+        connect_timeout: float,
         retries: int,
         backoff: float,
         options: Mapping[str, Any],
@@ -166,6 +172,7 @@ class _Backend:
         self.url = url
         self.cluster = cluster
         self._timeout = timeout
+        self._connect_timeout = connect_timeout
         self._retries = retries
         self._backoff = backoff
         self._options = dict(options)
@@ -175,6 +182,7 @@ class _Backend:
         self._no_script: type[BaseException] = Exception
         self._response_error: type[BaseException] = Exception
         self._refused: tuple[type[BaseException], ...] = ()
+        self._garbled: type[BaseException] = Exception
 
     @property
     def is_open(self) -> bool:
@@ -205,11 +213,12 @@ class _Backend:
         self._no_script = ce.NoScriptError
         self._response_error = ce.ResponseError
         self._refused = (ce.AuthenticationError, ce.AuthorizationError)
+        self._garbled = ce.InvalidResponse
         options: dict[str, Any] = {
             "decode_responses": False,
             "retry_policy": NoRetryPolicy(),
             "stream_timeout": self._timeout,
-            "connect_timeout": self._timeout,
+            "connect_timeout": self._connect_timeout,
             **self._options,
         }
         client: coredis.Redis[bytes] | coredis.RedisCluster[bytes]
@@ -225,7 +234,13 @@ class _Backend:
         else:
             client = coredis.Redis.from_url(self.url, **options)
         stack = AsyncExitStack()
-        await stack.enter_async_context(client)
+        try:
+            await stack.enter_async_context(client)
+        except (ce.RedisError, OSError, TimeoutError) as exc:
+            hint = " (cluster=1 needs a Redis Cluster)" if isinstance(exc, ce.RedisClusterError) else ""
+            raise StoreUnavailableError(
+                f"Redis at {_redact(self.url)} could not be opened{hint}: {type(exc).__name__}: {exc}"
+            ) from exc
         self._client, self._stack = client, stack
 
     async def aclose(self) -> None:
@@ -233,31 +248,44 @@ class _Backend:
         if stack is not None:
             await stack.aclose()
 
+    def check_open(self) -> None:
+        self._get()
+
     def _get(self) -> coredis.Redis[bytes] | coredis.RedisCluster[bytes]:
         if self._client is None:
-            raise RuntimeError("the RedisStore is not open: use it as `async with store:` (or await open())")
+            raise StoreNotOpenError(
+                f"the Redis store at {_redact(self.url)} is not open: use it as `async with store:` "
+                "(or `await store.open()` first)"
+            )
         return self._client
 
     def _delay(self, attempt: int) -> float:
         return float(min(self._backoff * 2 ** (attempt - 1), 2.0))
 
-    def _unavailable(self, exc: BaseException) -> StoreUnavailableError:
+    def _unavailable(self, exc: BaseException, attempts: int) -> StoreUnavailableError:
+        tries = "after 1 attempt" if attempts == 1 else f"after {attempts} attempts"
         return StoreUnavailableError(
-            f"Redis at {_redact(self.url)} is unavailable after {self._retries + 1} attempts: "
-            f"{type(exc).__name__}: {exc}"
+            f"Redis at {_redact(self.url)} is unavailable {tries}: {type(exc).__name__}: {exc}"
         )
 
-    async def _retry(self, exc: BaseException, attempt: int) -> int:
-        """After a failed attempt: raise if it cannot or may not be retried, else wait; the next attempt."""
+    async def _retry(self, exc: BaseException, attempt: int, retries: int | None = None) -> int:
+        """After a failed attempt: raise if it cannot or may not be retried, else wait; the next attempt.
+
+        ``retries`` overrides the store's (``open`` makes one attempt: a wrong URL fails fast).
+        """
         if isinstance(exc, self._refused):
             raise StoreUnavailableError(f"Redis at {_redact(self.url)} refused this client: {exc}") from exc
+        if isinstance(exc, self._garbled):
+            raise StoreUnavailableError(
+                f"{_redact(self.url)} does not answer as a Redis server: {exc}"
+            ) from exc
         transient = isinstance(exc, self._transient) or (
             isinstance(exc, self._response_error) and str(exc).startswith(_BUSY_REPLIES)
         )
         if not transient:
-            raise _ScriptError(str(exc)) from exc
-        if attempt > self._retries:
-            raise self._unavailable(exc) from exc
+            raise RedisRefusedError(str(exc)) from exc
+        if attempt > (self._retries if retries is None else retries):
+            raise self._unavailable(exc, attempt) from exc
         await anyio.sleep(self._delay(attempt))
         return attempt + 1
 
@@ -268,8 +296,12 @@ class _Backend:
         args: Sequence[str | bytes | int],
         *,
         retry_args: Sequence[str | bytes | int] | None = None,
+        retries: int | None = None,
     ) -> Any:
-        """Run ``script``; a retried attempt (after a lost connection) sends ``retry_args`` if given."""
+        """Run ``script``; a retried attempt (after a lost connection) sends ``retry_args`` if given.
+
+        ``retries`` overrides the store's number of retries.
+        """
         client = self._get()
         attempt = 1
         while True:
@@ -279,8 +311,8 @@ class _Backend:
                 except self._no_script:
                     await client.script_load(script.source)
                     return await client.evalsha(script.sha, keys=keys, args=args)
-            except (*self._transient, self._response_error) as exc:
-                attempt = await self._retry(exc, attempt)
+            except (*self._transient, self._response_error, self._garbled) as exc:
+                attempt = await self._retry(exc, attempt, retries)
                 if retry_args is not None:
                     args = retry_args
 
@@ -307,7 +339,7 @@ class _Backend:
                 for source in {calls[i][0].source for i in todo}:
                     await client.script_load(source)
                 continue
-            except (*self._transient, self._response_error) as exc:
+            except (*self._transient, self._response_error, self._garbled) as exc:
                 attempt = await self._retry(exc, attempt)
                 continue
             missing: list[int] = []
@@ -315,7 +347,7 @@ class _Backend:
                 if isinstance(reply, self._no_script):
                     missing.append(i)
                 elif isinstance(reply, BaseException):
-                    raise _ScriptError(str(reply)) from reply
+                    raise RedisRefusedError(str(reply)) from reply
                 else:
                     results[i] = reply
             for source in {calls[i][0].source for i in missing}:
@@ -430,31 +462,57 @@ def _int_option(value: object, name: str, low: int, high: int) -> int:
     return value
 
 
-def _flag(value: str) -> bool:
-    lowered = value.lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(value)
-
-
-#: The constructor's options a URL's query may carry, and how to read them.
-_URL_OPTIONS: Final[dict[str, Callable[[str], Any]]] = {
-    "prefix": str,
-    "cluster": _flag,
-    "serializer": str,
-    "timeout": float,
-    "retries": int,
-    "retry_backoff": float,
-    "batch_size": int,
+#: The options a Redis URL's query may carry: the constructor's, and coredis's TLS options
+#: (``rediss://`` only), which stay in the URL for the client to read.
+_URL_OPTIONS: Final[dict[str, Converter]] = {
+    "prefix": as_str,
+    "cluster": as_bool,
+    "serializer": as_str,
+    "timeout": as_float,
+    "connect_timeout": as_float,
+    "retries": as_int,
+    "retry_backoff": as_float,
+    "batch_size": as_int,
 }
+_TLS_OPTIONS: Final[dict[str, Converter]] = {
+    "ssl_ca_certs": as_str,
+    "ssl_certfile": as_str,
+    "ssl_keyfile": as_str,
+    "ssl_cert_reqs": as_str,
+    "ssl_check_hostname": as_bool,
+}
+
+
+def _check_url(url: str) -> None:
+    """Refuse what coredis would misread silently or with a traceback: scheme, port, database."""
+    parts = urlsplit(url)
+    shown = _redact(url)
+    if parts.scheme.lower() not in ("redis", "rediss"):
+        raise InvalidArgumentError(f"a Redis URL starts with redis:// or rediss://, not {shown!r}")
+    try:
+        parts.port  # noqa: B018 - urlsplit checks the port when asked for it
+    except ValueError as exc:
+        raise InvalidArgumentError(f"bad port in the Redis URL {shown!r}: {exc}") from None
+    db = parts.path.removeprefix("/")
+    if db and not (db.isascii() and db.isdigit()):
+        raise InvalidArgumentError(
+            f"the database in a Redis URL is a number (redis://host:6379/0), not {db!r} in {shown!r}"
+        )
+    for key, _ in parse_qsl(parts.query, keep_blank_values=True):
+        if key not in _TLS_OPTIONS:
+            raise InvalidArgumentError(
+                f"unknown option {key!r} in {shown!r}; pass store options as arguments, "
+                f"and only {', '.join(sorted(_TLS_OPTIONS))} in the URL"
+            )
+        if parts.scheme.lower() != "rediss":
+            raise InvalidArgumentError(f"{key} is a TLS option: use rediss:// in {shown!r}")
+
 
 _Args = list[str | bytes | int]
 _Item = tuple[str | None, int, bytes]
 
 
-class RedisStore(Store):
+class RedisStore(StoreBase):
     """Dehydrators in Redis 7+ or Valkey (``redis://``, ``rediss://`` for TLS).
 
     ``url`` is ``redis://[[user]:password@]host[:port][/db]``; ``rediss://`` connects with TLS
@@ -487,6 +545,7 @@ class RedisStore(Store):
         prefix: str = "rh",
         cluster: bool = False,
         timeout: float = 10.0,
+        connect_timeout: float = 5.0,
         retries: int = 5,
         retry_backoff: float = 0.1,
         batch_size: int = _BATCH,
@@ -494,11 +553,10 @@ class RedisStore(Store):
     ) -> None:
         if not isinstance(url, str):
             raise InvalidTypeError(f"url must be a str, not {type(url).__name__}")
-        if urlsplit(url).scheme.lower() not in ("redis", "rediss"):
-            raise InvalidArgumentError(f"a Redis URL starts with redis:// or rediss://, not {_redact(url)!r}")
+        _check_url(url)
         if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
             raise InvalidArgumentError(f"prefix must be a non-empty str without braces, not {prefix!r}")
-        self._serializer = get_serializer(serializer)
+        self._set_serializer(serializer)
         # JSON payloads joined by commas are a JSON array: one script reply, one json.loads.
         self._join = type(self._serializer) is JSONSerializer
         self._join_flag = "1" if self._join else "0"
@@ -508,12 +566,14 @@ class RedisStore(Store):
         retries = _int_option(retries, "retries", 0, 100)
         timeout = _validate.seconds(timeout, "timeout")
         backoff = _validate.seconds(retry_backoff, "retry_backoff")
-        if timeout <= 0:
-            raise InvalidArgumentError("timeout must be positive")
+        connect = _validate.seconds(connect_timeout, "connect_timeout")
+        if timeout <= 0 or connect <= 0:
+            raise InvalidArgumentError("timeout and connect_timeout must be positive")
         self._backend = _Backend(
             url,
             cluster=bool(cluster),
             timeout=timeout,
+            connect_timeout=connect,
             retries=retries,
             backoff=backoff,
             options=client_options or {},
@@ -527,31 +587,28 @@ class RedisStore(Store):
     def from_url(cls, url: str, **options: Any) -> RedisStore:
         """``redis://host:port/db`` or ``rediss://...``; ``options`` are the constructor's keywords.
 
-        ``prefix``, ``cluster``, ``serializer``, ``timeout``, ``retries``, ``retry_backoff`` and
-        ``batch_size`` may also be query parameters (``redis://host/0?prefix=billing&cluster=1``),
-        so a URL alone (``rehydrate --store``) can say everything; not both ways. Other parameters
-        (``ssl_*``...) are left for the client.
+        ``prefix``, ``cluster``, ``serializer``, ``timeout``, ``connect_timeout``, ``retries``,
+        ``retry_backoff`` and ``batch_size`` may also be query parameters
+        (``redis://host/0?prefix=billing&cluster=1``), so a URL alone (``rehydrate --store``) can
+        say everything; not both ways. ``rediss://`` URLs may carry the client's TLS options
+        (``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_cert_reqs``,
+        ``ssl_check_hostname``). Any other option is refused.
         """
         if not isinstance(url, str):
             raise InvalidTypeError(f"url must be a str, not {type(url).__name__}")
         parts = urlsplit(url)
-        try:
-            query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-        except ValueError as exc:
-            raise InvalidArgumentError(f"malformed query in {_redact(url)!r}: {exc}") from None
-        rest = []
-        for key, value in query:
-            convert = _URL_OPTIONS.get(key)
-            if convert is None:
-                rest.append((key, value))
-                continue
-            if key in options:
-                raise InvalidArgumentError(f"{key} is given both in the URL and as an argument")
-            try:
-                options[key] = convert(value)
-            except ValueError:
-                raise InvalidArgumentError(f"invalid {key}={value!r} in the Redis URL") from None
-        return cls(urlunsplit(parts._replace(query=urlencode(rest))), **options)
+        shown = _redact(url)
+        found = url_options(url, parts.query, {**_URL_OPTIONS, **_TLS_OPTIONS}, options, shown=shown)
+        tls = [(key, value) for key, value in parse_qsl(parts.query) if key in _TLS_OPTIONS]
+        for key in _URL_OPTIONS:
+            if key in found:
+                options[key] = found[key]
+        return cls(urlunsplit(parts._replace(query=urlencode(tls))), **options)
+
+    @property
+    def serializer(self) -> Serializer:
+        """The serializer elements are written with."""
+        return self._serializer
 
     def __repr__(self) -> str:
         return (
@@ -562,12 +619,22 @@ class RedisStore(Store):
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def open(self) -> None:
-        """Connect, and set :attr:`clock` by the server's ``TIME``. Idempotent."""
+        """Connect, and set :attr:`clock` by the server's ``TIME``. Idempotent.
+
+        Makes one attempt, each connection bounded by ``connect_timeout``: a wrong URL or a
+        server that is down fails fast with :class:`~rehydrate.errors.StoreUnavailableError`
+        (retry ``open`` to wait for a server to come up).
+        """
         if self._backend.is_open:
             return
         await self._backend.open()
         try:
-            await self._set_clock()
+            try:
+                await self._set_clock()
+            except RedisRefusedError as exc:
+                raise StoreUnavailableError(
+                    f"Redis at {_redact(self._backend.url)} refused to open: {exc}"
+                ) from exc
         except BaseException:
             # Not shielded: the pool's task group must close in the scope it was opened in.
             await self._backend.aclose()
@@ -578,7 +645,7 @@ class RedisStore(Store):
 
     async def _server_time(self) -> tuple[int, float, float]:
         before = _local_clock()
-        micros = int(await self._backend.eval(_scripts()["time"], [], []))
+        micros = int(await self._backend.eval(_scripts()["time"], [], [], retries=0))
         return micros, before, _local_clock()
 
     async def _set_clock(self) -> None:
@@ -643,25 +710,14 @@ class RedisStore(Store):
                 [*head, *args],
                 retry_args=[*head, *retry] if retry else None,
             )
-        except _ScriptError as exc:
+        except RedisRefusedError as exc:
             message = str(exc)
             if message.startswith("RHSERIALIZER "):
-                stored = message.split()[1]
-                raise InvalidArgumentError(
-                    f"dehydrator {name!r} holds elements written with serializer {stored!r}, "
-                    f"but this store uses {self._serializer.name!r}"
-                ) from None
+                raise self._mismatch(name, message.split()[1]) from None
             raise
 
-    def _dumps(self, element: Any) -> bytes:
-        try:
-            return self._serializer.dumps(element)
-        except InvalidArgumentError:
-            raise
-        except (TypeError, ValueError) as exc:
-            raise InvalidTypeError(f"cannot serialize element with {self._serializer.name}: {exc}") from exc
-
-    def _loads(self, data: bytes) -> Any:
+    def _load(self, data: bytes) -> Any:
+        """An element the scripts have checked was written by this store's serializer."""
         return self._serializer.loads(data)
 
     def _loads_joined(self, joined: bytes) -> list[Any]:
@@ -732,6 +788,8 @@ class RedisStore(Store):
                     raise DuplicateIdError(id)
                 seen.add(id)
         if not batch:
+            self._backend.check_open()
+            await anyio.lowlevel.checkpoint()
             return []
         return await self._push(name, batch)
 
@@ -739,7 +797,7 @@ class RedisStore(Store):
         self._keys(name)
         _validate.element_id(id)
         reply = await self._eval("pull", name, [id])
-        return None if reply is None else self._loads(reply)
+        return None if reply is None else self._load(reply)
 
     async def poll(self, name: str, *, limit: int | None = None) -> list[Any]:
         """See :meth:`Store.poll`. Takes ``batch_size`` elements per script and loops; the loop
@@ -755,7 +813,7 @@ class RedisStore(Store):
             if self._join:
                 out += self._loads_joined(reply[3])
             else:
-                out.extend(self._loads(payload) for payload in reply[3:])
+                out.extend(self._load(payload) for payload in reply[3:])
             if not int(reply[1]) or (n is not None and len(out) >= n):
                 return out
             if first[0] == "":
@@ -790,14 +848,14 @@ class RedisStore(Store):
         for start in range(0, len(ids), self._batch):
             chunk = ids[start : start + self._batch]
             reply = await self._eval("remove", name, ["xack", fence, _fence_text(token), *chunk])
-            out.extend(None if payload is None else self._loads(payload) for payload in reply)
+            out.extend(None if payload is None else self._load(payload) for payload in reply)
         return out
 
     async def look(self, name: str, id: str) -> Any:
         self._keys(name)
         _validate.element_id(id)
         reply = await self._eval("look", name, ["look", id])
-        return None if reply is None else self._loads(reply)
+        return None if reply is None else self._load(reply)
 
     async def ttn(self, name: str) -> float | None:
         self._keys(name)
@@ -811,7 +869,7 @@ class RedisStore(Store):
         reply = await self._eval("update", name, [id, payload])
         if not int(reply[0]):
             raise UnknownIdError(id)
-        return self._loads(reply[1])
+        return self._load(reply[1])
 
     # -- leases ----------------------------------------------------------------------------------
 
@@ -834,7 +892,7 @@ class RedisStore(Store):
             if self._join:
                 elements = self._loads_joined(reply[4])
             else:
-                elements = [self._loads(reply[i + 4]) for i in rows]
+                elements = [self._load(reply[i + 4]) for i in rows]
             out += [
                 Claim(
                     id=_text(reply[i]),
@@ -860,6 +918,10 @@ class RedisStore(Store):
             _validate.element_id(id)
             if _validate.token(token) is None:
                 raise InvalidArgumentError("ack needs each claim's token")
+        if not pairs:
+            self._backend.check_open()
+            await anyio.lowlevel.checkpoint()
+            return []
         out: list[bool] = []
         for start in range(0, len(pairs), self._batch):
             flat: _Args = []

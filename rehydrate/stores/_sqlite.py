@@ -9,7 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
 from typing import Any, Final, TypeVar
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 import anyio
 import anyio.to_thread
@@ -19,7 +19,7 @@ from rehydrate._core import _validate
 from rehydrate._core._fence import attempt_of, stamp
 from rehydrate._core._records import Claim, ElementInfo, Summary
 from rehydrate._core._validate import Seconds
-from rehydrate.abc import Clock, Serializer, Store, Subscription
+from rehydrate.abc import Clock, Serializer, Subscription
 from rehydrate.errors import (
     DuplicateIdError,
     InvalidArgumentError,
@@ -28,7 +28,7 @@ from rehydrate.errors import (
     StoreUnavailableError,
     UnknownIdError,
 )
-from rehydrate.serializers import get_serializer
+from rehydrate.stores._base import StoreBase, as_float, as_str, url_options
 
 __all__ = ["SQLiteStore"]
 
@@ -39,6 +39,9 @@ _CLAIM_BATCH: Final = 1000
 #: Bumped when the tables change shape; a file written by another version is refused, not guessed at.
 _SCHEMA_VERSION: Final = 1
 _SYNCHRONOUS: Final = ("FULL", "NORMAL")
+
+#: What a ``sqlite://`` URL's query may say, and how to read it.
+_URL_OPTIONS: Final = {"serializer": as_str, "synchronous": as_str, "busy_timeout": as_float, "nap": as_float}
 
 _SCHEMA: Final = (
     """CREATE TABLE IF NOT EXISTS rehydrate_meta (
@@ -230,7 +233,7 @@ class _SQLiteSubscription(Subscription):
         return self._consume() if self._event.is_set() else False
 
 
-class SQLiteStore(Store):
+class SQLiteStore(StoreBase):
     """Dehydrators in one SQLite file (``sqlite:///path/to/file.db``): durable, and shared by every
     process of the machine that opens the same file.
 
@@ -276,7 +279,7 @@ class SQLiteStore(Store):
     is written) and deserialized in the worker thread inside the transaction (an element that
     cannot be read rolls the transaction back: nothing is removed). The serializer's name is stored
     with each element, and reading one written by another serializer raises
-    :class:`~rehydrate.errors.RehydrateError` rather than guessing (loading pickle runs code).
+    :class:`~rehydrate.errors.SerializerMismatchError` rather than guessing (loading pickle runs code).
 
     **Subscriptions** are woken at once by this store's own writes. Writes from other processes
     (or other store objects) are noticed by a *bounded nap*: a waiting subscription looks at a
@@ -326,7 +329,7 @@ class SQLiteStore(Store):
         self._busy_timeout = _validate.seconds(busy_timeout, "busy_timeout")
         self._database = database
         self._synchronous = synchronous.upper()
-        self._serializer = get_serializer(serializer)
+        self._set_serializer(serializer)
         self.clock: Clock = clock if clock is not None else WallClock()
         self._conn: sqlite3.Connection | None = None
         self._limiter: anyio.CapacityLimiter | None = None
@@ -366,32 +369,15 @@ class SQLiteStore(Store):
             path = unquote(parts.path.removeprefix("/"))
         if not path:
             raise InvalidArgumentError(f"the sqlite URL {url!r} names no file")
-        options: dict[str, Any] = {
+        given = {
             "serializer": serializer,
             "synchronous": synchronous,
             "busy_timeout": busy_timeout,
             "nap": nap,
         }
-        try:
-            query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-        except ValueError as exc:
-            raise InvalidArgumentError(f"malformed query in {url!r}: {exc}") from None
-        for key, value in query:
-            if key not in options:
-                raise InvalidArgumentError(
-                    f"unknown option {key!r} in {url!r}; known: {', '.join(sorted(options))}"
-                )
-            if options[key] is not None:
-                raise InvalidArgumentError(f"{key} is given both in the URL and as an argument")
-            if key in ("busy_timeout", "nap"):
-                try:
-                    options[key] = float(value)
-                except ValueError:
-                    raise InvalidArgumentError(f"{key} must be a number of seconds, not {value!r}") from None
-            else:
-                options[key] = value
-        kwargs = {key: value for key, value in options.items() if value is not None}
-        return cls(path, clock=clock, **kwargs)
+        options: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
+        options.update(url_options(url, parts.query, _URL_OPTIONS, given))
+        return cls(path, clock=clock, **options)
 
     def __repr__(self) -> str:
         return (
@@ -493,11 +479,6 @@ class SQLiteStore(Store):
 
     # -- plumbing --------------------------------------------------------------------------------
 
-    def _not_open(self) -> RehydrateError:
-        return RehydrateError(
-            f"{self!r} is not open: use it as `async with store:` or call `await store.open()` first"
-        )
-
     async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run ``fn(connection)`` in a worker thread, alone on the connection."""
         conn, limiter = self._conn, self._limiter
@@ -522,24 +503,6 @@ class SQLiteStore(Store):
             return self._last_now
         self._last_now = now
         return now
-
-    def _dumps(self, element: Any) -> bytes:
-        try:
-            return self._serializer.dumps(element)
-        except InvalidArgumentError:
-            raise
-        except (TypeError, ValueError) as exc:
-            raise InvalidTypeError(
-                f"element cannot be serialized by {self._serializer.name!r}: {exc}"
-            ) from exc
-
-    def _loads(self, name: str, id: str, payload: bytes, serializer: str) -> Any:
-        if serializer != self._serializer.name:
-            raise RehydrateError(
-                f"element {id!r} of {name!r} was written with the {serializer!r} serializer but this "
-                f"store uses {self._serializer.name!r}: open it with serializer={serializer!r}"
-            )
-        return self._serializer.loads(payload)
 
     def _notify(self, name: str, counter: int | None) -> None:
         if counter is not None:

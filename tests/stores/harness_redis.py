@@ -26,6 +26,10 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     try:
         async with store:
             await store._freeze_for_tests()
-            yield Harness(store=store, advance=store._advance_for_tests)
+            yield Harness(
+                store=store,
+                advance=store._advance_for_tests,
+                twin=lambda **kw: RedisStore.from_url(url, prefix=prefix, retries=2, **kw),
+            )
     finally:
         await drop_prefix(url, prefix)

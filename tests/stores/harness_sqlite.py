@@ -13,5 +13,8 @@ from .harnesses import Harness
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     tmp_path = request.getfixturevalue("tmp_path")
     clock = FakeClock(1000.0)
-    async with SQLiteStore(tmp_path / "store.db", clock=clock) as store:
-        yield Harness(store=store, advance=clock.advance)
+    path = tmp_path / "store.db"
+    async with SQLiteStore(path, clock=clock) as store:
+        yield Harness(
+            store=store, advance=clock.advance, twin=lambda **kw: SQLiteStore(path, clock=clock, **kw)
+        )

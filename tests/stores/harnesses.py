@@ -23,6 +23,10 @@ class Harness:
     store: Store
     #: Move the store's time forward by this many seconds, without sleeping.
     advance: Callable[[float], Any]
+    #: Another store on the same backend (file, server and key prefix), not opened, built with
+    #: these extra constructor keywords (``serializer=...``); for the memory store, a new one.
+    #: The lifecycle and serializer rules of the contract are checked through it.
+    twin: Callable[..., Store] | None = None
 
 
 HarnessFactory = Callable[[pytest.FixtureRequest], AsyncIterator[Harness]]

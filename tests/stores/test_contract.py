@@ -8,7 +8,14 @@ from typing import Any
 import anyio
 import pytest
 
-from rehydrate import DuplicateIdError, InvalidArgumentError, Summary, UnknownIdError
+from rehydrate import (
+    DuplicateIdError,
+    InvalidArgumentError,
+    SerializerMismatchError,
+    StoreNotOpenError,
+    Summary,
+    UnknownIdError,
+)
 from rehydrate.abc import Store
 
 from .harnesses import Harness
@@ -364,4 +371,85 @@ class TestBadInput:
         before = await state(s)
         with pytest.raises(InvalidArgumentError):
             await call(s)
+        assert await state(s) == before
+
+
+def _every_verb() -> list[Any]:
+    return [
+        lambda s: s.push(N, "x", ttl=1, id="a"),
+        lambda s: s.push_many(N, [("x", 1, "a")]),
+        lambda s: s.push_many(N, []),
+        lambda s: s.pull(N, "a"),
+        lambda s: s.poll(N),
+        lambda s: s.xpoll(N),
+        lambda s: s.xack(N, "a"),
+        lambda s: s.look(N, "a"),
+        lambda s: s.ttn(N),
+        lambda s: s.update(N, "a", 1),
+        lambda s: s.claim(N, lease=1),
+        lambda s: s.ack(N, [("a", 1)]),
+        lambda s: s.ack(N, []),
+        lambda s: s.reschedule(N, "a", ttl=1),
+        lambda s: s.extend(N, "a", lease=1, token=1),
+        lambda s: s.info(N, "a"),
+        lambda s: s.names(),
+        lambda s: s.size(N),
+        lambda s: s.summary(N),
+        lambda s: s.ids(N),
+    ]
+
+
+class TestLifecycle:
+    """Every store, the memory store included, is used inside ``async with store`` (or between
+    ``open()`` and ``aclose()``); outside, every verb raises StoreNotOpenError."""
+
+    @pytest.mark.parametrize("call", _every_verb())
+    async def test_every_verb_needs_an_open_store(self, harness: Harness, call: Any) -> None:
+        assert harness.twin is not None
+        store = harness.twin()
+        with pytest.raises(StoreNotOpenError, match="not open"):
+            await call(store)
+        await store.open()
+        await store.aclose()
+        with pytest.raises(StoreNotOpenError):
+            await call(store)
+
+    async def test_subscribe_needs_an_open_store(self, harness: Harness) -> None:
+        assert harness.twin is not None
+        with pytest.raises(StoreNotOpenError):
+            async with harness.twin().subscribe(N):
+                pass
+
+    async def test_open_and_close_are_idempotent_and_elements_stay(self, harness: Harness) -> None:
+        assert harness.twin is not None
+        store = harness.twin()
+        await store.open()
+        await store.open()
+        await store.push(N, "kept", ttl=0, id="k")
+        await store.aclose()
+        await store.aclose()
+        async with store:
+            assert await store.look(N, "k") == "kept"
+
+
+class TestSerializers:
+    async def test_a_mismatched_serializer_is_refused_and_nothing_changes(self, harness: Harness) -> None:
+        s = harness.store
+        if getattr(s, "serializer", None) is None:
+            pytest.skip("this store keeps elements as objects, not serialized")
+        assert harness.twin is not None
+        await s.push(N, {"a": 1}, ttl=0, id="x")
+        before = await state(s)
+        async with harness.twin(serializer="pickle") as other:
+            for call in (
+                lambda: other.look(N, "x"),
+                lambda: other.pull(N, "x"),
+                lambda: other.poll(N),
+                lambda: other.claim(N, lease=5),
+                lambda: other.update(N, "x", 2),
+            ):
+                with pytest.raises(SerializerMismatchError) as raised:
+                    await call()
+                assert (raised.value.stored, raised.value.configured) == ("json", "pickle")
+                assert "serializer='json'" in str(raised.value)
         assert await state(s) == before

@@ -9,15 +9,19 @@ that must own a server (to stop it, kill its clients or flush its scripts) are s
 from __future__ import annotations
 
 import gc
+import http.server
 import multiprocessing
 import os
 import random
 import subprocess
+import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import coredis
@@ -26,7 +30,14 @@ from coredis._utils import hash_slot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rehydrate import DuplicateIdError, InvalidArgumentError, RehydrateError, StoreUnavailableError
+from rehydrate import (
+    DuplicateIdError,
+    InvalidArgumentError,
+    RehydrateError,
+    SerializerMismatchError,
+    StoreNotOpenError,
+    StoreUnavailableError,
+)
 from rehydrate.stores import MemoryStore, RedisStore, _redis, open_store
 from rehydrate.testing import FakeClock
 from tests.redis_server import KINDS, RedisServer, available_servers, drop_prefix, shared_server_url
@@ -262,8 +273,9 @@ async def test_options_in_the_url(url: str, prefix: str, raw: coredis.Redis[byte
 async def test_serializer_is_checked(url: str, prefix: str, store: RedisStore) -> None:
     await store.push(N, {"a": 1}, ttl=0, id="x")
     async with RedisStore.from_url(url, prefix=prefix, serializer="pickle") as other:
-        with pytest.raises(InvalidArgumentError, match="json"):
+        with pytest.raises(SerializerMismatchError, match="json") as raised:
             await other.look(N, "x")
+        assert (raised.value.stored, raised.value.configured) == ("json", "pickle")
         assert await other.size(N) == 1  # no payload read: fine
         await store.poll(N)
         await other.push(N, {1, 2}, ttl=0, id="s")  # an empty dehydrator takes any serializer
@@ -705,6 +717,7 @@ async def _same_answers(url: str, batch_size: int, cluster: bool, ops: list[tupl
     memory = _MemoryTwin()
     try:
         async with (
+            memory,
             RedisStore.from_url(url, prefix=prefix, batch_size=batch_size, cluster=cluster) as redis,
             coredis.Redis.from_url(url) as raw,  # plain: a one-node cluster serves every slot
         ):
@@ -746,3 +759,128 @@ async def test_same_answers_on_a_cluster(
     """The same on a (one-node) Redis Cluster, through coredis's cluster client (which leaves
     unclosed streams behind, hence ``breaks_connections``)."""
     await _same_answers(shared_server_url(pytestconfig, owned_kind, cluster=True), 1000, True, ops)
+
+
+# -- bad URLs: one clear line from the command, never a traceback ------------------------------------
+
+
+def _look(url: str, timeout: float = 30) -> tuple[int, str, float]:
+    """``rehydrate look x y --store URL`` in a process of its own: exit status, stderr, seconds."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "rehydrate", "look", "x", "y", "--store", url],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return done.returncode, done.stderr, time.monotonic() - started
+
+
+def _one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("rehydrate: error: "), stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("path_and_query", "says"),
+    [
+        ("/abc", "database in a Redis URL is a number"),
+        ("/1x", "database in a Redis URL is a number"),
+        ("/0?prefx=billing", "unknown option 'prefx'"),
+        ("/0?prefix=a&prefix=b", "given twice"),
+        ("/0?retries=many", "invalid retries='many'"),
+        ("/0?ssl_ca_certs=ca.pem", "use rediss://"),
+        ("/0?cluster=maybe", "invalid cluster='maybe'"),
+    ],
+)
+def test_url_typos_are_refused_before_connecting(path_and_query: str, says: str) -> None:
+    url = f"redis://127.0.0.1:1{path_and_query}"  # nobody listens: refused before any connection
+    with pytest.raises(InvalidArgumentError, match=says):
+        RedisStore.from_url(url)
+    code, stderr, _ = _look(url)
+    assert code == 1
+    assert says in _one_line(stderr)
+
+
+def test_a_port_out_of_range_is_a_bad_argument() -> None:
+    with pytest.raises(InvalidArgumentError, match="Port out of range"):
+        RedisStore("redis://127.0.0.1:99999/15")
+    code, stderr, _ = _look("redis://127.0.0.1:99999/15")
+    assert code == 1
+    assert "bad port" in _one_line(stderr)
+
+
+def test_unknown_options_list_the_known_ones() -> None:
+    with pytest.raises(InvalidArgumentError) as raised:
+        RedisStore.from_url("redis://127.0.0.1:1/0?prefx=billing")
+    for known in ("prefix", "cluster", "serializer", "connect_timeout", "batch_size", "ssl_ca_certs"):
+        assert known in str(raised.value)
+
+
+def test_wrong_servers_give_one_line(url: str) -> None:
+    """A database the server does not have, ``cluster=1`` against a plain server: one line, exit 1."""
+    parts = urlsplit(url)
+    base = f"redis://{parts.netloc}"
+    code, stderr, _ = _look(f"{base}/99")
+    assert code == 1
+    line = _one_line(stderr)
+    assert "DB index is out of range" in line
+    assert "StoreUnavailableError" in line
+    code, stderr, _ = _look(f"{base}/0?cluster=1")
+    assert code == 1
+    assert "cluster=1 needs a Redis Cluster" in _one_line(stderr)
+
+
+class _HTTPHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def http_port() -> Iterator[int]:
+    """A port that speaks HTTP, not Redis."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HTTPHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_a_port_that_speaks_http(http_port: int) -> None:
+    code, stderr, _ = _look(f"redis://127.0.0.1:{http_port}/0")
+    assert code == 1
+    assert "StoreUnavailableError" in _one_line(stderr)
+
+
+def test_tls_against_a_plain_port_fails_fast(url: str) -> None:
+    """``rediss://`` to a server that speaks plain text: bounded by ``connect_timeout``, one attempt."""
+    parts = urlsplit(url)
+    code, stderr, took = _look(f"rediss://{parts.netloc}/0?connect_timeout=0.5")
+    assert code == 1
+    assert "StoreUnavailableError" in _one_line(stderr)
+    assert took < 5  # was 64 s: six attempts of a 10 s timeout
+    assert RedisStore(url)._backend._connect_timeout == 5.0  # the documented default
+
+
+def test_a_closed_port_fails_at_once() -> None:
+    code, stderr, took = _look("redis://127.0.0.1:1/0")
+    assert code == 1
+    assert "unavailable after 1 attempt" in _one_line(stderr)
+    assert took < 5  # was 3.8 s of retries before the first command
+
+
+async def test_the_store_is_used_only_while_open(url: str, prefix: str) -> None:
+    store = RedisStore.from_url(url, prefix=prefix)
+    with pytest.raises(StoreNotOpenError, match="not open"):
+        await store.push(N, "x", ttl=1)

@@ -17,7 +17,13 @@ from typing import Any
 import anyio
 import pytest
 
-from rehydrate import InvalidArgumentError, InvalidTypeError, RehydrateError, StoreUnavailableError
+from rehydrate import (
+    InvalidArgumentError,
+    InvalidTypeError,
+    SerializerMismatchError,
+    StoreNotOpenError,
+    StoreUnavailableError,
+)
 from rehydrate.stores import open_store
 from rehydrate.stores._sqlite import SQLiteStore
 from rehydrate.testing import FakeClock
@@ -108,14 +114,14 @@ async def test_open_store_urls(tmp_path: Path) -> None:
 @pytest.mark.anyio
 async def test_use_before_open_and_after_close(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "jobs.db")
-    with pytest.raises(RehydrateError, match="not open"):
+    with pytest.raises(StoreNotOpenError, match="not open"):
         await store.push(N, "x", ttl=1)
     await store.open()
     await store.open()  # idempotent
     await store.push(N, "x", ttl=1, id="x")
     await store.aclose()
     await store.aclose()  # idempotent
-    with pytest.raises(RehydrateError, match="not open"):
+    with pytest.raises(StoreNotOpenError, match="not open"):
         await store.look(N, "x")
     async with store:  # and it can be opened again
         assert await store.look(N, "x") == "x"
@@ -212,7 +218,7 @@ async def test_a_mismatched_serializer_fails_loudly(tmp_path: Path) -> None:
     async with SQLiteStore(path, serializer="pickle") as store:
         await store.push(N, "x", ttl=0, id="x")
     async with SQLiteStore(path) as store:
-        with pytest.raises(RehydrateError, match="pickle"):
+        with pytest.raises(SerializerMismatchError, match="pickle"):
             await store.poll(N)
         assert await store.size(N) == 1  # the failed poll removed nothing
 
