@@ -19,13 +19,25 @@ __all__ = ["JSONSerializer", "MsgpackSerializer", "PickleSerializer", "get_seria
 
 
 class JSONSerializer:
-    """Compact UTF-8 JSON. Tuples come back as lists; non-JSON data raises ``TypeError``."""
+    """Compact UTF-8 JSON. Tuples come back as lists; non-JSON data raises ``TypeError``.
+
+    Strings must be valid Unicode text: one holding a lone surrogate (``"\\ud800"``, what
+    ``surrogateescape`` makes of undecodable bytes) is refused with
+    :class:`~rehydrate.errors.InvalidArgumentError`, so nothing is stored that cannot be printed
+    or read back by another language's JSON parser.
+    """
 
     name = "json"
 
     def dumps(self, element: Any) -> bytes:
         try:
-            return json.dumps(element, separators=(",", ":"), allow_nan=False).encode()
+            # Not ASCII-escaped, so that encoding to UTF-8 refuses lone surrogates (and is shorter).
+            return json.dumps(element, separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode()
+        except UnicodeEncodeError as exc:
+            raise InvalidArgumentError(
+                f"element holds text that is not valid Unicode (the lone surrogate "
+                f"{exc.object[exc.start : exc.end]!r}): JSON cannot carry it"
+            ) from None
         except (TypeError, ValueError) as exc:
             raise InvalidTypeError(
                 f"element is not JSON-serializable ({exc}); pass JSON data or choose "

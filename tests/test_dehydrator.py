@@ -676,3 +676,28 @@ def test_a_long_random_workload_matches_a_model(queues_max: int, monkeypatch: py
     clock.advance(100)
     assert d.poll() == [model[id][2] for id in due_in_order()]
     assert len(d) == 0
+
+
+class TestUnicodeIds:
+    """Ids are valid Unicode text, as every store requires: a lone surrogate is refused, not stored."""
+
+    @pytest.mark.parametrize("bad", ["\ud800", "a\udcff", "\udfff-tail"])
+    def test_lone_surrogates_are_refused(self, dehydrator: Dehydrator, bad: str) -> None:
+        dehydrator.push("keep", ttl=1, id="keep")
+        for call in (
+            lambda: dehydrator.push("x", ttl=1, id=bad),
+            lambda: dehydrator.pull(bad),
+            lambda: dehydrator.look(bad),
+            lambda: dehydrator.info(bad),
+            lambda: dehydrator.xack(bad),
+            lambda: dehydrator.update(bad, 1),
+        ):
+            with pytest.raises(InvalidArgumentError, match="lone surrogate"):
+                call()
+        assert list(dehydrator) == ["keep"]
+
+    def test_any_valid_text_is_an_id(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+        for id in ("é", "日本", "😀", "a\u0301"):
+            assert dehydrator.push(id, ttl=0, id=id) == id
+            assert dehydrator.look(id) == id
+        assert dehydrator.poll() == ["é", "日本", "😀", "a\u0301"]

@@ -199,7 +199,7 @@ class Dehydrator:
         if id is None:
             id = self._new_id()
         else:
-            if type(id) is not str or not id:
+            if type(id) is not str or not id or not id.isascii():
                 _validate.element_id(id)
             if id in index:
                 raise DuplicateIdError(id)
@@ -241,8 +241,7 @@ class Dehydrator:
         """Remove and return the element ``id``, due or not (PULL); ``None`` if it is unknown."""
         node = self._index.pop(id, None) if type(id) is str else self._checked_get(id, pop=True)
         if node is None:
-            if not id:
-                _validate.element_id(id)
+            _validate.element_id(id)  # only a miss can be a bad id: the index holds valid ones
             return None
         element = node[3]
         node[3] = _DEAD
@@ -251,7 +250,10 @@ class Dehydrator:
     def look(self, id: str) -> Any:
         """Return the element ``id`` without removing it (LOOK); ``None`` if it is unknown."""
         node = self._index.get(id) if type(id) is str and id else self._checked_get(id)
-        return None if node is None else node[3]
+        if node is None:
+            _validate.element_id(id)  # only a miss can be a bad id: the index holds valid ones
+            return None
+        return node[3]
 
     def poll(self, *, limit: int | None = None) -> list[Any]:
         """Remove and return the due elements in due order, ties in push order (POLL).

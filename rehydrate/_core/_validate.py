@@ -38,11 +38,31 @@ def seconds(value: object, name: str) -> float:
 
 
 def element_id(value: object, name: str = "id") -> str:
-    """Return ``value`` if it is a non-empty ``str``."""
+    """Return ``value`` if it is a non-empty ``str`` of valid Unicode text.
+
+    Valid text is what UTF-8 can encode: no lone surrogates (``"\\ud800"``, which a decoder's
+    ``surrogateescape`` makes of undecodable bytes). Every store keeps ids and names as UTF-8 (or
+    prints them), so one that cannot be encoded is refused here, by every store alike.
+    """
     if not isinstance(value, str):
         raise InvalidTypeError(f"{name} must be a str, not {type(value).__name__}")
     if not value:
         raise InvalidArgumentError(f"{name} must not be empty")
+    if not value.isascii():
+        text(value, name)
+    return value
+
+
+def text(value: str, name: str) -> str:
+    """Return ``value`` if UTF-8 can encode it (no lone surrogates)."""
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        bad = value[exc.start : exc.end]
+        raise InvalidArgumentError(
+            f"{name} must be valid Unicode text (encodable as UTF-8), but it holds the lone "
+            f"surrogate {bad!r} at index {exc.start}"
+        ) from None
     return value
 
 

@@ -363,6 +363,22 @@ class TestBadInput:
             lambda s: s.size(""),
             lambda s: s.summary(""),
             lambda s: s.ids(N, limit=0),
+            # Ids and names are valid Unicode text: no lone surrogates, in any verb.
+            lambda s: s.push(N, "x", ttl=1, id="\ud800"),
+            lambda s: s.push(N, "x", ttl=1, id="b\udcff", replace=True),
+            lambda s: s.push("\udcff", "x", ttl=1),
+            lambda s: s.push_many(N, [("x", 1, "b"), ("y", 1, "\ud800")]),
+            lambda s: s.pull(N, "\ud800"),
+            lambda s: s.look(N, "a\udcff"),
+            lambda s: s.info(N, "\ud800"),
+            lambda s: s.xack(N, "a", "\ud800"),
+            lambda s: s.update(N, "\ud800", 1),
+            lambda s: s.ack(N, [("\ud800", 1)]),
+            lambda s: s.reschedule(N, "\ud800", ttl=1),
+            lambda s: s.extend(N, "\ud800", lease=1, token=1),
+            lambda s: s.size("\ud800"),
+            lambda s: s.ttn("n\udcff"),
+            lambda s: s.poll("n\udcff"),
         ],
     )
     async def test_rejected_and_nothing_changes(self, harness: Harness, call: Any) -> None:
@@ -372,6 +388,19 @@ class TestBadInput:
         with pytest.raises(InvalidArgumentError):
             await call(s)
         assert await state(s) == before
+
+    async def test_text_elements_are_valid_unicode(self, harness: Harness) -> None:
+        """A store that serializes (JSON by default) refuses lone surrogates: nothing unprintable is kept."""
+        s = harness.store
+        if getattr(s, "serializer", None) is None:
+            pytest.skip("this store keeps elements as objects, not serialized")
+        with pytest.raises(InvalidArgumentError, match="surrogate"):
+            await s.push(N, "\ud800", ttl=0, id="s")
+        with pytest.raises(InvalidArgumentError, match="surrogate"):
+            await s.push(N, {"k\udcff": 1}, ttl=0, id="s")
+        await s.push(N, {"é": "ü ✓ 😀"}, ttl=0, id="ok")
+        assert await s.poll(N) == [{"é": "ü ✓ 😀"}]
+        assert await s.ids(N) == []
 
 
 def _every_verb() -> list[Any]:
