@@ -20,6 +20,7 @@ from rehydrate import (
     UnknownIdError,
 )
 from rehydrate._core import _dehydrator
+from rehydrate._core._validate import MAX_SECONDS
 from rehydrate.testing import FakeClock
 
 from .test_dehydrator_stateful import assert_nodes_counted, nodes_held
@@ -701,3 +702,23 @@ class TestUnicodeIds:
             assert dehydrator.push(id, ttl=0, id=id) == id
             assert dehydrator.look(id) == id
         assert dehydrator.poll() == ["é", "日本", "😀", "a\u0301"]
+
+
+class TestLongestDuration:
+    """One maximum for every store and the Dehydrator: MAX_SECONDS (10**9 s, about 31.7 years)."""
+
+    @pytest.mark.parametrize("ttl", [10**400, 1e300, 1_000_000_001, timedelta(days=365 * 32)])
+    def test_longer_is_refused_with_the_maximum_named(self, dehydrator: Dehydrator, ttl: Any) -> None:
+        with pytest.raises(InvalidArgumentError, match="at most 1,000,000,000 seconds"):
+            dehydrator.push("x", ttl=ttl)
+        dehydrator.push("x", ttl=1, id="c")
+        with pytest.raises(InvalidArgumentError, match="at most"):
+            dehydrator.claim(lease=ttl)
+        with pytest.raises(InvalidArgumentError, match="at most"):
+            dehydrator.reschedule("c", ttl=ttl)
+        assert len(dehydrator) == 1
+
+    def test_the_maximum_itself_is_accepted(self, dehydrator: Dehydrator) -> None:
+        dehydrator.push("x", ttl=MAX_SECONDS, id="far")
+        dehydrator.push("y", ttl=float(MAX_SECONDS), id="far2")
+        assert dehydrator.ttn() == MAX_SECONDS

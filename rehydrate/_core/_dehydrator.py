@@ -51,6 +51,8 @@ from rehydrate.errors import (
 __all__ = ["Claim", "Dehydrator", "ElementInfo", "Summary"]
 
 _INF: Final = float("inf")
+#: The longest TTL or lease (see ``_validate.MAX_SECONDS``), as a float for the hot path's compare.
+_MAX: Final = float(_validate.MAX_SECONDS)
 #: Trim a queue's taken prefix once it is longer than this and than the rest of the queue.
 _COMPACT_MIN = 32
 #: Sweep the dead nodes out of every queue once they outnumber the live ones by this much.
@@ -191,7 +193,7 @@ class Dehydrator:
         seconds: float
         if type(ttl) is float or type(ttl) is int:
             seconds = ttl
-            if not 0 <= seconds < _INF:
+            if not 0 <= seconds <= _MAX:
                 seconds = _validate.seconds(ttl, "ttl")
         else:
             seconds = _validate.seconds(ttl, "ttl")

@@ -7,14 +7,22 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from rehydrate.errors import InvalidArgumentError, InvalidTypeError
 
-__all__ = ["InvalidArgumentError", "InvalidTypeError", "Seconds"]
+__all__ = ["MAX_SECONDS", "InvalidArgumentError", "InvalidTypeError", "Seconds"]
 
 #: What the API accepts wherever it takes a duration: seconds, or a timedelta.
 Seconds: TypeAlias = float | int | timedelta
+
+#: The longest duration (ttl, lease, delay) any call accepts: 10**9 seconds, about 31.7 years.
+#: One limit for every store, so a schedule that works on one works on all. The Redis store keeps
+#: due times as integer microseconds of Unix time in Lua doubles, exact up to 2**53 us (the year
+#: 2255), and a limit of a round number of seconds keeps ``now + ttl`` far inside that; SQLite and
+#: the memory store would take more, but then a move between stores would fail late, on data.
+#: A delayed delivery decades away is a calendar's job: ``--at 9999-12-31`` is refused everywhere.
+MAX_SECONDS: Final = 1_000_000_000
 
 
 def seconds(value: object, name: str) -> float:
@@ -25,6 +33,8 @@ def seconds(value: object, name: str) -> float:
     if isinstance(value, timedelta):
         result = value.total_seconds()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, int) and value > MAX_SECONDS:  # before float(): 10**400 overflows it
+            raise _too_long(name, value)
         result = float(value)
     else:
         raise InvalidTypeError(
@@ -34,7 +44,16 @@ def seconds(value: object, name: str) -> float:
         raise InvalidArgumentError(f"{name} must be finite, got {value!r}")
     if result < 0:
         raise InvalidArgumentError(f"{name} must not be negative, got {value!r}")
+    if result > MAX_SECONDS:
+        raise _too_long(name, value)
     return result
+
+
+def _too_long(name: str, value: object) -> InvalidArgumentError:
+    shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:37]}..."
+    return InvalidArgumentError(
+        f"{name} must be at most {MAX_SECONDS:,} seconds (about 31.7 years), got {shown}"
+    )
 
 
 def element_id(value: object, name: str = "id") -> str:

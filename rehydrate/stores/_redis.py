@@ -67,9 +67,6 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisStore"]
 
-#: Durations above this are refused: due times are integer microseconds, exact in a Lua double.
-_MAX_SECONDS: Final = 1e9
-
 #: The most elements one script call takes, removes or lists unless ``batch_size`` says otherwise.
 _BATCH: Final = 1000
 _MAX_BATCH: Final = 10_000
@@ -431,10 +428,8 @@ class _ServerClock:
 
 
 def _micros(value: object, name: str) -> int:
-    seconds = _validate.seconds(value, name)
-    if seconds > _MAX_SECONDS:
-        raise InvalidArgumentError(f"{name} must be at most {_MAX_SECONDS:.0f} seconds, got {value!r}")
-    return round(seconds * 1_000_000)
+    """A duration in integer microseconds (at most ``MAX_SECONDS``: exact in a Lua double)."""
+    return round(_validate.seconds(value, name) * 1_000_000)
 
 
 def _escape(name: str) -> str:

@@ -16,6 +16,7 @@ from rehydrate import (
     Summary,
     UnknownIdError,
 )
+from rehydrate._core._validate import MAX_SECONDS
 from rehydrate.abc import Store
 
 from .harnesses import Harness
@@ -363,6 +364,16 @@ class TestBadInput:
             lambda s: s.size(""),
             lambda s: s.summary(""),
             lambda s: s.ids(N, limit=0),
+            # One longest duration for every store (10**400 overflows a float: refused all the same).
+            lambda s: s.push(N, "x", ttl=MAX_SECONDS + 1),
+            lambda s: s.push(N, "x", ttl=10**400),
+            lambda s: s.push(N, "x", ttl=1e300),
+            lambda s: s.push(N, "x", ttl=timedelta(days=365 * 40)),
+            lambda s: s.push(N, "x", ttl=2e9, id="a", replace=True),
+            lambda s: s.push_many(N, [("x", 1, "b"), ("y", 2e9, "c")]),
+            lambda s: s.claim(N, lease=2e9),
+            lambda s: s.reschedule(N, "a", ttl=2e9),
+            lambda s: s.extend(N, "a", lease=2e9, token=1),
             # Ids and names are valid Unicode text: no lone surrogates, in any verb.
             lambda s: s.push(N, "x", ttl=1, id="\ud800"),
             lambda s: s.push(N, "x", ttl=1, id="b\udcff", replace=True),
@@ -388,6 +399,16 @@ class TestBadInput:
         with pytest.raises(InvalidArgumentError):
             await call(s)
         assert await state(s) == before
+
+    async def test_the_longest_duration_is_accepted(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push(N, "x", ttl=MAX_SECONDS, id="far")
+        await s.push(N, "y", ttl=timedelta(seconds=MAX_SECONDS), id="far2")
+        info = await s.info(N, "far")
+        assert info is not None
+        assert info.ttl == MAX_SECONDS
+        with pytest.raises(InvalidArgumentError, match="at most 1,000,000,000 seconds"):
+            await s.push(N, "x", ttl=MAX_SECONDS * 2)
 
     async def test_text_elements_are_valid_unicode(self, harness: Harness) -> None:
         """A store that serializes (JSON by default) refuses lone surrogates: nothing unprintable is kept."""
