@@ -108,6 +108,15 @@ def flag(value: object, name: str) -> bool:
     return value
 
 
+def replace(value: object, id: object) -> bool:
+    """``push``'s ``replace`` flag: a bool, and only with an ``id`` (there is nothing to replace
+    without one, and silently pushing a new element would hide the caller's mistake)."""
+    flag(value, "replace")
+    if value and id is None:
+        raise InvalidArgumentError("replace=True needs the id of the element to replace")
+    return bool(value)
+
+
 def _fence(value: object, name: str, low: int) -> int | None:
     """Return ``value`` if it is ``None`` (no fencing) or an ``int`` of at least ``low``."""
     if value is None:

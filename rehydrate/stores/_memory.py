@@ -100,7 +100,7 @@ class MemoryStore(StoreBase):
         self, name: str, element: Any, *, ttl: Seconds, id: str | None = None, replace: bool = False
     ) -> str:
         await anyio.lowlevel.checkpoint()
-        _validate.flag(replace, "replace")
+        _validate.replace(replace, id)
         d = self._get_or_create(name)
         before = d.next_due()
         if replace and id is not None and id in d:

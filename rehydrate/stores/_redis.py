@@ -755,7 +755,7 @@ class RedisStore(StoreBase):
     ) -> str:
         self._keys(name)
         micros = _micros(ttl, "ttl")
-        _validate.flag(replace, "replace")
+        _validate.replace(replace, id)
         if id is not None:
             _validate.element_id(id)
         payload = self._dumps(element)

@@ -526,7 +526,7 @@ class SQLiteStore(StoreBase):
     ) -> str:
         _validate.element_id(name, "name")
         seconds = _validate.seconds(ttl, "ttl")
-        _validate.flag(replace, "replace")
+        _validate.replace(replace, id)
         if id is not None:
             _validate.element_id(id)
         payload = self._dumps(element)

@@ -364,6 +364,8 @@ class TestBadInput:
             lambda s: s.size(""),
             lambda s: s.summary(""),
             lambda s: s.ids(N, limit=0),
+            # push(replace=True) names the element it replaces.
+            lambda s: s.push(N, "x", ttl=1, replace=True),
             # One longest duration for every store (10**400 overflows a float: refused all the same).
             lambda s: s.push(N, "x", ttl=MAX_SECONDS + 1),
             lambda s: s.push(N, "x", ttl=10**400),
