@@ -88,10 +88,20 @@ def store_url(args: argparse.Namespace) -> str:
     return url
 
 
-def open_from(args: argparse.Namespace) -> Store:
-    """The store of ``--store``/``$REHYDRATE_STORE``, unopened."""
+#: The verbs that may create a missing database: the ones that add elements. Any other verb finds
+#: nothing in a new database, so a mistyped path is reported rather than created.
+_CREATORS: Final = frozenset({"push"})
+
+
+def open_from(args: argparse.Namespace, *, create: bool | None = None) -> Store:
+    """The store of ``--store``/``$REHYDRATE_STORE``, unopened.
+
+    ``create``: whether a missing database may be created; by default only for :data:`_CREATORS`.
+    """
     url = store_url(args)
-    store = open_store(url)
+    if create is None:
+        create = getattr(getattr(args, "verb", None), "__name__", None) in _CREATORS
+    store = open_store(url, create=create)
     if url.startswith("memory:") and not getattr(args, "quiet_memory", False):
         structlog.get_logger("rehydrate.cli").warning(
             "memory:// lives only as long as this command; use sqlite:// or redis:// to keep elements"

@@ -49,8 +49,8 @@ class MemoryStore(StoreBase):
         self._open = False
 
     @classmethod
-    def from_url(cls, url: str, *, clock: Clock | None = None) -> MemoryStore:
-        """``memory://``: nothing after the scheme, and no options."""
+    def from_url(cls, url: str, *, clock: Clock | None = None, create: bool = True) -> MemoryStore:
+        """``memory://``: nothing after the scheme, and no options (``create`` is accepted and moot)."""
         if not isinstance(url, str):
             raise InvalidTypeError(f"url must be a str, not {type(url).__name__}")
         parts = urlsplit(url)
@@ -59,6 +59,7 @@ class MemoryStore(StoreBase):
         if parts.netloc or parts.path.strip("/"):
             raise InvalidArgumentError(f"a memory:// URL names nothing: {url!r}")
         url_options(url, parts.query, {})
+        _validate.flag(create, "create")
         return cls(clock=clock)
 
     def __repr__(self) -> str:

@@ -579,7 +579,7 @@ class RedisStore(StoreBase):
         self._id_counter = itertools.count()
 
     @classmethod
-    def from_url(cls, url: str, **options: Any) -> RedisStore:
+    def from_url(cls, url: str, *, create: bool = True, **options: Any) -> RedisStore:
         """``redis://host:port/db`` or ``rediss://...``; ``options`` are the constructor's keywords.
 
         ``prefix``, ``cluster``, ``serializer``, ``timeout``, ``connect_timeout``, ``retries``,
@@ -587,10 +587,12 @@ class RedisStore(StoreBase):
         (``redis://host/0?prefix=billing&cluster=1``), so a URL alone (``rehydrate --store``) can
         say everything; not both ways. ``rediss://`` URLs may carry the client's TLS options
         (``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_cert_reqs``,
-        ``ssl_check_hostname``). Any other option is refused.
+        ``ssl_check_hostname``). Any other option is refused. ``create`` is accepted and moot:
+        Redis keys come and go with their elements.
         """
         if not isinstance(url, str):
             raise InvalidTypeError(f"url must be a str, not {type(url).__name__}")
+        _validate.flag(create, "create")
         parts = urlsplit(url)
         shown = _redact(url)
         found = url_options(url, parts.query, {**_URL_OPTIONS, **_TLS_OPTIONS}, options, shown=shown)

@@ -300,6 +300,9 @@ class SQLiteStore(StoreBase):
         synchronous: ``"FULL"`` (default, an fsync per commit) or ``"NORMAL"``; see above.
         busy_timeout: seconds to wait for another process's write lock.
         nap: the longest a subscription sleeps before looking for other processes' notifications.
+        create: ``False`` to refuse to create a missing file (or its tables) and raise
+            :class:`~rehydrate.errors.StoreUnavailableError` instead, as the command's read-only
+            verbs do: a mistyped path must not leave an empty database behind.
     """
 
     def __init__(
@@ -311,6 +314,7 @@ class SQLiteStore(StoreBase):
         synchronous: str = "FULL",
         busy_timeout: Seconds = 5.0,
         nap: Seconds = 0.05,
+        create: bool = True,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise InvalidTypeError(f"path must be a str or a path, not {type(path).__name__}")
@@ -329,6 +333,7 @@ class SQLiteStore(StoreBase):
         self._busy_timeout = _validate.seconds(busy_timeout, "busy_timeout")
         self._database = database
         self._synchronous = synchronous.upper()
+        self._create = _validate.flag(create, "create")
         self._set_serializer(serializer)
         self.clock: Clock = clock if clock is not None else WallClock()
         self._conn: sqlite3.Connection | None = None
@@ -346,12 +351,13 @@ class SQLiteStore(StoreBase):
         synchronous: str | None = None,
         busy_timeout: Seconds | None = None,
         nap: Seconds | None = None,
+        create: bool = True,
     ) -> SQLiteStore:
         """A store for ``sqlite:///relative/file.db``, ``sqlite:////absolute/file.db`` or ``sqlite://:memory:``.
 
         ``synchronous``, ``busy_timeout``, ``nap`` and ``serializer`` may also be given as query
         parameters (``sqlite:///jobs.db?synchronous=normal&busy_timeout=10``), but not both ways.
-        Path characters may be percent-encoded.
+        Path characters may be percent-encoded. ``create=False``: see the class.
         """
         if not isinstance(url, str):
             raise InvalidTypeError(f"url must be a str, not {type(url).__name__}")
@@ -377,7 +383,7 @@ class SQLiteStore(StoreBase):
         }
         options: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
         options.update(url_options(url, parts.query, _URL_OPTIONS, given))
-        return cls(path, clock=clock, **options)
+        return cls(path, clock=clock, create=create, **options)
 
     def __repr__(self) -> str:
         return (
@@ -420,6 +426,8 @@ class SQLiteStore(StoreBase):
             await anyio.to_thread.run_sync(self._close_in_thread, self._conn, limiter=self._limiter)
 
     def _connect(self) -> sqlite3.Connection:
+        if not self._create and self._database != ":memory:" and not os.path.isfile(self._database):
+            raise StoreUnavailableError(f"no SQLite database at {self._database!r} (nothing was created)")
         with _translated(f"{self._database!r} could not be opened"):
             conn = sqlite3.connect(
                 self._database,
@@ -436,6 +444,14 @@ class SQLiteStore(StoreBase):
 
     def _setup(self, conn: sqlite3.Connection) -> None:
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+        if not self._create and self._database != ":memory:":
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rehydrate_elements'"
+            ).fetchone()
+            if found is None:
+                raise StoreUnavailableError(
+                    f"{self._database!r} holds no rehydrate store (nothing was created in it)"
+                )
         # Switching a fresh file to WAL needs a moment of exclusive access, which another process
         # opening the same file may hold: retry within busy_timeout.
         deadline = time.monotonic() + self._busy_timeout

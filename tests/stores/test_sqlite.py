@@ -8,6 +8,8 @@ from __future__ import annotations
 import multiprocessing
 import queue
 import sqlite3
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -335,3 +337,68 @@ def test_two_processes_handle_every_element_exactly_once(tmp_path: Path) -> None
             assert await store.size(N) == 0
 
     anyio.run(check)
+
+
+# -- only writers create a database --------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_create_false_opens_only_an_existing_store(tmp_path: Path) -> None:
+    missing = tmp_path / "tpyo.db"
+    store = SQLiteStore(missing, create=False)
+    with pytest.raises(StoreUnavailableError, match="no SQLite database at"):
+        await store.open()
+    assert not missing.exists()
+    with pytest.raises(StoreUnavailableError):
+        await open_store(f"sqlite:///{missing}", create=False).open()
+    assert not missing.exists()
+
+    other = tmp_path / "other.db"  # a SQLite file that is not a rehydrate store: left alone
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE mine (x)")
+    conn.close()
+    before = other.read_bytes()
+    with pytest.raises(StoreUnavailableError, match="holds no rehydrate store"):
+        await SQLiteStore(other, create=False).open()
+    assert other.read_bytes() == before
+
+    real = tmp_path / "real.db"
+    async with SQLiteStore(real) as writer:
+        await writer.push(N, "x", ttl=0, id="x")
+    async with SQLiteStore.from_url(f"sqlite:///{real}", create=False) as reader:
+        assert await reader.look(N, "x") == "x"
+    with pytest.raises(InvalidArgumentError):
+        SQLiteStore(real, create="no")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "argv", [["stats"], ["look", "q", "x"], ["ttn", "q"], ["xpoll", "q"], ["dead", "q"], ["poll", "q"]]
+)
+def test_verbs_that_add_nothing_do_not_create_a_database(tmp_path: Path, argv: list[str]) -> None:
+    """``rehydrate stats --store sqlite:///tpyo.db`` used to leave an empty tpyo.db behind."""
+    done = subprocess.run(
+        [sys.executable, "-m", "rehydrate", *argv, "--store", "sqlite:///tpyo.db"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 1, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "no SQLite database at 'tpyo.db'" in lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_push_creates_the_database(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "rehydrate", "push", "q", '"x"', "--id", "x", "--store", "sqlite:///new.db"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done
+    assert (tmp_path / "new.db").exists()
