@@ -12,22 +12,32 @@ Rules that hold for every method unless its docstring says otherwise:
 * **Ordering.** Due elements come out in due order; elements due at the same instant come out in the
   order they were pushed (or claimed, rescheduled or extended: each of those files the element anew).
 * **Time.** Durations (``ttl``, ``lease``) are relative seconds (``float``, ``int`` or
-  :class:`datetime.timedelta`). Absolute times (``Claim.due``, ``Claim.lease_until``,
-  ``ElementInfo.due``) are in the store's clock (:attr:`Store.clock`): monotonic for the memory store,
-  Unix time for SQLite, the Redis server's ``TIME`` for Redis. Compare them with each other, not
-  with another clock.
+  :class:`datetime.timedelta`), from 0 to ``MAX_SECONDS`` (10**9 s, about 31.7 years) in every
+  store; longer is an ``InvalidArgumentError`` that names the maximum. Absolute times
+  (``Claim.due``, ``Claim.lease_until``, ``ElementInfo.due``) are in the store's clock
+  (:attr:`Store.clock`): monotonic for the memory store, Unix time for SQLite, the Redis server's
+  ``TIME`` for Redis. Compare them with each other, not with another clock.
 * **Leases and fencing.** ``claim`` files each element anew at ``now + lease`` and adds one to its
   attempt; until then nobody else can claim it, after that it is due again (redelivery). Each claim
   carries a ``token``, never reused in the store. Calls that take ``token`` do nothing unless the
   element is still under that very claim: a worker whose lease ran out cannot ack, extend or move
   a newer claim, nor a new element pushed under the same id. (``attempt`` fencing, as in ReDe's
   XACK, compares only the attempt count, which starts again at 1 for a new element.)
-* **Errors.** Bad arguments raise :class:`~rehydrate.errors.InvalidArgumentError` (also a
-  ``ValueError``/``TypeError``) before anything changes. An unknown id is not an error except for
+* **Ids and names** are non-empty ``str`` of valid Unicode text (encodable as UTF-8: no lone
+  surrogates); anything else is an ``InvalidArgumentError`` in every verb.
+* **Lifecycle.** A store is used between :meth:`Store.open` and :meth:`Store.aclose` (``async with
+  store``); every verb outside raises :class:`~rehydrate.errors.StoreNotOpenError`, the memory
+  store's included. ``open`` and ``aclose`` are idempotent, and a closed store may be opened again.
+* **Errors.** One class per condition, the same from every store. Bad arguments raise
+  :class:`~rehydrate.errors.InvalidArgumentError` (also a ``ValueError``/``TypeError``) before
+  anything changes; ``push(replace=True)`` without an ``id`` is one. An element written by
+  another serializer than the store's raises :class:`~rehydrate.errors.SerializerMismatchError`
+  and is left as it was. An unknown id is not an error except for
   ``update`` (:class:`~rehydrate.errors.UnknownIdError`). ``push`` of an id that is present raises
   :class:`~rehydrate.errors.DuplicateIdError`. A store that cannot reach its backend raises
   :class:`~rehydrate.errors.StoreUnavailableError` after its own retries; the call may or may not
-  have taken effect (it is safe to retry: every verb is idempotent or fenced).
+  have taken effect (it is safe to retry: every verb is idempotent or fenced). ``open`` raises it
+  too, at once, for a backend that is not there (``create=False`` and no database, a wrong URL).
 * **Cancellation.** A call cancelled while it waits on its backend may or may not have taken
   effect (the same as a lost connection); retrying it is safe.
 * **Elements** are what the store's serializer accepts (any object for the memory store, JSON data
@@ -106,8 +116,9 @@ class Subscription(ABC):
 class Store(ABC):
     """Many named dehydrators behind one async API. See the module docstring for the shared rules.
 
-    Use a store as an async context manager (``async with store:``), or call :meth:`aclose`.
-    Names are non-empty strings.
+    Use a store as an async context manager (``async with store:``), or call :meth:`open` and
+    :meth:`aclose`. Names are non-empty strings. Stores built on ``rehydrate.stores._base``
+    share its not-open error, serializer handling and URL-option parser.
     """
 
     #: The clock that absolute times from this store are in, and that subscriptions sleep on.
@@ -128,7 +139,11 @@ class Store(ABC):
         await self.aclose()
 
     async def open(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
-        """Connect to the backend. Idempotent. Called by ``async with``."""
+        """Connect to the backend. Idempotent. Called by ``async with``.
+
+        Until it is called, and after :meth:`aclose`, every verb raises
+        :class:`~rehydrate.errors.StoreNotOpenError`.
+        """
 
     @abstractmethod
     async def aclose(self) -> None:
@@ -143,9 +158,10 @@ class Store(ABC):
         """Dehydrate ``element`` for ``ttl`` seconds (PUSH/GIDPUSH) and return its id.
 
         Without ``id`` a unique one is generated. Raises ``DuplicateIdError`` if ``id`` is present,
-        unless ``replace``: then the element under ``id`` is removed and this one filed in its
-        place, in one atomic step (a new element: attempt 0, unclaimed, due in ``ttl``; a worker
-        still running the old one is fenced out). Durable stores have the element on disk (or
+        unless ``replace`` (which needs an ``id``): then the element under ``id`` is removed and
+        this one filed in its place, in one atomic step (a new element: attempt 0, unclaimed, due
+        in ``ttl``; a worker still running the old one is fenced out). Durable stores have the
+        element on disk (or
         acknowledged by the server) when this returns.
         """
 
