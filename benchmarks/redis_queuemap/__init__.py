@@ -27,7 +27,8 @@ from typing import Any
 from rehydrate._core import _validate
 from rehydrate._core._dehydrator import Claim
 from rehydrate._core._validate import Seconds
-from rehydrate.stores._redis import RedisStore, _escape, _micros, _Script, _text
+from rehydrate.stores._redis import RedisStore, _escape, _micros, _text
+from rehydrate.stores._redis_client import Script as _Script
 
 __all__ = ["QueueMapStore"]
 

@@ -9,36 +9,25 @@ anew in the same set, scored by the end of its lease, so an expired lease is sim
 Push, pull and ack cost O(log n) each; a poll or a claim is one range read and one range removal,
 O(log n + k) for k elements. ``_redis_scripts/_lib.lua`` documents the keys and their invariants.
 
-This is the design other Redis job queues use (arq, SAQ, rq's scheduled registry). The store used
-to keep the core's queue-map on Redis types instead (a LIST per TTL, a zset of the lists' heads,
-merged k ways in Lua; kept in ``benchmarks/redis_queuemap/`` as the baseline), and issue #4 asked
-for the faster of the two. ``benchmarks/bench_redis.py`` measures both through this same client
-code (Redis 7.0.15, N = 100,000, median of 3, a shared 2-core machine, 2026-11-22): with 100 TTLs
-interleaved, the sorted set polls 453,000 elements/s against 344,000 (1.32x) and claims and acks
-101,000/s against 84,000 (1.20x); push_many is even. A skip list in C beats a k-way merge in Lua,
-and one hash per element (header and payload together) is less bookkeeping than the queue-map's.
-Single pushes and pulls are bound by the round trip and even. With one TTL the queue-map reads
-one list in order, its best case: poll is even on Redis (1.06x) and the queue-map's on Valkey
-(0.76x); claim + ack is 0.89x on Redis (the claim also writes its fencing token) and 1.28x on
-Valkey. See the README for the table.
+This is the design other Redis job queues use (arq, SAQ, rq's scheduled registry): a skip list in
+C orders the elements, where the core's queue-map would need a k-way merge in Lua, and one hash
+per element (header and payload together) is less bookkeeping. The measurements that chose it
+are in ``docs/stores-design-history.md`` and ``benchmarks/bench_redis.py``.
 
 Time is the server's ``TIME``, read inside the scripts: workers with wrong clocks still agree.
-The client is coredis (it runs on asyncio and trio), imported when a store opens, and reached only
-through :class:`_Backend`, so another client would change that class alone.
+The client is coredis (it runs on asyncio and trio), reached only through
+:class:`~rehydrate.stores._redis_client.Backend`, so another client would change that module alone.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from functools import cache
-from importlib.resources import files
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -53,17 +42,16 @@ from rehydrate.errors import (
     DuplicateIdError,
     InvalidArgumentError,
     InvalidTypeError,
-    RehydrateError,
-    StoreNotOpenError,
     StoreUnavailableError,
     UnknownIdError,
 )
 from rehydrate.serializers import JSONSerializer
 from rehydrate.stores._base import Converter, StoreBase, as_bool, as_float, as_int, as_str, url_options
+from rehydrate.stores._redis_client import SCRIPTS, Backend, RedisRefusedError, redact
 from rehydrate.stores._subscription import EventSubscription
 
 if TYPE_CHECKING:
-    import coredis
+    pass
 
 __all__ = ["RedisStore"]
 
@@ -72,315 +60,11 @@ _BATCH: Final = 1000
 _MAX_BATCH: Final = 10_000
 #: push_many is one atomic script; bigger batches are refused rather than split.
 _PUSH_MANY_MAX: Final = 10_000
-_SCRIPT_NAMES: Final = (
-    "look",
-    "move",
-    "names",
-    "pull",
-    "push",
-    "range",
-    "remove",
-    "size",
-    "summary",
-    "take",
-    "time",
-    "ttn",
-    "update",
-)
 
 
 def _local_clock() -> float:
     """This process's clock; the store's clock is this plus the offset measured against the server."""
     return time.monotonic()
-
-
-# -- scripts ---------------------------------------------------------------------------------------
-
-
-class _Script:
-    """One Lua script: the shared library followed by a verb. Called by SHA1, loaded on NOSCRIPT."""
-
-    __slots__ = ("name", "sha", "source")
-
-    def __init__(self, name: str, source: str) -> None:
-        self.name = name
-        self.source = source
-        self.sha = hashlib.sha1(source.encode()).hexdigest()
-
-    def __repr__(self) -> str:
-        return f"<script {self.name} {self.sha[:8]}>"
-
-
-@cache
-def _scripts() -> dict[str, _Script]:
-    folder = files("rehydrate.stores").joinpath("_redis_scripts")
-    lib = folder.joinpath("_lib.lua").read_text(encoding="utf-8")
-    return {
-        name: _Script(name, lib + "\n" + folder.joinpath(f"{name}.lua").read_text(encoding="utf-8"))
-        for name in _SCRIPT_NAMES
-    }
-
-
-class RedisRefusedError(RehydrateError):
-    """The Redis server refused a call for a reason retrying will not change (a key of the wrong
-    type, a server-side limit...): the message is the server's. ``RHSERIALIZER ...`` comes from
-    our scripts and becomes a :class:`~rehydrate.errors.SerializerMismatchError`."""
-
-
-#: Replies that mean "not now" rather than "never": retried like a lost connection.
-_BUSY_REPLIES: Final = ("BUSY", "MASTERDOWN", "NOREPLICAS", "OOM")
-
-
-# -- the client seam -------------------------------------------------------------------------------
-
-
-def _redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit(parts._replace(netloc=user + host))
-
-
-class _Backend:
-    """The few things the store asks of a Redis client: run scripts (one by one or pipelined) and
-    listen on a pub/sub channel. coredis is used here and nowhere else.
-
-    Lost connections and timeouts are retried ``retries`` times with exponential backoff (from
-    ``backoff`` seconds, at most 2 s apart), then raise :class:`StoreUnavailableError`. A script
-    the server does not know (after ``SCRIPT FLUSH`` or a restart) is loaded and called again.
-    """
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        cluster: bool,
-        timeout: float,
-        connect_timeout: float,
-        retries: int,
-        backoff: float,
-        options: Mapping[str, Any],
-    ) -> None:
-        self.url = url
-        self.cluster = cluster
-        self._timeout = timeout
-        self._connect_timeout = connect_timeout
-        self._retries = retries
-        self._backoff = backoff
-        self._options = dict(options)
-        self._client: coredis.Redis[bytes] | coredis.RedisCluster[bytes] | None = None
-        self._stack: AsyncExitStack | None = None
-        self._transient: tuple[type[BaseException], ...] = ()
-        self._no_script: type[BaseException] = Exception
-        self._response_error: type[BaseException] = Exception
-        self._refused: tuple[type[BaseException], ...] = ()
-        self._garbled: type[BaseException] = Exception
-
-    @property
-    def is_open(self) -> bool:
-        return self._client is not None
-
-    async def open(self) -> None:
-        try:
-            import coredis
-            import coredis.exceptions as ce
-            from coredis.retry import NoRetryPolicy
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            from rehydrate.errors import UnsupportedStoreError
-
-            raise UnsupportedStoreError(
-                "the Redis store needs coredis: pip install 'rehydrate[redis]'"
-            ) from exc
-        self._transient = (
-            ce.ConnectionError,
-            ce.ReadOnlyError,
-            ce.ClusterDownError,
-            ce.TryAgainError,
-            TimeoutError,
-            OSError,
-            anyio.BrokenResourceError,
-            anyio.ClosedResourceError,
-            anyio.EndOfStream,
-        )
-        self._no_script = ce.NoScriptError
-        self._response_error = ce.ResponseError
-        self._refused = (ce.AuthenticationError, ce.AuthorizationError)
-        self._garbled = ce.InvalidResponse
-        options: dict[str, Any] = {
-            "decode_responses": False,
-            "retry_policy": NoRetryPolicy(),
-            "stream_timeout": self._timeout,
-            "connect_timeout": self._connect_timeout,
-            **self._options,
-        }
-        client: coredis.Redis[bytes] | coredis.RedisCluster[bytes]
-        if self.cluster:
-            from coredis.connection import TCPLocation
-
-            # Given as a TCPLocation: coredis 6.9's from_url would warn about its own dict form.
-            parts = urlsplit(self.url)
-            options.setdefault(
-                "startup_nodes", [TCPLocation(parts.hostname or "localhost", parts.port or 6379)]
-            )
-            client = coredis.RedisCluster.from_url(self.url, **options)
-        else:
-            client = coredis.Redis.from_url(self.url, **options)
-        stack = AsyncExitStack()
-        try:
-            await stack.enter_async_context(client)
-        except (ce.RedisError, OSError, TimeoutError) as exc:
-            hint = " (cluster=1 needs a Redis Cluster)" if isinstance(exc, ce.RedisClusterError) else ""
-            raise StoreUnavailableError(
-                f"Redis at {_redact(self.url)} could not be opened{hint}: {type(exc).__name__}: {exc}"
-            ) from exc
-        self._client, self._stack = client, stack
-
-    async def aclose(self) -> None:
-        stack, self._stack, self._client = self._stack, None, None
-        if stack is not None:
-            await stack.aclose()
-
-    def check_open(self) -> None:
-        self._get()
-
-    def _get(self) -> coredis.Redis[bytes] | coredis.RedisCluster[bytes]:
-        if self._client is None:
-            raise StoreNotOpenError(
-                f"the Redis store at {_redact(self.url)} is not open: use it as `async with store:` "
-                "(or `await store.open()` first)"
-            )
-        return self._client
-
-    def _delay(self, attempt: int) -> float:
-        return float(min(self._backoff * 2 ** (attempt - 1), 2.0))
-
-    def _unavailable(self, exc: BaseException, attempts: int) -> StoreUnavailableError:
-        tries = "after 1 attempt" if attempts == 1 else f"after {attempts} attempts"
-        return StoreUnavailableError(
-            f"Redis at {_redact(self.url)} is unavailable {tries}: {type(exc).__name__}: {exc}"
-        )
-
-    async def _retry(self, exc: BaseException, attempt: int, retries: int | None = None) -> int:
-        """After a failed attempt: raise if it cannot or may not be retried, else wait; the next attempt.
-
-        ``retries`` overrides the store's (``open`` makes one attempt: a wrong URL fails fast).
-        """
-        if isinstance(exc, self._refused):
-            raise StoreUnavailableError(f"Redis at {_redact(self.url)} refused this client: {exc}") from exc
-        if isinstance(exc, self._garbled):
-            raise StoreUnavailableError(
-                f"{_redact(self.url)} does not answer as a Redis server: {exc}"
-            ) from exc
-        transient = isinstance(exc, self._transient) or (
-            isinstance(exc, self._response_error) and str(exc).startswith(_BUSY_REPLIES)
-        )
-        if not transient:
-            raise RedisRefusedError(str(exc)) from exc
-        if attempt > (self._retries if retries is None else retries):
-            raise self._unavailable(exc, attempt) from exc
-        await anyio.sleep(self._delay(attempt))
-        return attempt + 1
-
-    async def eval(
-        self,
-        script: _Script,
-        keys: Sequence[str],
-        args: Sequence[str | bytes | int],
-        *,
-        retry_args: Sequence[str | bytes | int] | None = None,
-        retries: int | None = None,
-    ) -> Any:
-        """Run ``script``; a retried attempt (after a lost connection) sends ``retry_args`` if given.
-
-        ``retries`` overrides the store's number of retries.
-        """
-        client = self._get()
-        attempt = 1
-        while True:
-            try:
-                try:
-                    return await client.evalsha(script.sha, keys=keys, args=args)
-                except self._no_script:
-                    await client.script_load(script.source)
-                    return await client.evalsha(script.sha, keys=keys, args=args)
-            except (*self._transient, self._response_error, self._garbled) as exc:
-                attempt = await self._retry(exc, attempt, retries)
-                if retry_args is not None:
-                    args = retry_args
-
-    async def eval_many(
-        self, calls: Sequence[tuple[_Script, Sequence[str], Sequence[str | bytes | int]]]
-    ) -> list[Any]:
-        """Run several scripts in one round trip (a pipeline, not a transaction); their replies in order.
-
-        Calls the server answered NOSCRIPT did not run: their scripts are loaded and they run again.
-        """
-        client = self._get()
-        results: list[Any] = [None] * len(calls)
-        todo = list(range(len(calls)))
-        attempt = 1
-        while todo:
-            try:
-                async with client.pipeline(transaction=False, raise_on_error=False) as pipe:
-                    requests = [
-                        pipe.evalsha(calls[i][0].sha, keys=calls[i][1], args=calls[i][2]) for i in todo
-                    ]
-                replies = [await request for request in requests]
-            except self._no_script:
-                # A cluster pipeline raises it rather than returning it: load the scripts, go again.
-                for source in {calls[i][0].source for i in todo}:
-                    await client.script_load(source)
-                continue
-            except (*self._transient, self._response_error, self._garbled) as exc:
-                attempt = await self._retry(exc, attempt)
-                continue
-            missing: list[int] = []
-            for i, reply in zip(todo, replies, strict=True):
-                if isinstance(reply, self._no_script):
-                    missing.append(i)
-                elif isinstance(reply, BaseException):
-                    raise RedisRefusedError(str(reply)) from reply
-                else:
-                    results[i] = reply
-            for source in {calls[i][0].source for i in missing}:
-                await client.script_load(source)
-            todo = missing
-        return results
-
-    @asynccontextmanager
-    async def listen(self, channel: str, notify: Callable[[], None]) -> AsyncIterator[None]:
-        """Call ``notify`` for every message on ``channel`` while the block runs.
-
-        The subscription is confirmed on entry. A dropped connection is re-established by coredis;
-        the new subscription's confirmation also calls ``notify``, since messages may have been
-        missed meanwhile (a spurious wake-up is allowed, a missed one is not).
-        """
-        client = self._get()
-        async with client.pubsub(channels=[channel]) as pubsub, anyio.create_task_group() as tg:
-
-            async def read() -> None:
-                confirmed = False
-                while True:
-                    message = await pubsub.get_message()
-                    if message is None:
-                        continue
-                    if message["type"] == "message":
-                        notify()
-                    elif message["type"] == "subscribe":
-                        if confirmed:
-                            notify()
-                        confirmed = True
-
-            tg.start_soon(read)
-            try:
-                yield
-            finally:
-                tg.cancel_scope.cancel()
 
 
 # -- clock and subscriptions -----------------------------------------------------------------------
@@ -481,7 +165,7 @@ _TLS_OPTIONS: Final[dict[str, Converter]] = {
 def _check_url(url: str) -> None:
     """Refuse what coredis would misread silently or with a traceback: scheme, port, database."""
     parts = urlsplit(url)
-    shown = _redact(url)
+    shown = redact(url)
     if parts.scheme.lower() not in ("redis", "rediss"):
         raise InvalidArgumentError(f"a Redis URL starts with redis:// or rediss://, not {shown!r}")
     try:
@@ -564,7 +248,7 @@ class RedisStore(StoreBase):
         connect = _validate.seconds(connect_timeout, "connect_timeout")
         if timeout <= 0 or connect <= 0:
             raise InvalidArgumentError("timeout and connect_timeout must be positive")
-        self._backend = _Backend(
+        self._backend = Backend(
             url,
             cluster=bool(cluster),
             timeout=timeout,
@@ -594,7 +278,7 @@ class RedisStore(StoreBase):
             raise InvalidTypeError(f"url must be a str, not {type(url).__name__}")
         _validate.flag(create, "create")
         parts = urlsplit(url)
-        shown = _redact(url)
+        shown = redact(url)
         found = url_options(url, parts.query, {**_URL_OPTIONS, **_TLS_OPTIONS}, options, shown=shown)
         tls = [(key, value) for key, value in parse_qsl(parts.query) if key in _TLS_OPTIONS]
         for key in _URL_OPTIONS:
@@ -609,7 +293,7 @@ class RedisStore(StoreBase):
 
     def __repr__(self) -> str:
         return (
-            f"RedisStore({_redact(self._backend.url)!r}, prefix={self._prefix!r}, "
+            f"RedisStore({redact(self._backend.url)!r}, prefix={self._prefix!r}, "
             f"serializer={self._serializer!r})"
         )
 
@@ -630,7 +314,7 @@ class RedisStore(StoreBase):
                 await self._set_clock()
             except RedisRefusedError as exc:
                 raise StoreUnavailableError(
-                    f"Redis at {_redact(self._backend.url)} refused to open: {exc}"
+                    f"Redis at {redact(self._backend.url)} refused to open: {exc}"
                 ) from exc
         except BaseException:
             # Not shielded: the pool's task group must close in the scope it was opened in.
@@ -642,7 +326,7 @@ class RedisStore(StoreBase):
 
     async def _server_time(self) -> tuple[int, float, float]:
         before = _local_clock()
-        micros = int(await self._backend.eval(_scripts()["time"], [], [], retries=0))
+        micros = int(await self._backend.eval(SCRIPTS["time"], [], [], retries=0))
         return micros, before, _local_clock()
 
     async def _set_clock(self) -> None:
@@ -702,7 +386,7 @@ class RedisStore(StoreBase):
         head = self._head(name)
         try:
             return await self._backend.eval(
-                _scripts()[script],
+                SCRIPTS[script],
                 self._keys(name),
                 [*head, *args],
                 retry_args=[*head, *retry] if retry else None,
@@ -747,7 +431,7 @@ class RedisStore(StoreBase):
                 raise DuplicateIdError(dup)
             if self._backend.cluster and (status == 2 or int(reply[1])):
                 # The registry lives in another slot on a cluster: add the name separately.
-                await self._backend.eval(_scripts()["names"], [self._registry], [name])
+                await self._backend.eval(SCRIPTS["names"], [self._registry], [name])
             return ids
 
     # -- ReDe verbs ------------------------------------------------------------------------------
@@ -963,12 +647,12 @@ class RedisStore(StoreBase):
     # -- inspection and waiting ------------------------------------------------------------------
 
     async def names(self) -> list[str]:
-        reply = await self._backend.eval(_scripts()["names"], [self._registry], [""])
+        reply = await self._backend.eval(SCRIPTS["names"], [self._registry], [""])
         names = sorted(_text(name) for name in reply)
         if not self._backend.cluster or not names:
             return names
         # On a cluster the registry is only ever added to: keep the names that hold elements.
-        size = _scripts()["size"]
+        size = SCRIPTS["size"]
         sizes = await self._backend.eval_many([(size, self._keys(name), []) for name in names])
         return [name for name, n in zip(names, sizes, strict=True) if int(n)]
 
