@@ -258,13 +258,11 @@ class SQLiteStore(StoreBase):
     steps back is treated as standing still, as by the memory store.
 
     **Layout.** One table of elements, ``(name, id)`` its primary key, with a B-tree index on
-    ``(name, due, seq)``: ``poll``, ``xpoll``, ``claim`` and ``ttn`` seek to the dehydrator's first
-    element and walk the index in due order, O(log n + k) for k elements. That index is SQLite's
-    natural equivalent of the Redis store's sorted set (and of the memory store's queue-map with
-    its heap of queue heads).
-    ``seq`` is a filing order kept in a counter row and allocated inside each transaction (push,
-    claim, reschedule and extend file an element anew with a fresh one), so elements due at the
-    same instant come out in the order they were filed.
+    ``(name, due, seq)``: ``poll``, ``xpoll``, ``claim`` and ``ttn`` walk the index in due order
+    from the dehydrator's first element, O(log n + k) for k elements. ``seq`` is a filing order
+    kept in a counter row and allocated inside each transaction (push, claim, reschedule and
+    extend file an element anew with a fresh one), so elements due at the same instant come out
+    in the order they were filed. The statements are in ``_sqlite_sql.py``.
 
     **Threads.** ``sqlite3`` blocks, so every call runs in a worker thread through
     :func:`anyio.to_thread.run_sync`, and one connection serves the store, used by one thread at a
@@ -282,14 +280,12 @@ class SQLiteStore(StoreBase):
     :class:`~rehydrate.errors.SerializerMismatchError` rather than guessing (loading pickle runs code).
 
     **Subscriptions** are woken at once by this store's own writes. Writes from other processes
-    (or other store objects) are noticed by a *bounded nap*: a waiting subscription looks at a
+    (or other store objects) are noticed by a *bounded nap*: a waiting subscription reads a
     per-name counter row, which every write that makes something due sooner bumps in the same
-    transaction, at least every ``nap`` seconds (0.05 by default). SQLite has no way to push a
-    notification to another process, and the alternatives (a socket or FIFO beside the file, OS
-    file-change watchers) add moving parts, platform differences and failure modes for little
-    gain: the check is one indexed read of one row, 20 per second per waiting subscription, and
-    the lateness it adds (at most ``nap``) is small against the scheduling granularity a shared
-    file is used for. A notification is never lost, only noticed up to ``nap`` later.
+    transaction, at least every ``nap`` seconds (0.05 by default). SQLite cannot push a
+    notification to another process, and one indexed read of one row is cheaper than the moving
+    parts of a side channel (``docs/stores-design-history.md`` weighs them). A notification is
+    never lost, only noticed up to ``nap`` later.
 
     Args:
         path: the database file, created by :meth:`open` if missing (its directory must exist), or
