@@ -7,7 +7,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from typing import Any, Final, TypeVar
 from urllib.parse import unquote, urlsplit
 
@@ -28,6 +28,7 @@ from rehydrate.errors import (
     StoreUnavailableError,
     UnknownIdError,
 )
+from rehydrate.stores import _sqlite_sql as sql
 from rehydrate.stores._base import StoreBase, as_float, as_str, url_options
 
 __all__ = ["SQLiteStore"]
@@ -36,116 +37,15 @@ _T = TypeVar("_T")
 
 #: The most elements one ``claim`` takes in one transaction (the write lock is held meanwhile).
 _CLAIM_BATCH: Final = 1000
-#: Bumped when the tables change shape; a file written by another version is refused, not guessed at.
-_SCHEMA_VERSION: Final = 1
 _SYNCHRONOUS: Final = ("FULL", "NORMAL")
 
 #: What a ``sqlite://`` URL's query may say, and how to read it.
 _URL_OPTIONS: Final = {"serializer": as_str, "synchronous": as_str, "busy_timeout": as_float, "nap": as_float}
 
-_SCHEMA: Final = (
-    """CREATE TABLE IF NOT EXISTS rehydrate_meta (
-        key TEXT PRIMARY KEY,
-        value INTEGER NOT NULL
-    ) WITHOUT ROWID""",
-    # One row per element. ``seq`` is the filing order (ties in due time come out in it);
-    # ``ttl`` is the TTL or lease the element was last filed with; ``serializer`` names the
-    # serializer that wrote ``payload``, so a store configured with another one fails loudly.
-    """CREATE TABLE IF NOT EXISTS rehydrate_elements (
-        name TEXT NOT NULL,
-        id TEXT NOT NULL,
-        payload BLOB NOT NULL,
-        serializer TEXT NOT NULL,
-        due REAL NOT NULL,
-        seq INTEGER NOT NULL,
-        ttl REAL NOT NULL,
-        attempt INTEGER NOT NULL DEFAULT 0,  -- the claim stamp: see rehydrate._core._fence
-        claimed INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (name, id)
-    )""",
-    "CREATE INDEX IF NOT EXISTS rehydrate_elements_due ON rehydrate_elements (name, due, seq)",
-    # A counter per name, bumped by every write that makes an element due sooner than all others:
-    # what subscriptions in other processes watch.
-    """CREATE TABLE IF NOT EXISTS rehydrate_signals (
-        name TEXT PRIMARY KEY,
-        counter INTEGER NOT NULL
-    ) WITHOUT ROWID""",
-    "INSERT OR IGNORE INTO rehydrate_meta (key, value) VALUES ('seq', 0)",
-)
-
-_HEAD = "SELECT due FROM rehydrate_elements WHERE name = ? ORDER BY due, seq LIMIT 1"
-_DUE = (
-    "SELECT rowid, id, payload, serializer, due, attempt FROM rehydrate_elements"
-    " WHERE name = ? AND due <= ? ORDER BY due, seq LIMIT ?"
-)
-_ROW = (
-    "SELECT rowid, payload, serializer, due, attempt, claimed FROM rehydrate_elements"
-    " WHERE name = ? AND id = ?"
-)
-_INSERT = (
-    "INSERT INTO rehydrate_elements (name, id, payload, serializer, due, seq, ttl)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
-_DELETE = "DELETE FROM rehydrate_elements WHERE rowid = ?"
-_REFILE = "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ?, claimed = ? WHERE rowid = ?"
-_NAMES = """
-    WITH RECURSIVE walk(name) AS (
-        SELECT min(name) FROM rehydrate_elements
-        UNION ALL
-        SELECT (SELECT min(name) FROM rehydrate_elements WHERE name > walk.name)
-        FROM walk WHERE walk.name IS NOT NULL
-    )
-    SELECT name FROM walk WHERE name IS NOT NULL
-"""
-
 
 def _new_id() -> str:
     """128 random bits: unique across processes without coordination."""
     return uuid.uuid4().hex
-
-
-def _transaction(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T]) -> _T:
-    """Run ``body`` in a write transaction taken up front (``BEGIN IMMEDIATE``); roll back if it raises.
-
-    Taking the write lock at ``BEGIN`` (not at the first write) is what makes read-then-write
-    sequences, such as claim's select-then-refile, atomic across processes: a second claimer waits
-    (up to ``busy_timeout``) instead of reading the same due rows.
-    """
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        result = body(conn)
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            with suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-        raise
-    return result
-
-
-def _next_seq(conn: sqlite3.Connection, n: int) -> int:
-    """Reserve ``n`` filing numbers (inside a write transaction) and return the first."""
-    conn.execute("UPDATE rehydrate_meta SET value = value + ? WHERE key = 'seq'", (n,))
-    (last,) = conn.execute("SELECT value FROM rehydrate_meta WHERE key = 'seq'").fetchone()
-    return int(last) - n + 1
-
-
-def _head(conn: sqlite3.Connection, name: str) -> float | None:
-    """The due time of the dehydrator's next element, ``None`` if it is empty. O(log n)."""
-    row = conn.execute(_HEAD, (name,)).fetchone()
-    return None if row is None else float(row[0])
-
-
-def _bump(conn: sqlite3.Connection, name: str) -> int:
-    """Tell subscribers (in every process) that ``name`` has something due sooner; the new counter."""
-    conn.execute("INSERT OR IGNORE INTO rehydrate_signals (name, counter) VALUES (?, 0)", (name,))
-    conn.execute("UPDATE rehydrate_signals SET counter = counter + 1 WHERE name = ?", (name,))
-    return _read_signal(conn, name)
-
-
-def _read_signal(conn: sqlite3.Connection, name: str) -> int:
-    row = conn.execute("SELECT counter FROM rehydrate_signals WHERE name = ?", (name,)).fetchone()
-    return 0 if row is None else int(row[0])
 
 
 @contextmanager
@@ -441,9 +341,7 @@ class SQLiteStore(StoreBase):
     def _setup(self, conn: sqlite3.Connection) -> None:
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
         if not self._create and self._database != ":memory:":
-            found = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rehydrate_elements'"
-            ).fetchone()
+            found = conn.execute(sql.HAS_TABLES).fetchone()
             if found is None:
                 raise StoreUnavailableError(
                     f"{self._database!r} holds no rehydrate store (nothing was created in it)"
@@ -466,19 +364,17 @@ class SQLiteStore(StoreBase):
         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
 
         def create(conn: sqlite3.Connection) -> int | None:
-            for statement in _SCHEMA:
+            for statement in sql.SCHEMA:
                 conn.execute(statement)
-            conn.execute(
-                "INSERT OR IGNORE INTO rehydrate_meta (key, value) VALUES ('schema', ?)", (_SCHEMA_VERSION,)
-            )
-            row = conn.execute("SELECT value FROM rehydrate_meta WHERE key = 'schema'").fetchone()
+            conn.execute(sql.SET_SCHEMA, (sql.SCHEMA_VERSION,))
+            row = conn.execute(sql.GET_SCHEMA).fetchone()
             return None if row is None else int(row[0])
 
-        version = _transaction(conn, create)
-        if version != _SCHEMA_VERSION:
+        version = sql.transaction(conn, create)
+        if version != sql.SCHEMA_VERSION:
             raise RehydrateError(
                 f"{self._database!r} holds a rehydrate schema of version {version}, this version "
-                f"of rehydrate reads version {_SCHEMA_VERSION}"
+                f"of rehydrate reads version {sql.SCHEMA_VERSION}"
             )
 
     def _is_open(self) -> bool:
@@ -500,7 +396,7 @@ class SQLiteStore(StoreBase):
 
     async def _write(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run ``fn(connection)`` in a worker thread, in one ``BEGIN IMMEDIATE`` transaction."""
-        return await self._run(lambda conn: _transaction(conn, fn))
+        return await self._run(lambda conn: sql.transaction(conn, fn))
 
     def _in_thread(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         if self._conn is not conn:  # closed (and maybe reopened) while this call waited for its turn
@@ -523,7 +419,7 @@ class SQLiteStore(StoreBase):
 
     async def _signal(self, name: str) -> int:
         """The name's notification counter, as every process sees it."""
-        return await self._run(lambda conn: _read_signal(conn, name))
+        return await self._run(lambda conn: sql.read_signal(conn, name))
 
     async def _pragma(self, pragma: str) -> Any:
         """The value of ``PRAGMA <pragma>`` on this store's connection (for tests and diagnostics)."""
@@ -547,14 +443,14 @@ class SQLiteStore(StoreBase):
 
         def body(conn: sqlite3.Connection) -> int | None:
             due = self._now() + seconds
-            head = _head(conn, name)
+            head = sql.head(conn, name)
             if replace:
-                conn.execute("DELETE FROM rehydrate_elements WHERE name = ? AND id = ?", (name, key))
+                conn.execute(sql.DELETE_ID, (name, key))
             try:
-                conn.execute(_INSERT, (name, key, payload, codec, due, _next_seq(conn, 1), seconds))
+                conn.execute(sql.INSERT, (name, key, payload, codec, due, sql.next_seq(conn, 1), seconds))
             except sqlite3.IntegrityError:
                 raise DuplicateIdError(key) from None
-            return _bump(conn, name) if head is None or due < head else None
+            return sql.bump(conn, name) if head is None or due < head else None
 
         self._notify(name, await self._write(body))
         return key
@@ -577,21 +473,21 @@ class SQLiteStore(StoreBase):
 
         def body(conn: sqlite3.Connection) -> int | None:
             for key in given:
-                if conn.execute(_ROW, (name, key)).fetchone() is not None:
+                if conn.execute(sql.ROW, (name, key)).fetchone() is not None:
                     raise DuplicateIdError(key)
             now = self._now()
-            head = _head(conn, name)
-            first = _next_seq(conn, len(batch))
+            head = sql.head(conn, name)
+            first = sql.next_seq(conn, len(batch))
             rows = [
                 (name, key, payload, codec, now + seconds, first + i, seconds)
                 for i, (key, payload, seconds) in enumerate(batch)
             ]
             try:
-                conn.executemany(_INSERT, rows)
+                conn.executemany(sql.INSERT, rows)
             except sqlite3.IntegrityError:  # a generated id met an existing one: 2**-122 odds
                 raise DuplicateIdError(next(k for k, _, _ in batch if k not in given)) from None
             soonest = now + min(seconds for _, _, seconds in batch)
-            return _bump(conn, name) if head is None or soonest < head else None
+            return sql.bump(conn, name) if head is None or soonest < head else None
 
         if not batch:
             if self._conn is None:
@@ -606,11 +502,11 @@ class SQLiteStore(StoreBase):
         _validate.element_id(id)
 
         def body(conn: sqlite3.Connection) -> Any:
-            row = conn.execute(_ROW, (name, id)).fetchone()
+            row = conn.execute(sql.ROW, (name, id)).fetchone()
             if row is None:
                 return None
             element = self._loads(name, id, row[1], row[2])
-            conn.execute(_DELETE, (row[0],))
+            conn.execute(sql.DELETE, (row[0],))
             return element
 
         return await self._write(body)
@@ -620,9 +516,9 @@ class SQLiteStore(StoreBase):
         n = _validate.limit(limit)
 
         def body(conn: sqlite3.Connection) -> list[Any]:
-            rows = conn.execute(_DUE, (name, self._now(), -1 if n is None else n)).fetchall()
+            rows = conn.execute(sql.DUE, (name, self._now(), -1 if n is None else n)).fetchall()
             elements = [self._loads(name, row[1], row[2], row[3]) for row in rows]
-            conn.executemany(_DELETE, [(row[0],) for row in rows])
+            conn.executemany(sql.DELETE, [(row[0],) for row in rows])
             return elements
 
         return await self._write(body)
@@ -633,7 +529,7 @@ class SQLiteStore(StoreBase):
 
         def body(conn: sqlite3.Connection) -> list[str]:
             rows = conn.execute(
-                "SELECT id FROM rehydrate_elements WHERE name = ? AND due <= ? ORDER BY due, seq LIMIT ?",
+                sql.DUE_IDS,
                 (name, self._now(), -1 if n is None else n),
             ).fetchall()
             return [row[0] for row in rows]
@@ -652,7 +548,7 @@ class SQLiteStore(StoreBase):
             now = self._now()
             out: list[Any] = []
             for id in ids:
-                row = conn.execute(_ROW, (name, id)).fetchone()
+                row = conn.execute(sql.ROW, (name, id)).fetchone()
                 if (
                     row is None
                     or (attempt is not None and attempt_of(row[4]) != attempt)
@@ -662,7 +558,7 @@ class SQLiteStore(StoreBase):
                     out.append(None)
                     continue
                 out.append(self._loads(name, id, row[1], row[2]))
-                conn.execute(_DELETE, (row[0],))
+                conn.execute(sql.DELETE, (row[0],))
             return out
 
         return await self._write(body)
@@ -672,9 +568,7 @@ class SQLiteStore(StoreBase):
         _validate.element_id(id)
 
         def body(conn: sqlite3.Connection) -> Any:
-            row = conn.execute(
-                "SELECT payload, serializer FROM rehydrate_elements WHERE name = ? AND id = ?", (name, id)
-            ).fetchone()
+            row = conn.execute(sql.LOOK, (name, id)).fetchone()
             return None if row is None else self._loads(name, id, row[0], row[1])
 
         return await self._run(body)
@@ -683,7 +577,7 @@ class SQLiteStore(StoreBase):
         _validate.element_id(name, "name")
 
         def body(conn: sqlite3.Connection) -> float | None:
-            head = _head(conn, name)
+            head = sql.head(conn, name)
             return None if head is None else max(0.0, head - self._now())
 
         return await self._run(body)
@@ -695,12 +589,12 @@ class SQLiteStore(StoreBase):
         codec = self._serializer.name
 
         def body(conn: sqlite3.Connection) -> Any:
-            row = conn.execute(_ROW, (name, id)).fetchone()
+            row = conn.execute(sql.ROW, (name, id)).fetchone()
             if row is None:
                 raise UnknownIdError(id)
             old = self._loads(name, id, row[1], row[2])
             conn.execute(
-                "UPDATE rehydrate_elements SET payload = ?, serializer = ? WHERE rowid = ?",
+                sql.SET_PAYLOAD,
                 (payload, codec, row[0]),
             )
             return old
@@ -718,11 +612,11 @@ class SQLiteStore(StoreBase):
 
         def body(conn: sqlite3.Connection) -> list[Claim]:
             now = self._now()
-            rows = conn.execute(_DUE, (name, now, take)).fetchall()
+            rows = conn.execute(sql.DUE, (name, now, take)).fetchall()
             if not rows:
                 return []
             until = now + seconds
-            first = _next_seq(conn, len(rows))
+            first = sql.next_seq(conn, len(rows))
             # The filing number doubles as the claim number of the stamp (the fencing token): the
             # sequence never goes back in this file.
             stamps = [stamp(first + i, attempt_of(row[5]) + 1) for i, row in enumerate(rows)]
@@ -739,8 +633,7 @@ class SQLiteStore(StoreBase):
                 for (_, id, payload, codec, due, _), token in zip(rows, stamps, strict=True)
             ]
             conn.executemany(
-                "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ?, attempt = ?, claimed = 1"
-                " WHERE rowid = ?",
+                sql.CLAIM,
                 [(until, first + i, seconds, stamps[i], row[0]) for i, row in enumerate(rows)],
             )
             return claims
@@ -756,8 +649,7 @@ class SQLiteStore(StoreBase):
                 raise InvalidArgumentError("ack needs each claim's token")
 
         def body(conn: sqlite3.Connection) -> list[bool]:
-            sql = "DELETE FROM rehydrate_elements WHERE name = ? AND id = ? AND attempt = ? AND claimed = 1"
-            return [conn.execute(sql, (name, id, token)).rowcount == 1 for id, token in pairs]
+            return [conn.execute(sql.ACK, (name, id, token)).rowcount == 1 for id, token in pairs]
 
         if not pairs:
             if self._conn is None:
@@ -776,7 +668,7 @@ class SQLiteStore(StoreBase):
         _validate.token(token)
 
         def body(conn: sqlite3.Connection) -> tuple[bool, int | None]:
-            row = conn.execute(_ROW, (name, id)).fetchone()
+            row = conn.execute(sql.ROW, (name, id)).fetchone()
             if (
                 row is None
                 or (attempt is not None and attempt_of(row[4]) != attempt)
@@ -797,7 +689,7 @@ class SQLiteStore(StoreBase):
             raise InvalidArgumentError("extend needs the claim's token")
 
         def body(conn: sqlite3.Connection) -> tuple[float | None, int | None]:
-            row = conn.execute(_ROW, (name, id)).fetchone()
+            row = conn.execute(sql.ROW, (name, id)).fetchone()
             if row is None or row[4] != token or not row[5]:
                 return None, None
             return self._refile(conn, name, row[0], seconds, claimed=True)
@@ -815,9 +707,9 @@ class SQLiteStore(StoreBase):
         notification counter.
         """
         due = self._now() + seconds
-        head = _head(conn, name)  # the row itself included: sooner means sooner than everything
-        conn.execute(_REFILE, (due, _next_seq(conn, 1), seconds, int(claimed), rowid))
-        return due, (_bump(conn, name) if head is None or due < head else None)
+        head = sql.head(conn, name)  # the row itself included: sooner means sooner than everything
+        conn.execute(sql.REFILE, (due, sql.next_seq(conn, 1), seconds, int(claimed), rowid))
+        return due, (sql.bump(conn, name) if head is None or due < head else None)
 
     async def info(self, name: str, id: str) -> ElementInfo | None:
         _validate.element_id(name, "name")
@@ -825,7 +717,7 @@ class SQLiteStore(StoreBase):
 
         def body(conn: sqlite3.Connection) -> ElementInfo | None:
             row = conn.execute(
-                "SELECT due, ttl, attempt, claimed FROM rehydrate_elements WHERE name = ? AND id = ?",
+                sql.INFO,
                 (name, id),
             ).fetchone()
             if row is None:
@@ -840,16 +732,12 @@ class SQLiteStore(StoreBase):
 
     async def names(self) -> list[str]:
         """See :meth:`Store.names`; O(names * log n), by skipping from one name to the next in the index."""
-        rows = await self._run(lambda conn: conn.execute(_NAMES).fetchall())
+        rows = await self._run(lambda conn: conn.execute(sql.NAMES).fetchall())
         return sorted(row[0] for row in rows)
 
     async def size(self, name: str) -> int:
         _validate.element_id(name, "name")
-        return await self._run(
-            lambda conn: int(
-                conn.execute("SELECT count(*) FROM rehydrate_elements WHERE name = ?", (name,)).fetchone()[0]
-            )
-        )
+        return await self._run(lambda conn: int(conn.execute(sql.SIZE, (name,)).fetchone()[0]))
 
     async def summary(self, name: str) -> Summary:
         _validate.element_id(name, "name")
@@ -857,8 +745,7 @@ class SQLiteStore(StoreBase):
         def body(conn: sqlite3.Connection) -> Summary:
             now = self._now()
             size, due, claimed, head = conn.execute(
-                "SELECT count(*), coalesce(sum(due <= ?), 0), coalesce(sum(claimed), 0), min(due)"
-                " FROM rehydrate_elements WHERE name = ?",
+                sql.SUMMARY,
                 (now, name),
             ).fetchone()
             ttn = None if head is None else max(0.0, head - now)
@@ -872,7 +759,7 @@ class SQLiteStore(StoreBase):
 
         def body(conn: sqlite3.Connection) -> list[str]:
             rows = conn.execute(
-                "SELECT id FROM rehydrate_elements WHERE name = ? ORDER BY due, seq LIMIT ?",
+                sql.IDS,
                 (name, -1 if n is None else n),
             ).fetchall()
             return [row[0] for row in rows]

@@ -1,0 +1,165 @@
+"""The SQLite store's SQL: its schema, its statements, and the few helpers that run them.
+
+Kept apart from ``_sqlite.py`` so the store reads as what it does (validate, run in a thread,
+translate errors) and the SQL can be read, reviewed and tuned in one place. Every statement takes
+its values as parameters; none is built from data.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Final, TypeVar
+
+__all__ = [
+    "ACK",
+    "CLAIM",
+    "DELETE",
+    "DELETE_ID",
+    "DUE",
+    "DUE_IDS",
+    "GET_SCHEMA",
+    "HAS_TABLES",
+    "HEAD",
+    "IDS",
+    "INFO",
+    "INSERT",
+    "LOOK",
+    "NAMES",
+    "REFILE",
+    "ROW",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "SET_PAYLOAD",
+    "SET_SCHEMA",
+    "SIZE",
+    "SUMMARY",
+    "bump",
+    "head",
+    "next_seq",
+    "read_signal",
+    "transaction",
+]
+
+_T = TypeVar("_T")
+
+#: Bumped when the tables change shape; a file written by another version is refused, not guessed at.
+SCHEMA_VERSION: Final = 1
+
+SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS rehydrate_meta (
+        key TEXT PRIMARY KEY,
+        value INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    # One row per element. ``seq`` is the filing order (ties in due time come out in it);
+    # ``ttl`` is the TTL or lease the element was last filed with; ``serializer`` names the
+    # serializer that wrote ``payload``, so a store configured with another one fails loudly.
+    """CREATE TABLE IF NOT EXISTS rehydrate_elements (
+        name TEXT NOT NULL,
+        id TEXT NOT NULL,
+        payload BLOB NOT NULL,
+        serializer TEXT NOT NULL,
+        due REAL NOT NULL,
+        seq INTEGER NOT NULL,
+        ttl REAL NOT NULL,
+        attempt INTEGER NOT NULL DEFAULT 0,  -- the claim stamp: see rehydrate._core._fence
+        claimed INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (name, id)
+    )""",
+    "CREATE INDEX IF NOT EXISTS rehydrate_elements_due ON rehydrate_elements (name, due, seq)",
+    # A counter per name, bumped by every write that makes an element due sooner than all others:
+    # what subscriptions in other processes watch.
+    """CREATE TABLE IF NOT EXISTS rehydrate_signals (
+        name TEXT PRIMARY KEY,
+        counter INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    "INSERT OR IGNORE INTO rehydrate_meta (key, value) VALUES ('seq', 0)",
+)
+
+HEAD: Final = "SELECT due FROM rehydrate_elements WHERE name = ? ORDER BY due, seq LIMIT 1"
+DUE: Final = (
+    "SELECT rowid, id, payload, serializer, due, attempt FROM rehydrate_elements"
+    " WHERE name = ? AND due <= ? ORDER BY due, seq LIMIT ?"
+)
+ROW: Final = (
+    "SELECT rowid, payload, serializer, due, attempt, claimed FROM rehydrate_elements"
+    " WHERE name = ? AND id = ?"
+)
+INSERT: Final = (
+    "INSERT INTO rehydrate_elements (name, id, payload, serializer, due, seq, ttl)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+DELETE: Final = "DELETE FROM rehydrate_elements WHERE rowid = ?"
+REFILE: Final = "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ?, claimed = ? WHERE rowid = ?"
+NAMES: Final = """
+    WITH RECURSIVE walk(name) AS (
+        SELECT min(name) FROM rehydrate_elements
+        UNION ALL
+        SELECT (SELECT min(name) FROM rehydrate_elements WHERE name > walk.name)
+        FROM walk WHERE walk.name IS NOT NULL
+    )
+    SELECT name FROM walk WHERE name IS NOT NULL
+"""
+DELETE_ID: Final = "DELETE FROM rehydrate_elements WHERE name = ? AND id = ?"
+DUE_IDS: Final = "SELECT id FROM rehydrate_elements WHERE name = ? AND due <= ? ORDER BY due, seq LIMIT ?"
+LOOK: Final = "SELECT payload, serializer FROM rehydrate_elements WHERE name = ? AND id = ?"
+SET_PAYLOAD: Final = "UPDATE rehydrate_elements SET payload = ?, serializer = ? WHERE rowid = ?"
+CLAIM: Final = (
+    "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ?, attempt = ?, claimed = 1 WHERE rowid = ?"
+)
+ACK: Final = "DELETE FROM rehydrate_elements WHERE name = ? AND id = ? AND attempt = ? AND claimed = 1"
+INFO: Final = "SELECT due, ttl, attempt, claimed FROM rehydrate_elements WHERE name = ? AND id = ?"
+SIZE: Final = "SELECT count(*) FROM rehydrate_elements WHERE name = ?"
+SUMMARY: Final = (
+    "SELECT count(*), coalesce(sum(due <= ?), 0), coalesce(sum(claimed), 0), min(due)"
+    " FROM rehydrate_elements WHERE name = ?"
+)
+IDS: Final = "SELECT id FROM rehydrate_elements WHERE name = ? ORDER BY due, seq LIMIT ?"
+HAS_TABLES: Final = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rehydrate_elements'"
+SET_SCHEMA: Final = "INSERT OR IGNORE INTO rehydrate_meta (key, value) VALUES ('schema', ?)"
+GET_SCHEMA: Final = "SELECT value FROM rehydrate_meta WHERE key = 'schema'"
+
+
+def transaction(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T]) -> _T:
+    """Run ``body`` in a write transaction taken up front (``BEGIN IMMEDIATE``); roll back if it raises.
+
+    Taking the write lock at ``BEGIN`` (not at the first write) is what makes read-then-write
+    sequences, such as claim's select-then-refile, atomic across processes: a second claimer waits
+    (up to ``busy_timeout``) instead of reading the same due rows.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = body(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            with suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
+    return result
+
+
+def next_seq(conn: sqlite3.Connection, n: int) -> int:
+    """Reserve ``n`` filing numbers (inside a write transaction) and return the first."""
+    conn.execute("UPDATE rehydrate_meta SET value = value + ? WHERE key = 'seq'", (n,))
+    (last,) = conn.execute("SELECT value FROM rehydrate_meta WHERE key = 'seq'").fetchone()
+    return int(last) - n + 1
+
+
+def head(conn: sqlite3.Connection, name: str) -> float | None:
+    """The due time of the dehydrator's next element, ``None`` if it is empty. O(log n)."""
+    row = conn.execute(HEAD, (name,)).fetchone()
+    return None if row is None else float(row[0])
+
+
+def bump(conn: sqlite3.Connection, name: str) -> int:
+    """Tell subscribers (in every process) that ``name`` has something due sooner; the new counter."""
+    conn.execute("INSERT OR IGNORE INTO rehydrate_signals (name, counter) VALUES (?, 0)", (name,))
+    conn.execute("UPDATE rehydrate_signals SET counter = counter + 1 WHERE name = ?", (name,))
+    return read_signal(conn, name)
+
+
+def read_signal(conn: sqlite3.Connection, name: str) -> int:
+    row = conn.execute("SELECT counter FROM rehydrate_signals WHERE name = ?", (name,)).fetchone()
+    return 0 if row is None else int(row[0])
