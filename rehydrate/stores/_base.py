@@ -41,6 +41,7 @@ from rehydrate.errors import (
 from rehydrate.serializers import get_serializer
 
 __all__ = [
+    "Converter",
     "StoreBase",
     "as_bool",
     "as_float",

@@ -426,6 +426,9 @@ class TestBadInput:
         assert await s.ids(N) == []
 
 
+TWIN_NEEDED = "the store's harness must give Harness(twin=...): see tests/stores/harnesses.py"
+
+
 def _every_verb() -> list[Any]:
     return [
         lambda s: s.push(N, "x", ttl=1, id="a"),
@@ -457,7 +460,7 @@ class TestLifecycle:
 
     @pytest.mark.parametrize("call", _every_verb())
     async def test_every_verb_needs_an_open_store(self, harness: Harness, call: Any) -> None:
-        assert harness.twin is not None
+        assert harness.twin is not None, TWIN_NEEDED
         store = harness.twin()
         with pytest.raises(StoreNotOpenError, match="not open"):
             await call(store)
@@ -467,13 +470,13 @@ class TestLifecycle:
             await call(store)
 
     async def test_subscribe_needs_an_open_store(self, harness: Harness) -> None:
-        assert harness.twin is not None
+        assert harness.twin is not None, TWIN_NEEDED
         with pytest.raises(StoreNotOpenError):
             async with harness.twin().subscribe(N):
                 pass
 
     async def test_open_and_close_are_idempotent_and_elements_stay(self, harness: Harness) -> None:
-        assert harness.twin is not None
+        assert harness.twin is not None, TWIN_NEEDED
         store = harness.twin()
         await store.open()
         await store.open()
@@ -489,7 +492,7 @@ class TestSerializers:
         s = harness.store
         if getattr(s, "serializer", None) is None:
             pytest.skip("this store keeps elements as objects, not serialized")
-        assert harness.twin is not None
+        assert harness.twin is not None, TWIN_NEEDED
         await s.push(N, {"a": 1}, ttl=0, id="x")
         before = await state(s)
         async with harness.twin(serializer="pickle") as other:
