@@ -17,12 +17,14 @@ A store subclasses :class:`StoreBase` (a :class:`~rehydrate.abc.Store`) and gets
   table of the options its query may carry (name -> converter, see :func:`as_bool`,
   :func:`as_float`, :func:`as_int`, :func:`as_str`); unknown options are refused with a message
   that lists the known ones, and an option given both in the URL and as an argument is refused.
-* **connect-or-create**: ``create`` (``from_url(url, create=False)``, ``open_store(url,
-  create=False)``) is accepted by every store. A store that creates its backend on first use
+* **a convention, connect-or-create** (nothing to inherit): every store's ``from_url`` accepts
+  ``create`` (``open_store(url, create=False)``). A store that creates its backend on first use
   (SQLite: the file) must refuse to when it is ``False`` and raise
   :class:`~rehydrate.errors.StoreUnavailableError`; stores that create nothing ignore it.
 
 Nothing here does I/O or knows a backend: the stable part a new store (PostgreSQL...) builds on.
+The contract suite checks the result: a store's harness (``tests/stores/harness_<name>.py``) gives
+the store and a ``twin`` factory, through which the lifecycle and serializer rules are tested.
 """
 
 from __future__ import annotations
