@@ -215,6 +215,9 @@ class _Route:
     slot_freed: anyio.Event | None = None
     claim_scope: anyio.CancelScope | None = None
     idle: anyio.Event | None = None
+    #: The shielded scopes of the handler threads running now, and when shutdown gives up on them.
+    threads: set[anyio.CancelScope] = attrs.field(factory=set)
+    give_up_at: float | None = None
 
 
 class _LeaseKeeper:
@@ -230,6 +233,11 @@ class _LeaseKeeper:
         self._queue: deque[tuple[float, str, int]] = deque()
         self._active: dict[str, int] = {}
         self._wake = anyio.Event()
+        #: Shielded: leases are kept while shutdown waits for handler threads, until :meth:`stop`.
+        self._scope = anyio.CancelScope(shield=True)
+
+    def stop(self) -> None:
+        self._scope.cancel()
 
     def add(self, claim: Claim) -> None:
         self._active[claim.id] = claim.token
@@ -242,6 +250,10 @@ class _LeaseKeeper:
             del self._active[id]
 
     async def run(self) -> None:
+        with self._scope:
+            await self._run()
+
+    async def _run(self) -> None:
         store, route = self._store, self._route
         clock = store.clock
         queue, active = self._queue, self._active
@@ -403,6 +415,16 @@ def _only(group: BaseExceptionGroup[BaseException], exc: BaseException) -> bool:
     return leaves == [exc]
 
 
+class _GaveUp(Exception):
+    """Shutdown stopped waiting for a handler thread that is still running."""
+
+
+def _name_of(func: Callable[..., Any]) -> str:
+    """A handler's name for the logs: ``module.qualname``."""
+    name = getattr(func, "__qualname__", None) or type(func).__qualname__
+    return f"{getattr(func, '__module__', None) or type(func).__module__}.{name}"
+
+
 def _positive_int(value: object, name: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InvalidArgumentError(f"{name} must be an int of at least 1, got {value!r}")
@@ -437,6 +459,14 @@ class Scheduler:
     A store given as an object is opened but not closed by the scheduler; one it made is both.
     ``grace`` is how long shutdown waits for running handlers before cancelling them (their
     elements are handed back to the store at once). Dead letters are kept ``dead_letter_ttl``.
+
+    A plain ``def`` handler runs in a thread, and a thread cannot be cancelled: handing its element
+    back while it runs would let it run twice. So after ``grace``, shutdown waits up to
+    ``sync_grace`` more for handler threads (keeping their leases alive), and acks or reschedules
+    each one that ends, as usual. At ``grace + sync_grace`` it gives up on the threads still
+    running, with a warning: their elements are neither acked nor handed back, and come back when
+    their leases run out (within ``lease`` seconds); if the thread still completes its work, that
+    element runs twice. The interpreter may still wait for such a thread when it exits.
     """
 
     def __init__(
@@ -444,11 +474,13 @@ class Scheduler:
         store: Store | str | None = None,
         *,
         grace: Seconds = 10.0,
+        sync_grace: Seconds = 20.0,
         dead_letter_ttl: Seconds = timedelta(days=365),
         rng: random.Random | None = None,
     ) -> None:
         self.store, self._owns_store = _as_store(store)
         self.grace = _validate.seconds(grace, "grace")
+        self.sync_grace = _validate.seconds(sync_grace, "sync_grace")
         self.dead_letter_ttl = _validate.seconds(dead_letter_ttl, "dead_letter_ttl")
         self._rng = rng or random.Random()
         self._routes: dict[str, _Route] = {}
@@ -741,7 +773,10 @@ class Scheduler:
                 await self.store.aclose()
 
     def stop(self) -> None:
-        """Stop claiming; running handlers get ``grace`` seconds, then are cancelled. Idempotent."""
+        """Stop claiming; running handlers get ``grace`` seconds, then are cancelled. Idempotent.
+
+        Handler threads (plain ``def`` handlers) are waited for ``sync_grace`` seconds more.
+        """
         self._stopping = True
         if self._stopped is not None:
             self._stopped.set()
@@ -772,18 +807,30 @@ class Scheduler:
         workers = _Workers(route, lambda claim: self._deliver(route, claim, keeper, acker))
         try:
             async with anyio.create_task_group() as work:
-                workers.group = work
                 work.start_soon(keeper.run)
                 work.start_soon(acker.run)
-                with route.claim_scope:
-                    async with store.subscribe(route.name) as subscription:
-                        await self._claim_loop(route, workers, keeper, subscription)
-                # Stopping: no more claims. Give running handlers their grace period.
-                with anyio.move_on_after(self.grace):
-                    while route.in_flight:
-                        route.idle = anyio.Event()
-                        await route.idle.wait()
-                work.cancel_scope.cancel()
+                try:
+                    async with anyio.create_task_group() as handlers:
+                        workers.group = handlers
+                        try:
+                            with route.claim_scope:
+                                async with store.subscribe(route.name) as subscription:
+                                    await self._claim_loop(route, workers, keeper, subscription)
+                            # Stopping: no more claims. Give running handlers their grace period.
+                            with anyio.move_on_after(self.grace):
+                                while route.in_flight:
+                                    route.idle = anyio.Event()
+                                    await route.idle.wait()
+                        finally:
+                            # Async handlers are cancelled now; threads cannot be, so they get
+                            # ``sync_grace`` more (their leases kept) before shutdown gives up.
+                            route.give_up_at = anyio.current_time() + self.sync_grace
+                            for scope in route.threads:
+                                scope.deadline = route.give_up_at
+                            handlers.cancel_scope.cancel()
+                finally:
+                    keeper.stop()
+                    work.cancel_scope.cancel()
         finally:
             # Every task of the route has ended: send the acks of the handlers that finished,
             # and hand back anything claimed that no worker started.
@@ -852,19 +899,27 @@ class Scheduler:
             if route.is_async:
                 await route.func(claim.element)
             else:
-                context = contextvars.copy_context()
-                await anyio.to_thread.run_sync(
-                    functools.partial(context.run, route.func, claim.element),
-                    limiter=route.limiter,
-                    abandon_on_cancel=True,
-                )
+                await self._in_thread(route, claim)
+        except _GaveUp:
+            # Neither acked nor handed back: its lease (no longer renewed) brings it back.
+            logger.warning(
+                "gave up waiting for a handler thread",
+                dehydrator=route.name,
+                id=claim.id,
+                handler=_name_of(route.func),
+                grace=self.grace,
+                sync_grace=self.sync_grace,
+                lease=route.lease,
+            )
         except anyio.get_cancelled_exc_class():
             # Shutting down: hand the element back now rather than when its lease runs out.
             with anyio.CancelScope(shield=True):
                 await self._release(route.name, claim.id, claim.token)
             raise
         except Exception as exc:
-            await self._failed(route, claim, exc)
+            # Shielded: a thread that failed during shutdown is rescheduled, not handed back.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_ACK_TIMEOUT):
+                await self._failed(route, claim, exc)
         else:
             acker.add(claim.id, claim.token)
         finally:
@@ -876,6 +931,29 @@ class Scheduler:
                 route.slot_freed.set()
             if route.idle is not None and not route.in_flight:
                 route.idle.set()
+
+    async def _in_thread(self, route: _Route, claim: Claim) -> None:
+        """Run a plain ``def`` handler in a worker thread, and wait for it even while shutting down.
+
+        A thread cannot be cancelled: handing its element back while it runs would let the element
+        run twice. So its wait is shielded until shutdown gives up on it (``sync_grace`` after the
+        grace period), and then :class:`_GaveUp` leaves the element to its lease.
+        """
+        context = contextvars.copy_context()
+        with anyio.CancelScope(shield=True) as scope:
+            if route.give_up_at is not None:
+                scope.deadline = route.give_up_at
+            route.threads.add(scope)
+            try:
+                await anyio.to_thread.run_sync(
+                    functools.partial(context.run, route.func, claim.element),
+                    limiter=route.limiter,
+                    abandon_on_cancel=True,
+                )
+            finally:
+                route.threads.discard(scope)
+        if scope.cancelled_caught:
+            raise _GaveUp
 
     async def _failed(self, route: _Route, claim: Claim, exc: Exception) -> None:
         log = logger.bind(dehydrator=route.name, id=claim.id, attempt=claim.attempt)

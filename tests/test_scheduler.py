@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import pytest
 from anyio import wait_all_tasks_blocked
+from structlog.testing import capture_logs
 
 import rehydrate
 from rehydrate import (
@@ -483,6 +484,71 @@ class TestShutdown:
             await settle()
         assert finished == ["x"]
         assert await store.size("jobs") == 0
+
+    async def test_a_running_thread_is_waited_for_not_handed_back(
+        self, store: MemoryStore, clock: FakeClock
+    ) -> None:
+        """A thread cannot be cancelled: its element is not handed back while it runs, but acked after.
+
+        Handing it back (as once) let the element run again elsewhere while the thread went on to
+        its side effect: twice. Meanwhile the lease is kept alive (the clock moves 5 leases).
+        """
+        scheduler = Scheduler(store=store, grace=0.01, sync_grace=30)
+        entered, release = threading.Event(), threading.Event()
+        finished: list[str] = []
+
+        @scheduler.handler("jobs", lease=4)
+        def job(element: str) -> None:
+            entered.set()
+            assert release.wait(10)
+            finished.append(element)
+
+        async with scheduler:
+            await scheduler.defer("jobs", "x", id="j")
+            assert await anyio.to_thread.run_sync(entered.wait, 10)
+            scheduler.stop()
+            await anyio.sleep(0.1)  # the grace has run out; the thread still runs
+            for _ in range(10):
+                await advance(clock, 2)  # half the lease: renewed each time
+            info = await store.info("jobs", "j")
+            assert info is not None
+            assert info.claimed  # neither handed back nor lost
+            assert info.attempt == 1
+            assert await store.claim("jobs", lease=1) == []
+            release.set()
+        assert finished == ["x"]
+        assert await store.size("jobs") == 0  # acked: it will not run again
+        assert scheduler.stats().acked == 1
+
+    async def test_a_thread_past_the_hard_limit_is_left_to_its_lease(
+        self, store: MemoryStore, clock: FakeClock
+    ) -> None:
+        """Past ``grace + sync_grace`` shutdown gives up on the thread: no ack, no hand-back, a warning."""
+        scheduler = Scheduler(store=store, grace=0.01, sync_grace=0.05)
+        entered, release, ended = threading.Event(), threading.Event(), threading.Event()
+
+        @scheduler.handler("jobs", lease=4)
+        def job(element: str) -> None:
+            entered.set()
+            release.wait(10)
+            ended.set()
+
+        with capture_logs() as logs:
+            async with scheduler:
+                await scheduler.defer("jobs", "x", id="j")
+                assert await anyio.to_thread.run_sync(entered.wait, 10)
+        try:
+            info = await store.info("jobs", "j")
+            assert info is not None
+            assert info.claimed  # due again only when its lease runs out
+            assert info.due == pytest.approx(clock() + 4)
+            assert scheduler.stats().acked == 0
+            (gave_up,) = [e for e in logs if e["event"] == "gave up waiting for a handler thread"]
+            assert gave_up["id"] == "j"
+            assert gave_up["log_level"] == "warning"
+        finally:
+            release.set()
+            assert await anyio.to_thread.run_sync(ended.wait, 10)
 
     async def test_unfinished_elements_stay_in_the_store(
         self, scheduler: Scheduler, store: MemoryStore
