@@ -64,6 +64,8 @@ DEAD_SUFFIX: Final = ".dead"
 _LATENESS_SAMPLES: Final = 10_000
 #: Store errors in a loop are retried after this backoff, doubling up to the cap.
 _ERROR_BACKOFF: Final = (0.05, 5.0)
+#: A lease renewal later than this fraction of the lease means the event loop was blocked.
+_STALL_FRACTION: Final = 0.25
 #: How long one batch of acks may take before it is given up (the leases bring the elements back).
 _ACK_TIMEOUT: Final = 10.0
 
@@ -225,6 +227,11 @@ class _LeaseKeeper:
 
     All leases of a route have the same length, so renewals come due in the order they were
     queued: a FIFO, not a heap. Finished elements are dropped when they reach the front.
+
+    It also measures its own lateness: it knows when it meant to renew a lease and when it got to
+    run. A renewal later than a quarter of the lease means the event loop was blocked (a
+    ``time.sleep`` in an ``async def``): the lease may have run out and the element been
+    delivered again, so it says so, once per stall.
     """
 
     def __init__(self, store: Store, route: _Route) -> None:
@@ -235,6 +242,8 @@ class _LeaseKeeper:
         self._wake = anyio.Event()
         #: Shielded: leases are kept while shutdown waits for handler threads, until :meth:`stop`.
         self._scope = anyio.CancelScope(shield=True)
+        #: Renewals due up to this time were late because of a stall already reported.
+        self._reported_until = -math.inf
 
     def stop(self) -> None:
         self._scope.cancel()
@@ -258,6 +267,7 @@ class _LeaseKeeper:
         clock = store.clock
         queue, active = self._queue, self._active
         half = route.lease / 2
+        stall_limit = route.lease * _STALL_FRACTION
         while True:
             while queue and active.get(queue[0][1]) != queue[0][2]:
                 queue.popleft()
@@ -266,12 +276,23 @@ class _LeaseKeeper:
                 self._wake = anyio.Event()
                 continue
             renew_at, id, token = queue[0]
-            wait = renew_at - clock()
-            if wait > 0:
+            now = clock()
+            if renew_at > now:
                 # Later entries renew later; finished ones are skipped on waking.
-                await clock.sleep(wait)
+                await clock.sleep(renew_at - now)
                 continue
             queue.popleft()
+            if now - renew_at > stall_limit and renew_at > self._reported_until:
+                self._reported_until = now
+                logger.warning(
+                    "event loop blocked: a lease renewal came late",
+                    dehydrator=route.name,
+                    handler=_name_of(route.func),
+                    stall=round(now - renew_at, 3),
+                    lease=route.lease,
+                    hint="an element whose lease ran out may be delivered twice; "
+                    "do not block in an async def handler (use a plain def: it runs in a thread)",
+                )
             try:
                 until = await store.extend(route.name, id, lease=route.lease, token=token)
             except RehydrateError as exc:

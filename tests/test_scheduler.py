@@ -347,6 +347,46 @@ class TestAtLeastOnce:
             assert await store.size("jobs") == 0
             assert scheduler.stats().acked == 1
 
+    async def test_a_blocked_event_loop_is_reported(self, scheduler: Scheduler, clock: FakeClock) -> None:
+        """A handler that blocks the loop past the lease makes a duplicate: the lease keeper says so.
+
+        The handler moves the clock 5 s at once, as ``time.sleep(5)`` in an ``async def`` would.
+        """
+        release = anyio.Event()
+
+        @scheduler.handler("jobs", lease=2)
+        async def blocker(element: str) -> None:
+            clock.advance(5)
+            await release.wait()
+
+        with capture_logs() as logs:
+            async with scheduler:
+                await scheduler.defer("jobs", "x", id="b")
+                await settle()
+                await settle()
+                release.set()
+        (stalled,) = [e for e in logs if e["event"] == "event loop blocked: a lease renewal came late"]
+        assert stalled["log_level"] == "warning"
+        assert stalled["stall"] == pytest.approx(4.0)  # the renewal was due at +1 (half the lease)
+        assert stalled["lease"] == 2.0
+        assert stalled["dehydrator"] == "jobs"
+        assert stalled["handler"].endswith("blocker")
+
+    async def test_renewals_on_time_are_not_reported(self, scheduler: Scheduler, clock: FakeClock) -> None:
+        release = anyio.Event()
+
+        @scheduler.handler("jobs", lease=2)
+        async def slow(element: str) -> None:
+            await release.wait()
+
+        with capture_logs() as logs:
+            async with scheduler:
+                await scheduler.defer("jobs", "x")
+                for _ in range(5):
+                    await advance(clock, 1)
+                release.set()
+        assert not [e for e in logs if e["log_level"] == "warning"], logs
+
     async def test_retry_with_backoff_then_dead_letter(
         self, scheduler: Scheduler, store: MemoryStore, clock: FakeClock
     ) -> None:
