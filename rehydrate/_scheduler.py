@@ -604,12 +604,29 @@ class Scheduler:
         the pending element is replaced by this one, atomically, and due anew (a debounce). If
         the old one is running, it finishes, and its ack cannot touch the new one.
         """
+        self._check_running("defer")
         ttl = self._ttl(delay, at)
+        if replace and id is None:
+            raise InvalidArgumentError("replace needs an id: the element to replace is named by it")
         return await self.store.push(name, element, ttl=ttl, id=id, replace=replace)
 
     async def cancel(self, name: str, id: str) -> Any:
         """Remove a deferred element before it is delivered (PULL); the element, or ``None``."""
+        self._check_running("cancel")
         return await self.store.pull(name, id)
+
+    def _check_running(self, method: str) -> None:
+        """Refuse a call that needs the store open, the same way for every store.
+
+        A store the scheduler made (from a URL, or the default memory store) is open only while
+        the scheduler runs. A store given as an object may have been opened by its owner (the
+        ``rehydrate dead`` command does so): its own error applies.
+        """
+        if not self._running and self._owns_store:
+            raise SchedulerNotRunningError(
+                f"Scheduler.{method}() needs the scheduler running: use `async with scheduler:` "
+                "(or `await scheduler.run()`, or `with SyncScheduler(scheduler) as s:`)"
+            )
 
     @staticmethod
     def _ttl(delay: Seconds | None, at: datetime | None) -> float:
@@ -623,6 +640,7 @@ class Scheduler:
 
     async def dead_letters(self, name: str, *, limit: int | None = None) -> list[DeadLetter]:
         """The elements of ``name`` that failed every attempt, oldest first."""
+        self._check_running("dead_letters")
         dead = _validate.element_id(name, "name") + DEAD_SUFFIX
         letters = []
         for id in await self.store.ids(dead, limit=limit):
@@ -644,6 +662,7 @@ class Scheduler:
 
         A dead letter whose id is live again in ``name`` stays where it is.
         """
+        self._check_running("requeue")
         dead = _validate.element_id(name, "name") + DEAD_SUFFIX
         ttl = _validate.seconds(delay, "delay")
         chosen = list(await self.store.ids(dead)) if ids is None else list(_validate.ids(tuple(ids)))
@@ -690,8 +709,9 @@ class Scheduler:
         The consumer calls ``await d.ack()`` (or ``d.retry(delay)``); an unacked delivery comes back
         after its ``lease``. Elements are claimed only when the consumer can take them: at most
         ``prefetch`` wait in the stream (plus one being handed over), so leases do not run out in a
-        buffer. Needs the store open (inside ``async with scheduler``, or the store's own).
+        buffer. Needs the scheduler running (inside ``async with scheduler``).
         """
+        self._check_running("channel")
         _validate.element_id(name, "name")
         seconds = _validate.seconds(lease, "lease")
         if seconds <= 0:

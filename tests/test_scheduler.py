@@ -136,6 +136,7 @@ class TestDelivery:
             ({"delay": -1}, "delay"),
             ({"delay": float("nan")}, "delay"),
             ({"id": ""}, "id"),
+            ({"replace": True}, "replace needs an id"),
         ],
     )
     async def test_defer_bad_input(self, scheduler: Scheduler, kwargs: Any, match: str) -> None:
@@ -714,6 +715,37 @@ class TestStats:
         assert stats.lateness_max == pytest.approx(0.99)  # element 0 was due at once
         assert stats.lateness_p50 == pytest.approx(0.5, abs=0.02)
         assert stats.lateness_p99 == pytest.approx(0.99, abs=0.02)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "redis"])
+async def test_calls_outside_async_with_say_so(
+    kind: str, tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    """Every store gives the same error, which names the fix: the user has a scheduler, not a store."""
+    if kind == "redis":
+        from tests.redis_server import shared_server_url
+
+        url = shared_server_url(request.config)
+    else:
+        url = {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path / 'x.db'}"}[kind]
+    scheduler = Scheduler(url, grace=0)
+    calls = [
+        scheduler.defer("rhtest-outside", "x"),
+        scheduler.cancel("rhtest-outside", "x"),
+        scheduler.dead_letters("rhtest-outside"),
+        scheduler.requeue("rhtest-outside"),
+    ]
+    for call in calls:
+        with pytest.raises(rehydrate.SchedulerNotRunningError, match="async with scheduler"):
+            await call
+    with pytest.raises(rehydrate.SchedulerNotRunningError, match="async with scheduler"):
+        async with scheduler.channel("rhtest-outside"):
+            pass
+    async with scheduler:
+        id = await scheduler.defer("rhtest-outside", "x", delay=60)
+        assert await scheduler.cancel("rhtest-outside", id) == "x"
+    with pytest.raises(rehydrate.SchedulerNotRunningError):
+        await scheduler.defer("rhtest-outside", "x")  # and after it, again
 
 
 async def test_default_store_is_memory() -> None:
