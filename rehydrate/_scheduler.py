@@ -300,7 +300,7 @@ class _LeaseKeeper:
                     "lease renewal failed, will retry",
                     dehydrator=route.name,
                     id=id,
-                    error=repr(exc),
+                    exc_info=exc,
                 )
                 queue.appendleft((clock() + min(half, 1.0), id, token))
                 continue
@@ -349,7 +349,7 @@ class _Acker:
                     "ack failed; the elements will be delivered again",
                     dehydrator=self._name,
                     count=len(batch),
-                    error=repr(exc),
+                    exc_info=exc,
                 )
                 continue
             if results is None:
@@ -926,7 +926,7 @@ class Scheduler:
             await self.store.reschedule(name, id, ttl=0, token=token)
 
     async def _store_trouble(self, name: str, exc: BaseException, backoff: float) -> float:
-        logger.error("store call failed, retrying", dehydrator=name, error=repr(exc), retry_in=backoff)
+        logger.error("store call failed, retrying", dehydrator=name, retry_in=backoff, exc_info=exc)
         await anyio.sleep(backoff)
         return min(backoff * 2, _ERROR_BACKOFF[1])
 
@@ -997,14 +997,18 @@ class Scheduler:
             raise _GaveUp
 
     async def _failed(self, route: _Route, claim: Claim, exc: Exception) -> None:
-        log = logger.bind(dehydrator=route.name, id=claim.id, attempt=claim.attempt)
+        # The traceback goes with every failure (``exc_info``): structlog renders it on a console
+        # and as a field in JSON. Event names are constant; what varies is in the fields.
+        log = logger.bind(
+            dehydrator=route.name, id=claim.id, attempt=claim.attempt, handler=_name_of(route.func)
+        )
         try:
             retryable = route.retry.retries(exc)
             if claim.attempt >= route.retry.attempts or not retryable:
                 await self._dead_letter(route, claim, exc)
                 self._counters.dead_lettered += 1
-                why = "for the last time" if retryable else "with an error not retried"
-                log.warning(f"handler failed {why}: dead-lettered", error=repr(exc))
+                why = "last attempt" if retryable else "error not retried"
+                log.warning("handler failed: dead-lettered", reason=why, exc_info=exc)
                 return
             if isinstance(exc, Retry) and exc.delay is not None:
                 delay = exc.delay_after(claim.attempt)
@@ -1012,15 +1016,15 @@ class Scheduler:
                 delay = route.retry.delay_after(claim.attempt, self._rng)
             if await self.store.reschedule(route.name, claim.id, ttl=delay, token=claim.token):
                 self._counters.retried += 1
-                log.info("handler failed, will retry", error=repr(exc), retry_in=round(delay, 3))
+                log.info("handler failed, will retry", retry_in=round(delay, 3), exc_info=exc)
             else:
                 self._counters.lost += 1
-                log.warning("handler failed after its lease was lost", error=repr(exc))
+                log.warning("handler failed after its lease was lost", exc_info=exc)
         except RehydrateError as store_exc:
             log.error(
                 "could not reschedule a failed element; its lease will bring it back",
-                error=repr(exc),
                 store_error=repr(store_exc),
+                exc_info=exc,
             )
 
     async def _dead_letter(self, route: _Route, claim: Claim, exc: BaseException) -> None:

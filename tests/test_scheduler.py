@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
+import structlog
 from anyio import wait_all_tasks_blocked
 from structlog.testing import capture_logs
 
@@ -423,6 +424,35 @@ class TestAtLeastOnce:
             await settle()
             assert attempts[-1] == 1
             assert await scheduler.dead_letters("jobs") == []
+
+    async def test_failures_are_logged_with_their_traceback(
+        self, scheduler: Scheduler, clock: FakeClock
+    ) -> None:
+        """``exc_info`` rides with every failure, so a console or JSON log shows where it failed."""
+
+        @scheduler.handler("jobs", retry=Retry(attempts=2, backoff=NO_JITTER))
+        async def broken(element: str) -> None:
+            raise ValueError(f"boom {element}")
+
+        with capture_logs() as logs:
+            async with scheduler:
+                await scheduler.defer("jobs", "x", id="f")
+                await advance(clock, 0)
+                await advance(clock, 1)
+        failures = [e for e in logs if e["event"].startswith("handler failed")]
+        assert [(e["event"], e["attempt"]) for e in failures] == [
+            ("handler failed, will retry", 1),
+            ("handler failed: dead-lettered", 2),
+        ]
+        assert failures[1]["reason"] == "last attempt"
+        for event in failures:
+            assert isinstance(event["exc_info"], ValueError)
+            assert event["handler"].endswith("broken")
+            assert "error" not in event  # no repr: the traceback says more
+            rendered = structlog.processors.format_exc_info(None, "warning", dict(event))
+            assert "Traceback" in rendered["exception"]
+            assert "in broken" in rendered["exception"]
+            assert "ValueError: boom x" in rendered["exception"]
 
     async def test_only_the_errors_in_on_are_retried(
         self, scheduler: Scheduler, store: MemoryStore, clock: FakeClock
