@@ -6,19 +6,42 @@ here hands a call to that loop and waits for the answer.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager, ExitStack
-from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Concatenate, Literal, ParamSpec, Self, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from rehydrate._core._validate import Seconds
-from rehydrate._scheduler import DeadLetter, Scheduler, SchedulerNotRunningError, Stats
+from rehydrate._scheduler import Scheduler, SchedulerNotRunningError, Stats
 from rehydrate.errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = ["SyncScheduler"]
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _blocking(
+    method: Callable[Concatenate[Scheduler, _P], Awaitable[_T]],
+) -> Callable[Concatenate[SyncScheduler, _P], _T]:
+    """The blocking twin of an async :class:`Scheduler` method: same parameters, same types.
+
+    Made from the method itself, so the facade cannot fall behind the async API (``defer`` once
+    lacked ``replace``); ``tests/test_sync.py`` compares every public async method's signature.
+    """
+    name = method.__name__
+
+    def call(self: SyncScheduler, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        bound: Callable[_P, Awaitable[_T]] = getattr(self.scheduler, name)
+        return self.portal.call(functools.partial(bound, *args, **kwargs))
+
+    functools.update_wrapper(call, method)
+    call.__doc__ = f":meth:`Scheduler.{name}`, blocking (run in the scheduler's event loop).\n\n" + (
+        method.__doc__ or ""
+    )
+    return call
 
 
 class SyncScheduler:
@@ -70,32 +93,15 @@ class SyncScheduler:
     @property
     def portal(self) -> BlockingPortal:
         if self._portal is None:
-            raise SchedulerNotRunningError("use SyncScheduler in a with block")
+            raise SchedulerNotRunningError(
+                "use SyncScheduler in a with block: `with SyncScheduler(scheduler) as s:`"
+            )
         return self._portal
 
-    def defer(
-        self,
-        name: str,
-        element: Any,
-        *,
-        delay: Seconds | None = None,
-        at: datetime | None = None,
-        id: str | None = None,
-    ) -> str:
-        """:meth:`Scheduler.defer`, blocking."""
-        return self.portal.call(lambda: self.scheduler.defer(name, element, delay=delay, at=at, id=id))
-
-    def cancel(self, name: str, id: str) -> Any:
-        """:meth:`Scheduler.cancel`, blocking."""
-        return self.portal.call(self.scheduler.cancel, name, id)
-
-    def dead_letters(self, name: str, *, limit: int | None = None) -> list[DeadLetter]:
-        """:meth:`Scheduler.dead_letters`, blocking."""
-        return self.portal.call(lambda: self.scheduler.dead_letters(name, limit=limit))
-
-    def requeue(self, name: str, ids: Iterable[str] | None = None, *, delay: Seconds = 0) -> list[str]:
-        """:meth:`Scheduler.requeue`, blocking."""
-        return self.portal.call(lambda: self.scheduler.requeue(name, ids, delay=delay))
+    defer = _blocking(Scheduler.defer)
+    cancel = _blocking(Scheduler.cancel)
+    dead_letters = _blocking(Scheduler.dead_letters)
+    requeue = _blocking(Scheduler.requeue)
 
     def stats(self) -> Stats:
         """:meth:`Scheduler.stats` (read in the loop thread, so it is consistent)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 from typing import Any
 
@@ -46,3 +47,33 @@ def test_needs_a_with_block() -> None:
         SyncScheduler(backend="curio")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError):
         SyncScheduler("memory://")  # type: ignore[arg-type]
+
+
+#: Async methods the facade does not mirror, and why.
+ASYNC_ONLY = {
+    "run": "the facade runs the scheduler itself, in its with block",
+}
+
+
+def test_the_facade_follows_the_async_api() -> None:
+    """Every public async method of Scheduler has a blocking twin with the same signature."""
+    methods = {
+        name: member
+        for name, member in inspect.getmembers(Scheduler, inspect.iscoroutinefunction)
+        if not name.startswith("_") and name not in ASYNC_ONLY
+    }
+    assert {"defer", "cancel", "dead_letters", "requeue"} <= set(methods)
+    for name, method in methods.items():
+        twin = getattr(SyncScheduler, name, None)
+        assert twin is not None, f"SyncScheduler lacks {name}"
+        assert inspect.signature(twin) == inspect.signature(method), name
+        assert not inspect.iscoroutinefunction(twin), name
+    assert inspect.signature(SyncScheduler.stats).return_annotation == "Stats"
+
+
+def test_defer_replace_through_the_facade() -> None:
+    scheduler = Scheduler(grace=0)
+    with SyncScheduler(scheduler) as s:
+        s.defer("docs", "a", id="d", delay=60)
+        assert s.defer("docs", "b", id="d", delay=60, replace=True) == "d"
+        assert s.cancel("docs", "d") == "b"
