@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from rehydrate._core._dehydrator import Claim, Dehydrator, ElementInfo, Summary
 from rehydrate._core._retry import Backoff, Retry
+from rehydrate._core._validate import Seconds
 from rehydrate._scheduler import (
     DeadLetter,
     Delivery,
@@ -43,6 +44,7 @@ __all__ = [
     "Retry",
     "Scheduler",
     "SchedulerNotRunningError",
+    "Seconds",
     "SerializerMismatchError",
     "Stats",
     "Summary",

@@ -21,6 +21,7 @@ PUBLIC = {
     "Retry",
     "Scheduler",
     "SchedulerNotRunningError",
+    "Seconds",
     "SerializerMismatchError",
     "Stats",
     "Summary",
@@ -66,8 +67,12 @@ def test_every_name_in_all_exists() -> None:
         assert getattr(rehydrate, name) is not None
 
 
+#: Public type aliases: a union has no module of its own.
+TYPE_ALIASES = {"Seconds"}
+
+
 def test_public_objects_say_where_they_live() -> None:
-    for name in rehydrate.__all__:
+    for name in set(rehydrate.__all__) - TYPE_ALIASES:
         module = getattr(rehydrate, name).__module__
         assert module.startswith("rehydrate"), (name, module)
 
@@ -88,3 +93,13 @@ def test_py_typed_ships() -> None:
     from importlib.resources import files
 
     assert files("rehydrate").joinpath("py.typed").is_file()
+
+
+def test_seconds_is_what_durations_take() -> None:
+    """``Seconds`` is the type of every ttl, delay and lease argument."""
+    import inspect
+    from datetime import timedelta
+
+    assert rehydrate.Seconds == float | int | timedelta
+    hints = inspect.signature(rehydrate.Scheduler.defer).parameters["delay"].annotation
+    assert "Seconds" in hints
