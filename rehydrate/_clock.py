@@ -1,30 +1,84 @@
-"""Clocks for the async side: the time, and a way to wait for it to pass."""
+"""Clocks for the async side: the time, and how to wait for a moment of it.
+
+A clock is asked for deadlines in its own time, never for durations in the event loop's: a clock
+whose seconds are real seconds turns a deadline into the loop's (as trio's
+``Clock.deadline_to_sleep_time`` does); a fake clock cancels the waits it passes when it is
+advanced. Either way the caller writes ``with clock.move_on_at(deadline):`` once, and never asks
+which kind of clock it holds.
+"""
 
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
 import anyio
 
-__all__ = ["SystemClock", "WallClock", "wait_or_sleep"]
+if TYPE_CHECKING:
+    from rehydrate.abc import Clock
+
+__all__ = ["ClockBase", "RealClock", "SystemClock", "WallClock", "wait_or_sleep"]
 
 
-class SystemClock:
-    """``time.monotonic``: immune to wall-clock steps; the memory store's default."""
+class ClockBase(ABC):
+    """The :class:`~rehydrate.abc.Clock` verbs, given the time and a cancel scope with a deadline."""
 
-    real = True
-
+    @abstractmethod
     def __call__(self) -> float:
-        return time.monotonic()
+        """The current time in seconds. Never goes backwards."""
+
+    @abstractmethod
+    def move_on_at(self, deadline: float) -> AbstractContextManager[anyio.CancelScope]:
+        """A cancel scope that is cancelled once this clock reads ``deadline``."""
+
+    async def sleep_until(self, deadline: float) -> None:
+        """Return once this clock reads ``deadline`` (after one checkpoint if it already does)."""
+        with self.move_on_at(deadline):
+            await anyio.sleep_forever()
+
+    async def sleep(self, seconds: float) -> None:
+        """Return once ``seconds`` have passed on this clock."""
+        await self.sleep_until(self() + seconds)
+
+    async def wait(self, event: anyio.Event, deadline: float | None) -> bool:
+        """Wait for ``event``, or until this clock reads ``deadline``; ``True`` if the event is set."""
+        if event.is_set():
+            return True
+        if deadline is None:
+            await event.wait()
+            return True
+        with self.move_on_at(deadline):
+            await event.wait()
+        return event.is_set()
+
+
+class RealClock(ClockBase):
+    """A clock whose seconds pass in real time: the event loop times its waits directly."""
+
+    def move_on_at(self, deadline: float) -> anyio.CancelScope:
+        # The loop's clock and this one tick together: translate the deadline once.
+        return anyio.CancelScope(deadline=anyio.current_time() + (deadline - self()))
+
+    async def sleep_until(self, deadline: float) -> None:
+        await anyio.sleep(deadline - self())
 
     async def sleep(self, seconds: float) -> None:
         await anyio.sleep(seconds)
+
+
+class SystemClock(RealClock):
+    """``time.monotonic``: immune to wall-clock steps; the memory store's default."""
+
+    def __call__(self) -> float:
+        return time.monotonic()
 
     def __repr__(self) -> str:
         return "SystemClock()"
 
 
-class WallClock(SystemClock):
+class WallClock(RealClock):
     """``time.time``: survives a restart, so durable stores keep due times in it."""
 
     def __call__(self) -> float:
@@ -34,27 +88,8 @@ class WallClock(SystemClock):
         return "WallClock()"
 
 
-async def wait_or_sleep(event: anyio.Event, clock: object, timeout: float | None) -> bool:
+async def wait_or_sleep(event: anyio.Event, clock: Clock, timeout: float | None) -> bool:
     """Wait for ``event`` or for ``timeout`` seconds of ``clock``; ``True`` if the event fired."""
-    if event.is_set():
-        return True
     if timeout is not None and timeout <= 0:
-        return False
-    if timeout is None:
-        await event.wait()
-        return True
-    if getattr(clock, "real", False):
-        with anyio.move_on_after(timeout):
-            await event.wait()
         return event.is_set()
-    # A clock of its own (a FakeClock): race its sleep against the event.
-    async with anyio.create_task_group() as tg:
-
-        async def sleeper() -> None:
-            await clock.sleep(timeout)  # type: ignore[attr-defined]
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(sleeper)
-        await event.wait()
-        tg.cancel_scope.cancel()
-    return event.is_set()
+    return await clock.wait(event, None if timeout is None else clock() + timeout)

@@ -48,32 +48,55 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import TracebackType
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 from rehydrate._core._records import Claim, ElementInfo, Summary
 from rehydrate._core._validate import Seconds
+
+if TYPE_CHECKING:
+    import anyio
 
 __all__ = ["Clock", "Serializer", "Store", "Subscription"]
 
 
 @runtime_checkable
 class Clock(Protocol):
-    """Where a store and a scheduler read the time and wait for it to pass.
+    """Where a store and a scheduler read the time and wait for a moment of it.
 
-    ``rehydrate.testing.FakeClock`` implements it for tests: its time moves only when told to, and
-    sleepers wake when it does. A clock whose seconds pass in real time may set a class attribute
-    ``real = True``: waits on it are then timed by the event loop directly (a cancel scope), not
-    by racing its ``sleep`` in a task.
+    Waits are given as deadlines in the clock's own time, and the clock knows how to wait for
+    them (trio's ``Clock.deadline_to_sleep_time`` is the model): one whose seconds are real
+    seconds (:class:`~rehydrate._clock.SystemClock`, ``WallClock``, the Redis server's clock)
+    hands the deadline to the event loop; ``rehydrate.testing.FakeClock`` stands still until
+    advanced and wakes the waits it passes. Code that waits never asks which kind it holds.
+    ``rehydrate._clock.ClockBase`` derives the last three verbs from the first two.
     """
 
     def __call__(self) -> float:
         """The current time in seconds. Never goes backwards."""
         ...
 
+    def move_on_at(self, deadline: float) -> AbstractContextManager[anyio.CancelScope]:
+        """A cancel scope that is cancelled once this clock reads ``deadline`` (at once if it does).
+
+        ``with clock.move_on_at(deadline): await something()`` bounds any wait by this clock.
+        """
+        ...
+
+    async def sleep_until(self, deadline: float) -> None:
+        """Return once this clock reads ``deadline``."""
+        ...
+
     async def sleep(self, seconds: float) -> None:
         """Return once ``seconds`` have passed on this clock."""
+        ...
+
+    async def wait(self, event: anyio.Event, deadline: float | None) -> bool:
+        """Wait for ``event``, or until this clock reads ``deadline`` (``None``: no deadline).
+
+        ``True`` if the event is set when it returns.
+        """
         ...
 
 

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import anyio
 
+from rehydrate._clock import ClockBase
 from rehydrate._core import _validate
 
 __all__ = ["FakeClock"]
 
 
-class FakeClock:
+class FakeClock(ClockBase):
     """A clock that stands still until told to move.
 
     Pass it wherever rehydrate takes a clock (``Dehydrator(clock=clock)``,
-    ``MemoryStore(clock=clock)``) and call :meth:`advance` to let time pass: everything sleeping on
+    ``MemoryStore(clock=clock)``) and call :meth:`advance` to let time pass: everything waiting on
     it (a scheduler waiting for the next due time, a lease being renewed) wakes when its deadline is
     reached. It never goes backwards.
 
@@ -31,13 +34,12 @@ class FakeClock:
     the woken tasks run before asserting.
     """
 
-    real = False
-
     def __init__(self, start: float = 0.0) -> None:
         if isinstance(start, bool) or not isinstance(start, (int, float)):
             raise _validate.InvalidTypeError(f"start must be a number, not {type(start).__name__}")
         self._now = float(start)
-        self._sleepers: list[tuple[float, int, anyio.Event]] = []
+        #: ``(deadline, seq, alarm)`` for every scope waiting on this clock (a heap).
+        self._alarms: list[tuple[float, int, _Alarm]] = []
         self._seq = itertools.count()
 
     def __call__(self) -> float:
@@ -48,21 +50,38 @@ class FakeClock:
         return self._now
 
     def advance(self, seconds: float | int | timedelta) -> float:
-        """Move the clock ``seconds`` forward, wake the sleepers it passes, return the new time."""
+        """Move the clock ``seconds`` forward, wake the waits it passes, return the new time."""
         self._now += _validate.seconds(seconds, "seconds")
-        sleepers = self._sleepers
-        while sleepers and sleepers[0][0] <= self._now:
-            heapq.heappop(sleepers)[2].set()
+        alarms = self._alarms
+        while alarms and alarms[0][0] <= self._now:
+            cancel = heapq.heappop(alarms)[2].cancel
+            if cancel is not None:
+                cancel()
         return self._now
 
-    async def sleep(self, seconds: float) -> None:
-        """Return once the clock has been advanced by ``seconds`` (at once if ``seconds <= 0``)."""
-        if seconds <= 0:
-            await anyio.lowlevel.checkpoint()
-            return
-        event = anyio.Event()
-        heapq.heappush(self._sleepers, (self._now + seconds, next(self._seq), event))
-        await event.wait()
+    @contextmanager
+    def move_on_at(self, deadline: float) -> Iterator[anyio.CancelScope]:
+        """A cancel scope that :meth:`advance` cancels once the clock reaches ``deadline``."""
+        scope = anyio.CancelScope()
+        alarm = _Alarm(scope.cancel)
+        if deadline <= self._now:
+            scope.cancel()
+        else:
+            heapq.heappush(self._alarms, (deadline, next(self._seq), alarm))
+        try:
+            with scope:
+                yield scope
+        finally:
+            alarm.cancel = None  # dropped when the clock gets there
 
     def __repr__(self) -> str:
         return f"FakeClock({self._now!r})"
+
+
+class _Alarm:
+    """What :meth:`FakeClock.advance` does at a deadline; ``None`` once the scope has been left."""
+
+    __slots__ = ("cancel",)
+
+    def __init__(self, cancel: Callable[[], None]) -> None:
+        self.cancel: Callable[[], None] | None = cancel

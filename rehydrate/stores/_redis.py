@@ -33,6 +33,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 
+from rehydrate._clock import RealClock
 from rehydrate._core import _validate
 from rehydrate._core._fence import STAMP, stamp
 from rehydrate._core._records import Claim, ElementInfo, Summary
@@ -70,16 +71,13 @@ def _local_clock() -> float:
 # -- clock and subscriptions -----------------------------------------------------------------------
 
 
-class _ServerClock:
+class _ServerClock(RealClock):
     """The Redis server's time as seen from this process (:attr:`RedisStore.clock`).
 
     ``__call__`` is this process's monotonic clock plus the offset to the server's ``TIME``
     measured when the store opened (the round trip's midpoint), plus the test skew: absolute times
     the store returns (due times, leases) are in it. Scripts never use it: they read ``TIME``.
     """
-
-    #: Its seconds are real seconds, so waits may be timed by the event loop.
-    real = True
 
     def __init__(self) -> None:
         self._offset = time.time() - _local_clock()
@@ -100,9 +98,6 @@ class _ServerClock:
             return self._last
         self._last = now
         return now
-
-    async def sleep(self, seconds: float) -> None:
-        await anyio.sleep(seconds)
 
     def __repr__(self) -> str:
         return f"<Redis server clock, offset {self._offset:.6f} s>"

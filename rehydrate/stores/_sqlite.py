@@ -113,20 +113,10 @@ class _SQLiteSubscription(Subscription):
         clock = self._store.clock
         if timeout is None:
             woke = await self._nap_until_notified()
-        elif getattr(clock, "real", False):
-            with anyio.move_on_after(timeout):
-                woke = await self._nap_until_notified()
         else:
-            # A clock of its own (a FakeClock): the timeout runs on it, the naps in real time.
-            async with anyio.create_task_group() as tg:
-
-                async def sleeper() -> None:
-                    await clock.sleep(timeout)
-                    tg.cancel_scope.cancel()
-
-                tg.start_soon(sleeper)
+            # The timeout runs on the store's clock (a FakeClock in tests), the naps in real time.
+            with clock.move_on_at(clock() + timeout):
                 woke = await self._nap_until_notified()
-                tg.cancel_scope.cancel()
         if woke:
             return True
         # Cancelled by the timeout between a notification and its report: still report it.
