@@ -87,7 +87,7 @@ class TestFakeClock:
         assert results == [False, True, True]
         assert await wait_or_sleep(anyio.Event(), clock, 0) is False
 
-    async def test_sleepers_wake_in_deadline_order(self) -> None:
+    async def test_sleepers_wake_at_their_deadlines(self) -> None:
         clock = FakeClock()
         woke: list[str] = []
 
@@ -98,11 +98,15 @@ class TestFakeClock:
         async with anyio.create_task_group() as tg:
             for name, seconds in [("c", 3), ("a", 1), ("b", 2)]:
                 tg.start_soon(sleeper, name, seconds)
-            await anyio.wait_all_tasks_blocked()
-            clock.advance(2)
+            for expected in (["a"], ["a", "b"]):
+                await anyio.wait_all_tasks_blocked()
+                clock.advance(1)
+                await anyio.wait_all_tasks_blocked()
+                assert woke == expected
+            clock.advance(0.5)
             await anyio.wait_all_tasks_blocked()
             assert woke == ["a", "b"]
-            clock.advance(1)
+            clock.advance(0.5)
         assert woke == ["a", "b", "c"]
 
 
