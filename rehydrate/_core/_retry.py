@@ -65,6 +65,14 @@ class Retry(Exception):
 
     Raised from a handler (``raise Retry(delay=30)``): retry this element after ``delay`` seconds
     instead of the backoff (it still counts as an attempt; ``attempts`` here is ignored).
+
+    Why one class for both (arq keeps ``Retry`` as an exception only): the raised form is the
+    policy applied to one element, and says so in the same words (``delay``); a user learns one
+    name, and ``retry=`` and ``raise`` cannot drift apart. What it costs: on a raised ``Retry``
+    only ``delay`` counts (``attempts``, ``backoff`` and ``on`` stay the handler's), and a policy
+    is an exception nobody raises. We judged that smaller than a second public name and the
+    deprecation of ``retry=Retry(...)`` everywhere it is written; if the two ever need fields of
+    their own, the exception becomes a subclass, so ``raise Retry(...)`` keeps working.
     """
 
     attempts: int = attrs.field(default=5)
