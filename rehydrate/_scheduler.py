@@ -262,12 +262,30 @@ class _LeaseKeeper:
         with self._scope:
             await self._run()
 
+    def _check_stall(self, meant: float, now: float) -> None:
+        """Report a renewal meant for ``meant`` and run at ``now``, if late past the stall limit.
+
+        Checked on waking (whether or not the element is still running: one claimed again after
+        its lease ran out is the duplicate to explain) and on each renewal; once per stall.
+        """
+        route = self._route
+        if now - meant > route.lease * _STALL_FRACTION and meant > self._reported_until:
+            self._reported_until = now
+            logger.warning(
+                "event loop blocked: a lease renewal came late",
+                dehydrator=route.name,
+                handler=_name_of(route.func),
+                stall=round(now - meant, 3),
+                lease=route.lease,
+                hint="an element whose lease ran out may be delivered twice; "
+                "do not block in an async def handler (use a plain def: it runs in a thread)",
+            )
+
     async def _run(self) -> None:
         store, route = self._store, self._route
         clock = store.clock
         queue, active = self._queue, self._active
         half = route.lease / 2
-        stall_limit = route.lease * _STALL_FRACTION
         while True:
             while queue and active.get(queue[0][1]) != queue[0][2]:
                 queue.popleft()
@@ -280,19 +298,10 @@ class _LeaseKeeper:
             if renew_at > now:
                 # Later entries renew later; finished ones are skipped on waking.
                 await clock.sleep(renew_at - now)
+                self._check_stall(renew_at, clock())
                 continue
             queue.popleft()
-            if now - renew_at > stall_limit and renew_at > self._reported_until:
-                self._reported_until = now
-                logger.warning(
-                    "event loop blocked: a lease renewal came late",
-                    dehydrator=route.name,
-                    handler=_name_of(route.func),
-                    stall=round(now - renew_at, 3),
-                    lease=route.lease,
-                    hint="an element whose lease ran out may be delivered twice; "
-                    "do not block in an async def handler (use a plain def: it runs in a thread)",
-                )
+            self._check_stall(renew_at, now)
             try:
                 until = await store.extend(route.name, id, lease=route.lease, token=token)
             except RehydrateError as exc:
