@@ -5,16 +5,12 @@ A dehydrator holds elements that arrived too early and gives them back once thei
 
 from __future__ import annotations
 
-from rehydrate._core._dehydrator import Claim, Dehydrator, ElementInfo, Summary
+from rehydrate._core._dehydrator import Dehydrator
+from rehydrate._core._records import Claim, ElementInfo, Summary
 from rehydrate._core._retry import Backoff, Retry
 from rehydrate._core._validate import Seconds
-from rehydrate._scheduler import (
-    DeadLetter,
-    Delivery,
-    Scheduler,
-    Stats,
-    current_delivery,
-)
+from rehydrate._deliveries import DeadLetter, Delivery, Stats, current_delivery
+from rehydrate._scheduler import Scheduler
 from rehydrate._sync import SyncScheduler
 from rehydrate.errors import (
     DuplicateIdError,

@@ -1,0 +1,167 @@
+"""The records a scheduler hands out: deliveries, dead letters, stats.
+
+They are the scheduler's public vocabulary, kept apart from the machinery that makes them
+(``_runner.py``) and from the :class:`~rehydrate.Scheduler` that registers and starts it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections import deque
+from typing import Any, Final
+
+import attrs
+
+from rehydrate._core._records import Claim
+from rehydrate._core._validate import Seconds
+from rehydrate.abc import Store
+from rehydrate.errors import SchedulerNotRunningError
+
+__all__ = ["Counters", "DeadLetter", "Delivery", "Stats", "current_delivery", "delivery_var"]
+
+#: How many lateness samples the stats keep (the most recent ones).
+_LATENESS_SAMPLES: Final = 10_000
+
+
+@attrs.frozen(kw_only=True)
+class Delivery:
+    """One element handed to a handler or a channel, under a lease.
+
+    ``ack()`` removes it for good, ``retry(delay)`` brings it back later, ``extend()`` keeps the lease
+    alive. Each is fenced by the claim's ``token``: once the lease has run out and someone else has
+    claimed the element (or it was cancelled and a new one deferred under its id), they do nothing
+    and return ``False``.
+    """
+
+    name: str
+    id: str
+    element: Any
+    #: 1 on first delivery; counts every claim.
+    attempt: int
+    #: When it was due and when it was claimed, in the store's clock.
+    due: float
+    claimed_at: float
+    lease_until: float
+    #: The claim's fencing token (see :class:`~rehydrate.Claim`).
+    token: int = attrs.field(eq=False)
+    _store: Store = attrs.field(repr=False, alias="store")
+    #: The scheduler's counters, for deliveries from a channel (a handler's are counted for it).
+    _counters: Counters | None = attrs.field(default=None, repr=False, eq=False, alias="counters")
+
+    @property
+    def lateness(self) -> float:
+        """Seconds between the due time and the claim."""
+        return max(0.0, self.claimed_at - self.due)
+
+    async def ack(self) -> bool:
+        """Done: remove the element. ``False`` if the claim was lost (it will be redelivered)."""
+        (ok,) = await self._store.ack(self.name, [(self.id, self.token)])
+        self._count(ok, "acked")
+        return ok
+
+    async def retry(self, delay: Seconds = 0) -> bool:
+        """Give the element back, due again in ``delay`` seconds. ``False`` if the claim was lost."""
+        ok = await self._store.reschedule(self.name, self.id, ttl=delay, token=self.token)
+        self._count(ok, "retried")
+        return ok
+
+    def _count(self, ok: bool, counter: str) -> None:
+        """For a channel's delivery: count the outcome, or a lost claim."""
+        if self._counters is not None:
+            name = counter if ok else "lost"
+            setattr(self._counters, name, getattr(self._counters, name) + 1)
+
+    async def extend(self, lease: Seconds) -> float | None:
+        """Keep the claim for ``lease`` more seconds; the new ``lease_until``, or ``None`` if lost."""
+        return await self._store.extend(self.name, self.id, lease=lease, token=self.token)
+
+    @classmethod
+    def _from_claim(cls, name: str, claim: Claim, store: Store, counters: Counters | None = None) -> Delivery:
+        return cls(
+            name=name,
+            id=claim.id,
+            element=claim.element,
+            attempt=claim.attempt,
+            due=claim.due,
+            claimed_at=claim.claimed_at,
+            lease_until=claim.lease_until,
+            token=claim.token,
+            store=store,
+            counters=counters,
+        )
+
+
+delivery_var: contextvars.ContextVar[Delivery] = contextvars.ContextVar("rehydrate_delivery")
+
+
+def current_delivery() -> Delivery:
+    """The delivery a handler is running for (id, attempt, lateness...), from inside the handler."""
+    try:
+        return delivery_var.get()
+    except LookupError:
+        raise SchedulerNotRunningError("current_delivery() is only available inside a handler") from None
+
+
+@attrs.frozen(kw_only=True)
+class DeadLetter:
+    """An element that failed every attempt, as kept in ``<name>.dead``."""
+
+    id: str
+    element: Any
+    #: ``repr`` of the last exception.
+    error: str
+    attempts: int
+    #: Unix time of the last failure.
+    failed_at: float
+
+
+@attrs.frozen(kw_only=True)
+class Stats:
+    """Counters since the scheduler started, and the lateness of recent deliveries (seconds)."""
+
+    delivered: int
+    acked: int
+    retried: int
+    dead_lettered: int
+    #: Acks that came too late: the lease had run out and the element was claimed again.
+    lost: int
+    in_flight: int
+    lateness_p50: float | None
+    lateness_p99: float | None
+    lateness_max: float | None
+
+
+@attrs.define(eq=False)
+class Counters:
+    """What :meth:`Scheduler.stats` reports, counted as it happens (in the event loop's thread)."""
+
+    delivered: int = 0
+    acked: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    lost: int = 0
+    lateness: deque[float] = attrs.field(factory=lambda: deque(maxlen=_LATENESS_SAMPLES))
+    lateness_max: float | None = None
+
+    def record_lateness(self, seconds: float) -> None:
+        self.lateness.append(seconds)
+        if self.lateness_max is None or seconds > self.lateness_max:
+            self.lateness_max = seconds
+
+    def snapshot(self, in_flight: int) -> Stats:
+        ordered = sorted(self.lateness)
+        return Stats(
+            delivered=self.delivered,
+            acked=self.acked,
+            retried=self.retried,
+            dead_lettered=self.dead_lettered,
+            lost=self.lost,
+            in_flight=in_flight,
+            lateness_p50=_percentile(ordered, 0.50) if ordered else None,
+            lateness_p99=_percentile(ordered, 0.99) if ordered else None,
+            lateness_max=self.lateness_max,
+        )
+
+
+def _percentile(ordered: list[float], fraction: float) -> float:
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]

@@ -1,0 +1,553 @@
+"""The machinery that serves one handler: claims, runs, renews, acks, retries, dead-letters.
+
+A :class:`Runner` per handler owns that handler's running state and the small workers that share
+the job: the :class:`_LeaseKeeper` renews leases, the :class:`_Acker` sends acks in batches, the
+:class:`_Workers` run the handler up to its concurrency. What a handler *is* (its name, function,
+retry policy, lease, concurrency) is a frozen :class:`HandlerSpec`, registered on the scheduler before
+anything runs; the scheduler itself only registers handlers, starts runners and stops them.
+
+The hot path (claim, dispatch, deliver, ack) is written inline with locals on purpose:
+``benchmarks/bench_scheduler.py`` measures it against the event loop's own timers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import math
+import random
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+import attrs
+import structlog
+from anyio.streams.memory import MemoryObjectSendStream
+
+from rehydrate._core._records import Claim
+from rehydrate._core._retry import Retry
+from rehydrate._deliveries import Counters, Delivery, delivery_var
+from rehydrate.abc import Store, Subscription
+from rehydrate.errors import DuplicateIdError, RehydrateError
+
+__all__ = [
+    "DEAD_SUFFIX",
+    "HandlerSpec",
+    "Runner",
+    "Settings",
+    "feed_channel",
+    "handler_label",
+    "release",
+]
+
+logger = structlog.get_logger("rehydrate")
+
+#: Suffix of the dehydrator that holds a dehydrator's dead letters.
+DEAD_SUFFIX: Final = ".dead"
+#: Store errors in a loop are retried after this backoff, doubling up to the cap.
+_ERROR_BACKOFF: Final = (0.05, 5.0)
+#: A lease renewal later than this fraction of the lease means the event loop was blocked.
+_STALL_FRACTION: Final = 0.25
+#: How long one batch of acks may take before it is given up (the leases bring the elements back).
+_ACK_TIMEOUT: Final = 10.0
+
+
+@attrs.frozen(kw_only=True)
+class HandlerSpec:
+    """A registered handler: what it is, fixed before the scheduler runs."""
+
+    name: str
+    func: Callable[[Any], Any]
+    is_async: bool
+    retry: Retry
+    lease: float
+    concurrency: int
+    batch: int
+    #: ``module.qualname`` of ``func``, for the logs.
+    label: str
+
+
+@attrs.define(eq=False, kw_only=True)
+class Settings:
+    """The scheduler's settings that its runners read when they need them (shutdown, failures).
+
+    Shared, not copied: ``rehydrate worker --grace`` sets ``scheduler.grace`` on a scheduler a
+    module made, and it applies to the runners of that scheduler.
+    """
+
+    grace: float
+    sync_grace: float
+    dead_letter_ttl: float
+    rng: random.Random
+
+
+def handler_label(func: Callable[..., Any]) -> str:
+    """A handler's name for the logs: ``module.qualname``."""
+    name = getattr(func, "__qualname__", None) or type(func).__qualname__
+    return f"{getattr(func, '__module__', None) or type(func).__module__}.{name}"
+
+
+class _GaveUp(Exception):
+    """Shutdown stopped waiting for a handler thread that is still running."""
+
+
+class _LeaseKeeper:
+    """Renews the lease of every running element of one handler at half its length.
+
+    All leases of a handler have the same length, so renewals come due in the order they were
+    queued: a FIFO, not a heap. Finished elements are dropped when they reach the front.
+
+    It also measures its own lateness: it knows when it meant to renew a lease and when it got to
+    run. A renewal later than a quarter of the lease means the event loop was blocked (a
+    ``time.sleep`` in an ``async def``): the lease may have run out and the element been
+    delivered again, so it says so, once per stall.
+    """
+
+    def __init__(self, store: Store, handler: HandlerSpec) -> None:
+        self._store = store
+        self._handler = handler
+        self._queue: deque[tuple[float, str, int]] = deque()
+        self._active: dict[str, int] = {}
+        self._wake = anyio.Event()
+        #: Shielded: leases are kept while shutdown waits for handler threads, until :meth:`stop`.
+        self._scope = anyio.CancelScope(shield=True)
+        #: Renewals due up to this time were late because of a stall already reported.
+        self._reported_until = -math.inf
+
+    def stop(self) -> None:
+        self._scope.cancel()
+
+    def add(self, claim: Claim) -> None:
+        self._active[claim.id] = claim.token
+        self._queue.append((claim.claimed_at + self._handler.lease / 2, claim.id, claim.token))
+        if len(self._queue) == 1:
+            self._wake.set()
+
+    def discard(self, id: str, token: int) -> None:
+        if self._active.get(id) == token:
+            del self._active[id]
+
+    async def run(self) -> None:
+        with self._scope:
+            await self._run()
+
+    def _check_stall(self, meant: float, now: float) -> None:
+        """Report a renewal meant for ``meant`` and run at ``now``, if late past the stall limit.
+
+        Checked on waking (whether or not the element is still running: one claimed again after
+        its lease ran out is the duplicate to explain) and on each renewal; once per stall.
+        """
+        handler = self._handler
+        if now - meant > handler.lease * _STALL_FRACTION and meant > self._reported_until:
+            self._reported_until = now
+            logger.warning(
+                "event loop blocked: a lease renewal came late",
+                dehydrator=handler.name,
+                handler=handler.label,
+                stall=round(now - meant, 3),
+                lease=handler.lease,
+                hint="an element whose lease ran out may be delivered twice; "
+                "do not block in an async def handler (use a plain def: it runs in a thread)",
+            )
+
+    async def _run(self) -> None:
+        store, handler = self._store, self._handler
+        clock = store.clock
+        queue, active = self._queue, self._active
+        half = handler.lease / 2
+        while True:
+            while queue and active.get(queue[0][1]) != queue[0][2]:
+                queue.popleft()
+            if not queue:
+                await self._wake.wait()
+                self._wake = anyio.Event()
+                continue
+            renew_at, id, token = queue[0]
+            now = clock()
+            if renew_at > now:
+                # Later entries renew later; finished ones are skipped on waking.
+                await clock.sleep_until(renew_at)
+                self._check_stall(renew_at, clock())
+                continue
+            queue.popleft()
+            self._check_stall(renew_at, now)
+            try:
+                until = await store.extend(handler.name, id, lease=handler.lease, token=token)
+            except RehydrateError as exc:
+                logger.warning(
+                    "lease renewal failed, will retry",
+                    dehydrator=handler.name,
+                    id=id,
+                    exc_info=exc,
+                )
+                queue.appendleft((clock() + min(half, 1.0), id, token))
+                continue
+            if until is None:
+                if active.pop(id, None) is not None:
+                    logger.warning(
+                        "lease lost: the element was acked, pulled or claimed again elsewhere",
+                        dehydrator=handler.name,
+                        id=id,
+                    )
+            else:
+                queue.append((clock() + half, id, token))
+
+
+class _Acker:
+    """Sends the fenced acks of finished elements in batches: one store call for many."""
+
+    def __init__(self, store: Store, name: str, counters: Counters) -> None:
+        self._store = store
+        self._name = name
+        self._counters = counters
+        self._pending: list[tuple[str, int]] = []
+        self._wake = anyio.Event()
+
+    def add(self, id: str, token: int) -> None:
+        self._pending.append((id, token))
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            await self.flush()
+
+    async def flush(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending[:1000], self._pending[1000:]
+            results: list[bool] | None = None
+            try:
+                # Shielded: a batch cut off half-way would be neither counted nor known to be sent.
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_ACK_TIMEOUT):
+                    results = await self._store.ack(self._name, batch)
+            except RehydrateError as exc:
+                # The leases will run out and the elements come back: at least once, nothing lost.
+                logger.error(
+                    "ack failed; the elements will be delivered again",
+                    dehydrator=self._name,
+                    count=len(batch),
+                    exc_info=exc,
+                )
+                continue
+            if results is None:
+                logger.error("ack timed out; the elements will be delivered again", dehydrator=self._name)
+                continue
+            acked = sum(results)
+            self._counters.acked += acked
+            if acked != len(batch):
+                self._counters.lost += len(batch) - acked
+                for (id, _), ok in zip(batch, results, strict=True):
+                    if not ok:
+                        logger.warning(
+                            "ack fenced out: the lease had run out and the element was claimed again "
+                            "(or cancelled)",
+                            dehydrator=self._name,
+                            id=id,
+                        )
+
+
+class _Workers:
+    """Long-lived tasks that run a handler, started as needed up to its concurrency.
+
+    Starting a task per element costs more than a no-op handler; a worker that finishes one
+    element takes the next from the stream, and new workers start only when none is free.
+    """
+
+    def __init__(self, concurrency: int, run: Callable[[Claim], Awaitable[None]]) -> None:
+        self._concurrency = concurrency
+        self._run = run
+        self._send, self._receive = anyio.create_memory_object_stream[Claim](math.inf)
+        self._count = 0
+        self.group: anyio.abc.TaskGroup | None = None
+
+    def dispatch(self, claim: Claim) -> None:
+        send = self._send
+        send.send_nowait(claim)
+        if self._count < self._concurrency and send.statistics().current_buffer_used:
+            assert self.group is not None
+            self._count += 1
+            self.group.start_soon(self._work)
+
+    async def _work(self) -> None:
+        run = self._run
+        async for claim in self._receive:
+            await run(claim)
+
+    def drain(self) -> list[Claim]:
+        """Close the stream and return the claims no worker took (once the workers have ended)."""
+        self._send.close()
+        left = []
+        with self._receive:
+            while True:
+                try:
+                    left.append(self._receive.receive_nowait())
+                except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                    return left
+
+
+class Runner:
+    """Serves one handler while the scheduler runs: the claim loop and everything per element.
+
+    Its state is the running state of the handler: how many elements are in flight (counted
+    here only; :meth:`Scheduler.stats` adds the runners up), the events the claim loop and
+    shutdown wait on, and the handler threads shutdown must wait for.
+    """
+
+    def __init__(self, handler: HandlerSpec, store: Store, counters: Counters, settings: Settings) -> None:
+        self.handler = handler
+        self._store = store
+        self._counters = counters
+        self._settings = settings
+        self.in_flight = 0
+        self._slot_freed: anyio.Event | None = None
+        self._idle: anyio.Event | None = None
+        self._claim_scope = anyio.CancelScope()
+        self._limiter = None if handler.is_async else anyio.CapacityLimiter(handler.concurrency)
+        #: The shielded scopes of the handler threads running now, and when shutdown gives up on them.
+        self._threads: set[anyio.CancelScope] = set()
+        self._give_up_at: float | None = None
+        self._keeper = _LeaseKeeper(store, handler)
+        self._acker = _Acker(store, handler.name, counters)
+        self._workers = _Workers(handler.concurrency, self._deliver)
+
+    def stop(self) -> None:
+        """Stop claiming; :meth:`run` then gives running elements their grace and returns."""
+        self._claim_scope.cancel()
+
+    async def run(self) -> None:
+        store, keeper, acker, workers = self._store, self._keeper, self._acker, self._workers
+        try:
+            async with anyio.create_task_group() as work:
+                work.start_soon(keeper.run)
+                work.start_soon(acker.run)
+                try:
+                    async with anyio.create_task_group() as handlers:
+                        workers.group = handlers
+                        try:
+                            with self._claim_scope:
+                                async with store.subscribe(self.handler.name) as subscription:
+                                    await self._claim_loop(subscription)
+                            # Stopping: no more claims. Give running handlers their grace period.
+                            with anyio.move_on_after(self._settings.grace):
+                                while self.in_flight:
+                                    self._idle = anyio.Event()
+                                    await self._idle.wait()
+                        finally:
+                            # Async handlers are cancelled now; threads cannot be, so they get
+                            # ``sync_grace`` more (their leases kept) before shutdown gives up.
+                            self._give_up_at = anyio.current_time() + self._settings.sync_grace
+                            for scope in self._threads:
+                                scope.deadline = self._give_up_at
+                            handlers.cancel_scope.cancel()
+                finally:
+                    keeper.stop()
+                    work.cancel_scope.cancel()
+        finally:
+            # Every task of the handler has ended: send the acks of the handlers that finished,
+            # and hand back anything claimed that no worker started.
+            with anyio.CancelScope(shield=True):
+                await acker.flush()
+                for claim in workers.drain():
+                    self._done()
+                    await release(store, self.handler.name, claim.id, claim.token)
+
+    def _done(self) -> None:
+        """One element less in flight: wake the claim loop (a free slot) and shutdown (idle)."""
+        self.in_flight -= 1
+        if self._slot_freed is not None:
+            self._slot_freed.set()
+        if self._idle is not None and not self.in_flight:
+            self._idle.set()
+
+    async def _claim_loop(self, subscription: Subscription) -> None:
+        store, handler, keeper, workers = self._store, self.handler, self._keeper, self._workers
+        name, lease, concurrency, batch = handler.name, handler.lease, handler.concurrency, handler.batch
+        backoff = _ERROR_BACKOFF[0]
+        while True:
+            free = concurrency - self.in_flight
+            if free <= 0:
+                self._slot_freed = anyio.Event()
+                await self._slot_freed.wait()
+                continue
+            want = min(free, batch)
+            try:
+                claims = await store.claim(name, lease=lease, limit=want)
+            except RehydrateError as exc:
+                backoff = await _store_trouble(name, exc, backoff)
+                continue
+            backoff = _ERROR_BACKOFF[0]
+            for claim in claims:
+                self.in_flight += 1
+                keeper.add(claim)
+                workers.dispatch(claim)
+            if len(claims) < want:
+                await _sleep_until_due(store, name, subscription)
+            else:
+                await anyio.lowlevel.checkpoint()
+
+    async def _deliver(self, claim: Claim) -> None:
+        handler, counters = self.handler, self._counters
+        counters.delivered += 1
+        counters.record_lateness(claim.lateness)
+        context_token = delivery_var.set(Delivery._from_claim(handler.name, claim, self._store))
+        try:
+            if handler.is_async:
+                await handler.func(claim.element)
+            else:
+                await self._in_thread(claim)
+        except _GaveUp:
+            # Neither acked nor handed back: its lease (no longer renewed) brings it back.
+            logger.warning(
+                "gave up waiting for a handler thread",
+                dehydrator=handler.name,
+                id=claim.id,
+                handler=handler.label,
+                grace=self._settings.grace,
+                sync_grace=self._settings.sync_grace,
+                lease=handler.lease,
+            )
+        except anyio.get_cancelled_exc_class():
+            # Shutting down: hand the element back now rather than when its lease runs out.
+            with anyio.CancelScope(shield=True):
+                await release(self._store, handler.name, claim.id, claim.token)
+            raise
+        except Exception as exc:
+            # Shielded: a thread that failed during shutdown is rescheduled, not handed back.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_ACK_TIMEOUT):
+                await self._failed(claim, exc)
+        else:
+            self._acker.add(claim.id, claim.token)
+        finally:
+            delivery_var.reset(context_token)
+            self._keeper.discard(claim.id, claim.token)
+            self._done()
+
+    async def _in_thread(self, claim: Claim) -> None:
+        """Run a plain ``def`` handler in a worker thread, and wait for it even while shutting down.
+
+        A thread cannot be cancelled: handing its element back while it runs would let the element
+        run twice. So its wait is shielded until shutdown gives up on it (``sync_grace`` after the
+        grace period), and then :class:`_GaveUp` leaves the element to its lease.
+        """
+        context = contextvars.copy_context()
+        with anyio.CancelScope(shield=True) as scope:
+            if self._give_up_at is not None:
+                scope.deadline = self._give_up_at
+            self._threads.add(scope)
+            try:
+                await anyio.to_thread.run_sync(
+                    functools.partial(context.run, self.handler.func, claim.element),
+                    limiter=self._limiter,
+                    abandon_on_cancel=True,
+                )
+            finally:
+                self._threads.discard(scope)
+        if scope.cancelled_caught:
+            raise _GaveUp
+
+    async def _failed(self, claim: Claim, exc: Exception) -> None:
+        handler, store, counters = self.handler, self._store, self._counters
+        # The traceback goes with every failure (``exc_info``): structlog renders it on a console
+        # and as a field in JSON. Event names are constant; what varies is in the fields.
+        log = logger.bind(dehydrator=handler.name, id=claim.id, attempt=claim.attempt, handler=handler.label)
+        try:
+            retryable = handler.retry.retries(exc)
+            if claim.attempt >= handler.retry.attempts or not retryable:
+                await self._dead_letter(claim, exc)
+                counters.dead_lettered += 1
+                why = "last attempt" if retryable else "error not retried"
+                log.warning("handler failed: dead-lettered", reason=why, exc_info=exc)
+                return
+            if isinstance(exc, Retry) and exc.delay is not None:
+                delay = exc.delay_after(claim.attempt)
+            else:
+                delay = handler.retry.delay_after(claim.attempt, self._settings.rng)
+            if await store.reschedule(handler.name, claim.id, ttl=delay, token=claim.token):
+                counters.retried += 1
+                log.info("handler failed, will retry", retry_in=round(delay, 3), exc_info=exc)
+            else:
+                counters.lost += 1
+                log.warning("handler failed after its lease was lost", exc_info=exc)
+        except RehydrateError as store_exc:
+            log.error(
+                "could not reschedule a failed element; its lease will bring it back",
+                store_error=repr(store_exc),
+                exc_info=exc,
+            )
+
+    async def _dead_letter(self, claim: Claim, exc: BaseException) -> None:
+        name, ttl = self.handler.name, self._settings.dead_letter_ttl
+        record = {
+            "element": claim.element,
+            "error": repr(exc)[:2000],
+            "attempts": claim.attempt,
+            "failed_at": time.time(),
+        }
+        # A DuplicateIdError means an earlier try got this far, then lost its ack.
+        with contextlib.suppress(DuplicateIdError):
+            await self._store.push(name + DEAD_SUFFIX, record, ttl=ttl, id=claim.id)
+        await self._store.ack(name, [(claim.id, claim.token)])
+
+
+async def feed_channel(
+    store: Store,
+    counters: Counters,
+    name: str,
+    lease: float,
+    prefetch: int,
+    batch: int,
+    send: MemoryObjectSendStream[Delivery],
+) -> None:
+    """Claim due elements of ``name`` only as fast as a channel's consumer takes them."""
+    async with send, store.subscribe(name) as subscription:
+        backoff = _ERROR_BACKOFF[0]
+        while True:
+            room = max(1, min(batch, prefetch + 1 - send.statistics().current_buffer_used))
+            try:
+                claims = await store.claim(name, lease=lease, limit=room)
+            except RehydrateError as exc:
+                backoff = await _store_trouble(name, exc, backoff)
+                continue
+            backoff = _ERROR_BACKOFF[0]
+            for i, claim in enumerate(claims):
+                try:
+                    await send.send(Delivery._from_claim(name, claim, store, counters))
+                except BaseException as exc:
+                    # The consumer left: hand back this claim and the rest of the batch.
+                    with anyio.CancelScope(shield=True):
+                        for left in claims[i:]:
+                            await release(store, name, left.id, left.token)
+                    if isinstance(exc, (anyio.BrokenResourceError, anyio.ClosedResourceError)):
+                        return
+                    raise
+                counters.delivered += 1
+                counters.record_lateness(claim.lateness)
+            if len(claims) < room:
+                await _sleep_until_due(store, name, subscription)
+
+
+async def release(store: Store, name: str, id: str, token: int) -> None:
+    """Hand a claimed element back, due at once; if that fails its lease brings it back."""
+    with anyio.move_on_after(2.0), contextlib.suppress(RehydrateError):
+        await store.reschedule(name, id, ttl=0, token=token)
+
+
+async def _sleep_until_due(store: Store, name: str, subscription: Subscription) -> None:
+    try:
+        ttn = await store.ttn(name)
+    except RehydrateError as exc:
+        await _store_trouble(name, exc, _ERROR_BACKOFF[0])
+        return
+    if ttn is None or ttn > 0:
+        await subscription.wait(ttn)
+
+
+async def _store_trouble(name: str, exc: BaseException, backoff: float) -> float:
+    logger.error("store call failed, retrying", dehydrator=name, retry_in=backoff, exc_info=exc)
+    await anyio.sleep(backoff)
+    return min(backoff * 2, _ERROR_BACKOFF[1])
