@@ -225,7 +225,14 @@ class TestDelivery:
 
         with pytest.raises(InvalidArgumentError, match="already"):
             scheduler.handler("jobs")
-        for kwargs in ({"lease": 0}, {"lease": -1}, {"concurrency": 0}, {"batch": 0}, {"retry": 3}):
+        bad: list[dict[str, Any]] = [
+            {"lease": 0},
+            {"lease": -1},
+            {"concurrency": 0},
+            {"batch": 0},
+            {"retry": 3},
+        ]
+        for kwargs in bad:
             with pytest.raises(InvalidArgumentError):
                 scheduler.handler("other", **kwargs)
         with pytest.raises(InvalidArgumentError):
@@ -485,7 +492,7 @@ class TestAtLeastOnce:
     def test_bad_on(self) -> None:
         for bad in ((), "ValueError", (ValueError, 3), int):
             with pytest.raises(InvalidArgumentError, match="on must be"):
-                Retry(on=bad)  # type: ignore[arg-type]
+                Retry(on=bad)
         assert Retry(on=KeyError).on == (KeyError,)
         assert Retry().on == (Exception,)
 
