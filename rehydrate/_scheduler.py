@@ -224,11 +224,13 @@ class Scheduler:
     ) -> Callable[[Handler], Handler]:
         """Register the decorated function as the handler of dehydrator ``name``.
 
-        It is called with each due element; an ``async def`` runs in the event loop, a plain
-        function in a worker thread. Returning means done (the element is acked); raising means
-        failed (retried per ``retry``, then dead-lettered). At most ``concurrency`` elements run at
-        once; they are claimed ``batch`` at a time (default: ``min(concurrency, 100)``). Each runs
-        under a ``lease`` (seconds) renewed at half its length while the handler runs.
+        It is called with each due element; an ``async def`` runs in the event loop (it must not
+        block it: a stall past a quarter of the lease is logged, as the lease may run out), a
+        plain function in a worker thread (which shutdown waits for: see ``sync_grace``).
+        Returning means done (the element is acked); raising means failed (retried per
+        ``retry``, then dead-lettered). At most ``concurrency`` elements run at once; they are
+        claimed ``batch`` at a time (default: ``min(concurrency, 100)``). Each runs under a
+        ``lease`` (seconds) renewed at half its length while the handler runs.
         """
         _validate.element_id(name, "name")
         if name in self._handlers:
