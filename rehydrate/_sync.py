@@ -37,7 +37,8 @@ def _blocking(
         bound: Callable[_P, Awaitable[_T]] = getattr(self.scheduler, name)
         return self.portal.call(functools.partial(bound, *args, **kwargs))
 
-    functools.update_wrapper(call, method)
+    functools.update_wrapper(call, method)  # the signature, annotations and name of the original
+    call.__qualname__ = f"SyncScheduler.{name}"
     call.__doc__ = f":meth:`Scheduler.{name}`, blocking (run in the scheduler's event loop).\n\n" + (
         method.__doc__ or ""
     )
