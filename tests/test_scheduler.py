@@ -786,6 +786,24 @@ async def test_calls_outside_async_with_say_so(
         await scheduler.defer("rhtest-outside", "x")  # and after it, again
 
 
+def test_settings_are_validated() -> None:
+    """``rehydrate worker --grace`` sets ``scheduler.grace``: the setter checks it as the constructor does."""
+    scheduler = Scheduler(grace=timedelta(seconds=3), sync_grace=4)
+    assert (scheduler.grace, scheduler.sync_grace) == (3.0, 4.0)
+    scheduler.grace = 1
+    scheduler.sync_grace = timedelta(minutes=1)
+    scheduler.dead_letter_ttl = 60
+    assert (scheduler.grace, scheduler.sync_grace, scheduler.dead_letter_ttl) == (1.0, 60.0, 60.0)
+    for name in ("grace", "sync_grace", "dead_letter_ttl"):
+        with pytest.raises(InvalidArgumentError, match=name):
+            setattr(scheduler, name, -1)
+        kwargs: dict[str, Any] = {name: float("nan")}
+        with pytest.raises(InvalidArgumentError, match=name):
+            Scheduler(**kwargs)
+    with pytest.raises(InvalidArgumentError, match="rng"):
+        Scheduler(rng=7)  # type: ignore[arg-type]
+
+
 async def test_default_store_is_memory() -> None:
     s = Scheduler()
     assert isinstance(s.store, MemoryStore)
