@@ -20,13 +20,14 @@ and stop); ``_runner.py`` serves each handler; ``_deliveries.py`` holds the reco
 
 from __future__ import annotations
 
+import functools
 import inspect
 import random
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 import anyio
 import anyio.abc
@@ -45,6 +46,7 @@ from rehydrate.errors import (
     InvalidTypeError,
     RehydrateError,
     SchedulerNotRunningError,
+    StoreNotOpenError,
 )
 
 __all__ = [
@@ -103,6 +105,38 @@ def _delay_until(at: datetime) -> float:
             "a naive one is ambiguous"
         )
     return max(0.0, (at - datetime.now(UTC)).total_seconds())
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _not_running(method: str) -> SchedulerNotRunningError:
+    return SchedulerNotRunningError(
+        f"Scheduler.{method}() needs the scheduler running: use `async with scheduler:` "
+        "(or `await scheduler.run()`, or `with SyncScheduler(scheduler) as s:`)"
+    )
+
+
+def _needs_the_store(
+    method: Callable[Concatenate[Scheduler, _P], Awaitable[_T]],
+) -> Callable[Concatenate[Scheduler, _P], Coroutine[Any, Any, _T]]:
+    """A :class:`Scheduler` method that calls the store: outside ``async with scheduler`` it
+    raises :class:`SchedulerNotRunningError`, the same for every store (the user holds a
+    scheduler, so "use async with store" would point at the wrong object)."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    async def call(self: Scheduler, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        self._check_running(name)
+        try:
+            return await method(self, *args, **kwargs)
+        except StoreNotOpenError as exc:
+            if self._running:
+                raise
+            raise _not_running(name) from exc
+
+    return call
 
 
 class Scheduler:
@@ -266,6 +300,7 @@ class Scheduler:
 
     # -- deferring -------------------------------------------------------------------------------
 
+    @_needs_the_store
     async def defer(
         self,
         name: str,
@@ -283,15 +318,14 @@ class Scheduler:
         the pending element is replaced by this one, atomically, and due anew (a debounce). If
         the old one is running, it finishes, and its ack cannot touch the new one.
         """
-        self._check_running("defer")
         ttl = self._ttl(delay, at)
         if replace and id is None:
             raise InvalidArgumentError("replace needs an id: the element to replace is named by it")
         return await self.store.push(name, element, ttl=ttl, id=id, replace=replace)
 
+    @_needs_the_store
     async def cancel(self, name: str, id: str) -> Any:
         """Remove a deferred element before it is delivered (PULL); the element, or ``None``."""
-        self._check_running("cancel")
         return await self.store.pull(name, id)
 
     def _check_running(self, method: str) -> None:
@@ -299,13 +333,11 @@ class Scheduler:
 
         A store the scheduler made (from a URL, or the default memory store) is open only while
         the scheduler runs. A store given as an object may have been opened by its owner (the
-        ``rehydrate dead`` command does so): its own error applies.
+        ``rehydrate dead`` command does so): if it was not, its ``StoreNotOpenError`` becomes
+        this same error (see :func:`_needs_the_store`).
         """
         if not self._running and self._owns_store:
-            raise SchedulerNotRunningError(
-                f"Scheduler.{method}() needs the scheduler running: use `async with scheduler:` "
-                "(or `await scheduler.run()`, or `with SyncScheduler(scheduler) as s:`)"
-            )
+            raise _not_running(method)
 
     @staticmethod
     def _ttl(delay: Seconds | None, at: datetime | None) -> float:
@@ -317,9 +349,9 @@ class Scheduler:
 
     # -- dead letters ----------------------------------------------------------------------------
 
+    @_needs_the_store
     async def dead_letters(self, name: str, *, limit: int | None = None) -> list[DeadLetter]:
         """The elements of ``name`` that failed every attempt, oldest first."""
-        self._check_running("dead_letters")
         dead = _validate.element_id(name, "name") + DEAD_SUFFIX
         letters = []
         for id in await self.store.ids(dead, limit=limit):
@@ -336,12 +368,12 @@ class Scheduler:
                 )
         return letters
 
+    @_needs_the_store
     async def requeue(self, name: str, ids: Iterable[str] | None = None, *, delay: Seconds = 0) -> list[str]:
         """Put dead letters back into ``name`` (all of them, or ``ids``), due in ``delay``; the ids moved.
 
         A dead letter whose id is live again in ``name`` stays where it is.
         """
-        self._check_running("requeue")
         dead = _validate.element_id(name, "name") + DEAD_SUFFIX
         ttl = _validate.seconds(delay, "delay")
         chosen = list(await self.store.ids(dead)) if ids is None else list(_validate.ids(tuple(ids)))

@@ -786,6 +786,30 @@ async def test_calls_outside_async_with_say_so(
         await scheduler.defer("rhtest-outside", "x")  # and after it, again
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "redis"])
+async def test_a_store_given_unopened_says_so_too(
+    kind: str, tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    """A store object the scheduler does not own: its not-open error becomes the scheduler's."""
+    if kind == "redis":
+        from tests.redis_server import shared_server_url
+
+        url = shared_server_url(request.config)
+    else:
+        url = {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path / 'x.db'}"}[kind]
+    store = rehydrate.open_store(url)
+    scheduler = Scheduler(store, grace=0)
+    with pytest.raises(rehydrate.SchedulerNotRunningError, match="async with scheduler") as caught:
+        await scheduler.defer("rhtest-given", "x")
+    assert isinstance(caught.value.__cause__, rehydrate.StoreNotOpenError)
+    with pytest.raises(rehydrate.SchedulerNotRunningError):
+        await scheduler.dead_letters("rhtest-given")
+    async with store:  # opened by its owner, as `rehydrate dead` does: no need to run the scheduler
+        assert await scheduler.dead_letters("rhtest-given") == []
+        id = await scheduler.defer("rhtest-given", "x", delay=60)
+        assert await scheduler.cancel("rhtest-given", id) == "x"
+
+
 def test_settings_are_validated() -> None:
     """``rehydrate worker --grace`` sets ``scheduler.grace``: the setter checks it as the constructor does."""
     scheduler = Scheduler(grace=timedelta(seconds=3), sync_grace=4)
