@@ -114,7 +114,8 @@ async def scheduler_throughput(n: int) -> float:
         if count == n:
             done.set()
 
-    await scheduler.store.push_many("burst", [(i, 0, None) for i in range(n)])
+    async with scheduler.store:  # filled before the scheduler starts (a store must be open)
+        await scheduler.store.push_many("burst", [(i, 0, None) for i in range(n)])
     async with scheduler:
         with anyio.fail_after(120):
             await done.wait()
