@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -56,15 +57,23 @@ def app(tmp_path: Path) -> Callable[..., Path]:
     return write
 
 
-def start(cwd: Path, *argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+def environment(env: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without a REHYDRATE_STORE of its own, with ``env`` added."""
+    inherited = {key: value for key, value in os.environ.items() if key != "REHYDRATE_STORE"}
+    return {**inherited, "PYTHONPATH": str(ROOT), **(env or {})}
+
+
+def start(
+    cwd: Path, *argv: str, env: dict[str, str] | None = None, stderr: Any = subprocess.PIPE
+) -> subprocess.Popen[str]:
     """``rehydrate --log-format json worker ARGV...`` in ``cwd``, with ``env`` added."""
     return subprocess.Popen(
         [sys.executable, "-m", "rehydrate", "--log-format", "json", "worker", *argv],
         cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        env=environment(env),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         text=True,
     )
 
@@ -194,17 +203,18 @@ def test_memory_store_worker_starts_and_stops(app: Callable[..., Path], tmp_path
     app()
     worker = start(tmp_path, "wapp:scheduler")
     try:
-        deadline = time.monotonic() + 20
-        assert worker.stderr is not None
-        line = worker.stderr.readline()
-        while "worker ready" not in line and time.monotonic() < deadline:
-            line = worker.stderr.readline()
-        assert "MemoryStore" in json.loads(line)["store"]
+        logs = read_until_ready(worker)
     finally:
         worker.send_signal(signal.SIGTERM)
-    code, logs = finish(worker)
+    assert "MemoryStore" in logs[-1]["store"]
+    assert logs[-1]["store_from"] == "the module"
+    # Said at start-up: what `rehydrate push` or another process writes never reaches it.
+    (warning,) = [entry for entry in logs if entry["level"] == "warning"]
+    assert "nothing outside this process can reach it" in warning["event"]
+    assert "REHYDRATE_STORE" not in warning  # not set here
+    code, rest = finish(worker)
     assert code == 0
-    assert logs[-1]["event"] == "worker stopped"
+    assert rest[-1]["event"] == "worker stopped"
 
 
 def test_processes_refuse_the_memory_store(app: Callable[..., Path], tmp_path: Path) -> None:
@@ -267,3 +277,354 @@ async def _flush(url: str) -> None:
 
     async with coredis.Redis.from_url(url) as client:
         await client.flushdb()
+
+
+# -- the store: --store, then $REHYDRATE_STORE, then the module's own --------------------------------
+
+PLAIN_APP = """
+import os
+from rehydrate import Scheduler, current_delivery
+{imports}
+scheduler = Scheduler({store})
+LOG = {log!r}
+
+@scheduler.handler("jobs", lease=30)
+async def handle(element):
+    with open(LOG, "a") as out:
+        out.write(f"{{current_delivery().id}} {{current_delivery().attempt}} {{os.getpid()}}\\n")
+"""
+
+
+def write_plain_app(tmp_path: Path, store: str = "", imports: str = "") -> Path:
+    """``papp.py``: a scheduler on ``store`` (Python source; default: none given, memory)."""
+    log = tmp_path / "deliveries.log"
+    (tmp_path / "papp.py").write_text(PLAIN_APP.format(store=store, imports=imports, log=str(log)))
+    return log
+
+
+def cli(cwd: Path, *argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rehydrate", *argv],
+        cwd=cwd,
+        env=environment(env),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_worker_serves_the_store_of_rehydrate_store(tmp_path: Path) -> None:
+    """The README's deployment: REHYDRATE_STORE set, ``rehydrate push``, a module with ``Scheduler()``."""
+    log = write_plain_app(tmp_path)
+    env = {"REHYDRATE_STORE": f"sqlite:///{tmp_path / 'e2e.db'}"}
+    pushed = cli(tmp_path, "push", "jobs", '{"n": 1}', "--id", "p1", env=env)
+    assert pushed.returncode == 0, pushed.stderr
+    worker = start(tmp_path, "papp:scheduler", env=env)
+    wait_for(lambda: len(entries(log)) >= 1, worker, "the pushed element")
+    worker.send_signal(signal.SIGTERM)
+    code, logs = finish(worker)
+    assert code == 0
+    assert [e[:2] for e in entries(log)] == [["p1", "1"]]
+    (ready,) = [entry for entry in logs if entry["event"] == "worker ready"]
+    assert "SQLiteStore" in ready["store"]
+    assert "e2e.db" in ready["store"]
+    assert ready["store_from"] == "REHYDRATE_STORE"
+    assert not any(entry["level"] == "warning" for entry in logs)
+    assert state(env["REHYDRATE_STORE"]) == []
+
+
+def test_store_flag_beats_rehydrate_store_and_memory_says_so(tmp_path: Path) -> None:
+    """``--store memory://`` with REHYDRATE_STORE naming SQLite: served, but never silently."""
+    write_plain_app(tmp_path, store=repr(f"sqlite:///{tmp_path / 'module.db'}"))
+    env = {"REHYDRATE_STORE": f"sqlite:///{tmp_path / 'env.db'}"}
+    worker = start(tmp_path, "papp:scheduler", "--store", "memory://", env=env)
+    logs = read_until_ready(worker)
+    assert "MemoryStore" in logs[-1]["store"]
+    assert logs[-1]["store_from"] == "--store"
+    worker.send_signal(signal.SIGTERM)
+    code, rest = finish(worker)
+    assert code == 0
+    logs += rest
+    (warning,) = [entry for entry in logs if entry["level"] == "warning"]
+    assert "nothing outside this process can reach it" in warning["event"]
+    assert warning["REHYDRATE_STORE"] == "sqlite://..."  # named, without what could be a password
+    assert not (tmp_path / "module.db").exists()
+    assert not (tmp_path / "env.db").exists()
+
+
+def read_until_ready(worker: subprocess.Popen[str], timeout: float = 20) -> list[dict[str, Any]]:
+    """Read the worker's JSON log lines up to "worker ready" (the last one returned)."""
+    assert worker.stderr is not None
+    deadline = time.monotonic() + timeout
+    read: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        line = worker.stderr.readline()
+        if not line:
+            break
+        read.append(json.loads(line))
+        if read[-1]["event"] == "worker ready":
+            return read
+    worker.kill()
+    raise AssertionError(f"no 'worker ready' (exit {worker.wait()}): {worker.stderr.read()[-3000:]}")
+
+
+# -- a scheduler built on a store object (issue 14 item 6) ------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_scheduler_on_a_store_object_stops_cleanly(
+    tmp_path: Path, request: pytest.FixtureRequest, kind: str, backend: str
+) -> None:
+    """``Scheduler(RedisStore(...))`` served by the worker: SIGTERM exits 0, the store closed."""
+    if kind == "redis":
+        from tests.redis_server import drop_prefix, shared_server_url
+
+        url = shared_server_url(request.config)
+        prefix = f"obj{os.getpid()}{backend}"
+        store = f"RedisStore({url!r}, prefix={prefix!r})"
+        imports = "from rehydrate.stores import RedisStore"
+        anyio.run(_push_prefixed, url, prefix)
+        request.addfinalizer(lambda: anyio.run(drop_prefix, url, prefix))
+    else:
+        url = f"sqlite:///{tmp_path / 'obj.db'}"
+        store = f"SQLiteStore({str(tmp_path / 'obj.db')!r})"
+        imports = "from rehydrate.stores import SQLiteStore"
+        push(url, 1, {})
+    log = write_plain_app(tmp_path, store=store, imports=imports)
+    worker = start(tmp_path, "papp:scheduler", "--backend", backend)
+    try:
+        wait_for(lambda: len(entries(log)) >= 1, worker, "a delivery")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+    code, logs = finish(worker)  # JSON lines only: no traceback
+    assert code == 0
+    assert logs[-1]["event"] == "worker stopped"
+    assert logs[-1]["acked"] == 1
+
+
+async def _push_prefixed(url: str, prefix: str) -> None:
+    from rehydrate.stores import RedisStore
+
+    async with RedisStore(url, prefix=prefix) as store:
+        await store.push("jobs", {}, ttl=0, id="e0000")
+
+
+# -- --processes: children end with their supervisor; SIGHUP; giving up ------------------------------
+
+
+def json_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in complete_lines(path)]
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for a parent that does not reap it counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc here
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def start_supervisor(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen[str], Path, list[int]]:
+    """``--processes 2`` on SQLite, logging into a file; the supervisor, that file, the children."""
+    write_plain_app(tmp_path)
+    logs = tmp_path / "worker.log"
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    with logs.open("w") as out:
+        parent = start(tmp_path, "papp:scheduler", "--store", url, "--processes", "2", *argv, stderr=out)
+    ready = lambda: [e["pid"] for e in json_lines(logs) if e["event"] == "worker ready"]  # noqa: E731
+    wait_for(lambda: len(ready()) == 2, parent, "2 workers ready")
+    return parent, logs, ready()
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_children_stop_when_the_supervisor_is_killed(tmp_path: Path, backend: str) -> None:
+    """SIGKILL of the supervisor (or a closed terminal killing it): no orphans, each stops gracefully."""
+    parent, logs, children = start_supervisor(tmp_path, "--backend", backend)
+    assert parent.pid not in children
+    parent.kill()
+    parent.wait()
+    assert parent.stdout is not None
+    parent.stdout.close()
+    deadline = time.monotonic() + 15
+    while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    orphans = [pid for pid in children if alive(pid)]
+    for pid in orphans:  # leave nothing behind, whatever the outcome
+        os.kill(pid, signal.SIGKILL)
+    assert not orphans, "orphaned workers outlived their supervisor"
+    stopped = {e["pid"] for e in json_lines(logs) if e["event"] == "worker stopped"}
+    assert stopped == set(children)  # gracefully: handed back what ran, said so
+
+
+def test_a_child_stops_when_its_supervisor_pipe_closes(tmp_path: Path) -> None:
+    """The portable way (no PR_SET_PDEATHSIG): end of file on the pipe the supervisor holds."""
+    write_plain_app(tmp_path)
+    watch_read, watch_write = os.pipe()
+    status_read, status_write = os.pipe()
+    this = os.getpid()  # stands in for the supervisor, and stays alive: no signal from Linux
+    child = subprocess.Popen(
+        [sys.executable, "-m", "rehydrate", "--log-format", "json", "worker", "papp:scheduler"],
+        cwd=tmp_path,
+        env=environment(
+            {
+                "REHYDRATE_STORE": f"sqlite:///{tmp_path / 'w.db'}",
+                "_REHYDRATE_SUPERVISOR": f"{this}:{watch_read}:{status_write}",
+            }
+        ),
+        pass_fds=(watch_read, status_write),
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(watch_read)
+    os.close(status_write)
+    try:
+        with os.fdopen(status_read, "rb") as status:
+            readable, _, _ = select.select([status], [], [], 20)
+            # What it tells the supervisor once serving:
+            assert readable, "the worker said nothing on its status pipe within 20 s"
+            assert status.readline() == b"ready\n"
+        os.close(watch_write)  # the supervisor is gone
+        code, logs = finish(child, timeout=20)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert code == 0
+    events = [entry["event"] for entry in logs]
+    assert "supervisor gone; stopping" in events
+    assert events[-1] == "worker stopped"
+
+
+def test_sighup_stops_a_supervisor_and_its_children_gracefully(tmp_path: Path) -> None:
+    parent, logs, children = start_supervisor(tmp_path)
+    parent.send_signal(signal.SIGHUP)
+    try:
+        parent.communicate(timeout=20)
+    finally:
+        for pid in children:  # leave nothing behind, whatever the outcome
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert parent.returncode == 0
+    entries_ = json_lines(logs)
+    assert [e["codes"] for e in entries_ if e["event"] == "workers stopped"] == [[0, 0]]
+    stopping = [e for e in entries_ if e["event"] == "stopping"]
+    assert {e["pid"] for e in stopping} == set(children)
+    assert {e["signal"] for e in stopping} == {"SIGHUP"}
+
+
+def test_sighup_stops_a_worker_gracefully(tmp_path: Path) -> None:
+    write_plain_app(tmp_path)
+    worker = start(tmp_path, "papp:scheduler", "--store", f"sqlite:///{tmp_path / 'w.db'}")
+    read_until_ready(worker)
+    worker.send_signal(signal.SIGHUP)
+    code, logs = finish(worker)
+    assert code == 0
+    assert [e["signal"] for e in logs if e["event"] == "stopping"] == ["SIGHUP"]
+    assert logs[-1]["event"] == "worker stopped"
+
+
+def test_processes_give_up_when_no_child_can_start(tmp_path: Path) -> None:
+    """As a single worker exits 1 on a store it cannot open, so do N of them, in one line."""
+    write_plain_app(tmp_path)
+    url = f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}"
+    single = start(tmp_path, "papp:scheduler", "--store", url)
+    _, single_err = single.communicate(timeout=30)
+    assert single.returncode == 1
+    (line,) = [line for line in single_err.splitlines() if line.startswith("rehydrate: error:")]
+    reason = line.removeprefix("rehydrate: error: ")
+    assert "could not be opened" in reason
+
+    parent = start(tmp_path, "papp:scheduler", "--store", url, "--processes", "2")
+    try:
+        _, err = parent.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        parent.kill()  # its children die at start-up on their own
+        _, err = parent.communicate()
+        raise AssertionError(f"still restarting children after 30 s: {err[-2000:]}") from None
+    assert parent.returncode == 1
+    assert "Traceback" not in err
+    errors = [line for line in err.splitlines() if not line.startswith("{")]
+    assert errors == [f"rehydrate: error: worker processes failed to start 3 times in a row: {reason}"]
+    logs = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    failed = [e for e in logs if e["event"].startswith("worker process failed to start")]
+    assert {e["error"] for e in failed} == {reason}
+    assert failed[-1]["event"] == "worker process failed to start; giving up"
+    started = [e["child"] for e in logs if e["event"] == "worker process started"]
+    assert not [pid for pid in started if alive(pid)]
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal (Unix)")
+def test_closing_the_terminal_stops_everything_gracefully(app: Callable[..., Path], tmp_path: Path) -> None:
+    """A terminal window closed (``tmux kill-window``): SIGHUP, then logs that cannot be written."""
+    import fcntl
+    import termios
+
+    log = app(grace=0.2)
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    push(url, 2, {"sleep": 60})
+    terminal, tty = os.openpty()
+
+    def controlling_terminal() -> None:  # the supervisor leads a session whose terminal is tty
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    argv = ["wapp:scheduler", "--store", url, "--processes", "2", "--concurrency", "1"]
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "rehydrate", "--log-format", "json", "worker", *argv],
+        cwd=tmp_path,
+        env=environment(),
+        stdin=tty,
+        stdout=tty,
+        stderr=tty,
+        preexec_fn=controlling_terminal,  # the test runs no other thread here
+    )
+    os.close(tty)
+    children: list[int] = []
+    try:
+        screen = b""
+        deadline = time.monotonic() + 20
+        while len(entries(log)) < 2 and time.monotonic() < deadline:
+            if select.select([terminal], [], [], 0.1)[0]:
+                screen += os.read(terminal, 65536)
+        lines = screen.decode(errors="replace").splitlines()
+        children = [json.loads(line)["pid"] for line in lines if '"worker ready"' in line]
+        assert len(entries(log)) == 2, screen.decode(errors="replace")[-3000:]
+        assert len(children) == 2
+        os.close(terminal)  # the window closes: the kernel hangs up the terminal
+        terminal = -1
+        assert parent.wait(timeout=20) == 0
+        deadline = time.monotonic() + 15
+        while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in children if alive(pid)]
+    finally:
+        if terminal >= 0:
+            os.close(terminal)
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        for pid in children:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    infos = state(url)
+    assert len(infos) == 2  # both handed back after the grace, by workers that stopped gracefully
+    assert not any(info.claimed for info in infos)
+
+
+def test_help_says_where_the_store_comes_from_how_it_stops_and_its_exit_statuses() -> None:
+    shown = cli(ROOT, "worker", "--help", env={})
+    assert shown.returncode == 0
+    text = " ".join(shown.stdout.split())
+    assert "--store URL, else $REHYDRATE_STORE, else the store the scheduler was built with" in text
+    assert "SIGTERM, SIGINT or SIGHUP" in text
+    assert "3 times in a row and no other child serves, the parent gives up: exit 1" in text
+    assert "exit status: 0 stopped by a signal; 1 an error" in text

@@ -54,13 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     # -- running ---------------------------------------------------------------------------------
     worker = commands.add_parser(
         "worker",
-        help="run a scheduler's handlers until SIGTERM/SIGINT",
-        description="Import MODULE:ATTR (a rehydrate.Scheduler, or a function returning one) and serve its "
-        "handlers. The first SIGTERM/SIGINT stops claiming and lets running handlers finish within the grace "
-        "period (unfinished elements are handed back), then exits 0; a second signal exits at once.",
+        help="run a scheduler's handlers until SIGTERM/SIGINT/SIGHUP",
+        description=_worker.DESCRIPTION,
+        epilog=_worker.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     worker.add_argument("target", metavar="MODULE:ATTR", help="e.g. myapp.tasks:scheduler")
-    worker.add_argument("--store", metavar="URL", help="use this store instead of the scheduler's own")
+    worker.add_argument("--store", metavar="URL", help=_worker.STORE_HELP)
     worker.add_argument(
         "--concurrency", type=positive_int, metavar="N", help="elements in flight per handler"
     )

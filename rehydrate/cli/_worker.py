@@ -1,40 +1,60 @@
 """``rehydrate worker MODULE:ATTR``: serve a user's scheduler until told to stop.
 
-Signals: the first SIGTERM or SIGINT stops claiming and gives running handlers the scheduler's
-grace period (unfinished elements are handed back to the store), then the process exits 0. A
-second signal exits at once, status ``128 + signal``: the leases of whatever was running bring it
-back to another worker.
+The store: ``--store URL``, else ``$REHYDRATE_STORE``, else the scheduler's own. A worker serving
+the memory store says in a warning that nothing outside its process can reach it.
+
+Signals: the first SIGTERM, SIGINT or SIGHUP (the terminal closed) stops claiming and gives running
+handlers the scheduler's grace period (unfinished elements are handed back to the store), then the
+process exits 0. A second signal exits at once, status ``128 + signal``: the leases of whatever was
+running bring it back to another worker.
 
 ``--processes N`` runs N such workers as child processes sharing the store, each in its own
 process group (so a terminal's Ctrl-C reaches only the parent, which forwards it once per child),
-and restarts a child that dies on its own, with backoff.
+and restarts a child that dies on its own, with backoff. Children stop with their supervisor however
+it ends: on Linux the kernel sends them SIGTERM when it dies (``PR_SET_PDEATHSIG``), and everywhere
+they watch a pipe whose only write end the supervisor holds (end of file: it is gone). A child that
+fails before serving (the store cannot be opened, the module does not import) three times in a row
+while no other child serves makes the supervisor stop and exit 1 with that child's error, as a
+single worker would.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import importlib
+import importlib.util
 import os
 import signal
 import subprocess
 import sys
 import time
-from typing import Any, Final
+from typing import Any, Final, TextIO, cast
 
 import anyio
 import anyio.abc
+import attrs
 import structlog
 
 from rehydrate._scheduler import Scheduler
-from rehydrate.cli._common import CLIError
+from rehydrate.cli._common import STORE_ENV, CLIError, configure_logging
 from rehydrate.stores import MemoryStore
 
 logger = structlog.get_logger("rehydrate.worker")
 
-_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
+#: SIGHUP is what a closing terminal sends: stop gracefully, as for SIGTERM.
+_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: A child that lived this long before dying is restarted at once, not after a growing backoff.
 _HEALTHY_RUN: Final = 60.0
 _RESTART_BACKOFF: Final = (0.5, 30.0)
+#: A child that fails before serving this many times in a row, with no other child serving, makes
+#: the supervisor give up: the store or the module is wrong, and restarting will not fix it.
+_START_ATTEMPTS: Final = 3
+#: How the supervisor tells a child it is supervised: ``<supervisor pid>:<watch fd>:<status fd>``.
+#: Read and removed by the child, so that processes its handlers start do not inherit it.
+_SUPERVISOR_ENV: Final = "_REHYDRATE_SUPERVISOR"
+_PR_SET_PDEATHSIG: Final = 1  # <linux/prctl.h>
 
 
 def load_target(target: str) -> Scheduler:
@@ -75,26 +95,82 @@ def load_target(target: str) -> Scheduler:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Logs that cannot be written (the terminal closed: EIO; a reader gone: EPIPE) must not turn
+    # the graceful stop that follows a hang-up into a crash.
+    configure_logging(args.log_format, args.verbosity, stream=cast(TextIO, _Tolerant(sys.stderr)))
+    supervisor = _Supervisor.from_environment()
+    if supervisor is not None and not supervisor.follow():
+        return 0  # the supervisor died while this process started: nobody wants it any more
+    try:
+        return _run(args, supervisor)
+    except BaseException as exc:
+        if supervisor is None or supervisor.served:
+            raise
+        # Failed before serving: tell the supervisor why (it decides whether to give up and says
+        # it in one line), rather than print the same line once per attempt.
+        from rehydrate.cli._main import _message, _person_error
+
+        mistake = _person_error(exc)
+        if mistake is None:
+            raise  # a bug: keep its traceback
+        supervisor.report(f"error {_message(mistake)}")
+        return 1
+
+
+def _run(args: argparse.Namespace, supervisor: _Supervisor | None) -> int:
+    if args.backend == "trio" and importlib.util.find_spec("trio") is None:
+        raise CLIError("--backend trio needs trio: pip install 'rehydrate[trio]'")
     scheduler = load_target(args.target)
-    scheduler._override(store=args.store, concurrency=args.concurrency)
+    url, source = _store_choice(args)
+    scheduler._override(store=url, concurrency=args.concurrency)
     if args.grace is not None:
         scheduler.grace = args.grace
-    if args.processes > 1:
-        if isinstance(scheduler.store, MemoryStore):
+    if isinstance(scheduler.store, MemoryStore):
+        if args.processes > 1:
             raise CLIError(
                 "--processes needs a store the processes can share: the memory store lives in one "
-                "process (use --store sqlite:///path.db or redis://host:6379/0)"
+                f"process (use --store sqlite:///path.db or redis://host:6379/0, or set {STORE_ENV})"
             )
+        named = os.environ.get(STORE_ENV, "")
+        logger.warning(
+            "serving the memory store: nothing outside this process can reach it "
+            f"(rehydrate push, other processes); give --store or set {STORE_ENV}",
+            store_from=source,
+            **({STORE_ENV: _scheme(named)} if named and not named.startswith("memory:") else {}),
+        )
+    if args.processes > 1:
         return anyio.run(_supervise, args, backend=args.backend)
-    return anyio.run(_serve, scheduler, backend=args.backend)
+    return anyio.run(_serve, scheduler, source, supervisor, backend=args.backend)
 
 
-async def _serve(scheduler: Scheduler) -> int:
+def _store_choice(args: argparse.Namespace) -> tuple[str | None, str]:
+    """The URL that overrides the scheduler's own store (``None``: keep it), and where it is from."""
+    if args.store:
+        return args.store, "--store"
+    from_env = os.environ.get(STORE_ENV)
+    if from_env:
+        return from_env, STORE_ENV
+    return None, "the module"
+
+
+def _scheme(url: str) -> str:
+    """Enough of a URL to name the store, without a password that may follow."""
+    return url.split("://", 1)[0] + "://..." if "://" in url else "(not a URL)"
+
+
+async def _serve(scheduler: Scheduler, source: str, supervisor: _Supervisor | None) -> int:
     log = logger.bind(pid=os.getpid())
     signals_seen: list[int] = []
 
     async def watch(signals: Any) -> None:
+        # Linux sends one SIGTERM when the supervisor dies: after a signal it forwarded, that
+        # notice is not a second signal (which would exit at once).
+        notice_from = supervisor.pid if supervisor and sys.platform.startswith("linux") else None
         async for signum in signals:
+            if notice_from is not None and signum == signal.SIGTERM and os.getppid() != notice_from:
+                notice_from = None
+                if signals_seen:
+                    continue
             signals_seen.append(signum)
             if len(signals_seen) == 1:
                 log.info("stopping", signal=signal.Signals(signum).name, grace=scheduler.grace)
@@ -104,20 +180,39 @@ async def _serve(scheduler: Scheduler) -> int:
                     "exiting at once; leases will bring unfinished elements back",
                     signal=signal.Signals(signum).name,
                 )
-                sys.stdout.flush()
-                sys.stderr.flush()
+                with contextlib.suppress(OSError):
+                    sys.stdout.flush()
+                    sys.stderr.flush()
                 os._exit(128 + signum)
+
+    async def watch_supervisor(supervisor: _Supervisor) -> None:
+        await supervisor.gone()
+        if not signals_seen:
+            log.warning("supervisor gone; stopping", supervisor=supervisor.pid, grace=scheduler.grace)
+        scheduler.stop()
 
     with anyio.open_signal_receiver(*_SIGNALS) as signals:
         async with anyio.create_task_group() as tg:
 
             async def serve(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-                await scheduler.run(task_status=task_status)
-                tg.cancel_scope.cancel()  # stopped: the signal watcher is done too
+                # The worker runs the scheduler, so it owns the store's lifetime: a scheduler opens
+                # a store object it was given but leaves closing it to its owner. Open and close it
+                # here, in this one task: a Redis store's connection pool is a task group that must
+                # exit in the task that entered it (else: "exit a cancel scope that isn't the
+                # current task's", and a context token reset in a different Context). Idempotent
+                # for a store the scheduler made from a URL, which closes it itself.
+                async with scheduler.store:
+                    await scheduler.run(task_status=task_status)
+                tg.cancel_scope.cancel()  # stopped: the watchers are done too
 
             tg.start_soon(watch, signals)
             await tg.start(serve)  # raises if the store cannot be opened
-            log.info("worker ready", store=repr(scheduler.store), handlers=scheduler.handlers)
+            log.info(
+                "worker ready", store=repr(scheduler.store), store_from=source, handlers=scheduler.handlers
+            )
+            if supervisor is not None:
+                supervisor.report("ready")
+                tg.start_soon(watch_supervisor, supervisor)
     stats = scheduler.stats()
     log.info(
         "worker stopped",
@@ -129,6 +224,99 @@ async def _serve(scheduler: Scheduler) -> int:
     return 0
 
 
+class _Tolerant:
+    """A log stream that goes quiet, rather than raise, once it cannot be written to."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream: TextIO | None = stream
+
+    def write(self, text: str) -> int:
+        if self._stream is not None:
+            try:
+                self._stream.write(text)
+            except OSError:
+                self._stream = None
+        return len(text)
+
+    def flush(self) -> None:
+        if self._stream is not None:
+            try:
+                self._stream.flush()
+            except OSError:
+                self._stream = None
+
+    def isatty(self) -> bool:
+        return self._stream is not None and self._stream.isatty()
+
+
+# -- the child's side of supervision -----------------------------------------------------------
+
+
+@attrs.define
+class _Supervisor:
+    """What a child worker knows of the ``--processes`` supervisor that started it."""
+
+    pid: int
+    #: The read end of a pipe whose write end only the supervisor holds: end of file, it is gone.
+    watch_fd: int
+    #: Where the child says ``ready`` once serving, or ``error <line>`` if it could not start.
+    status_fd: int | None
+    served: bool = False
+
+    @classmethod
+    def from_environment(cls) -> _Supervisor | None:
+        value = os.environ.pop(_SUPERVISOR_ENV, None)
+        if not value:
+            return None
+        try:
+            pid, watch_fd, status_fd = (int(part) for part in value.split(":"))
+        except ValueError:
+            raise CLIError(f"{_SUPERVISOR_ENV}={value!r} is not <pid>:<fd>:<fd>") from None
+        for fd in (watch_fd, status_fd):
+            os.set_inheritable(fd, False)  # not for what the handlers start
+        return cls(pid, watch_fd, status_fd)
+
+    def follow(self) -> bool:
+        """Ask Linux for SIGTERM when the supervisor dies; False if it already has.
+
+        The check after the request closes the race: a supervisor that died before it was made
+        has already handed this process to another parent, and no signal will come.
+        """
+        if sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+            except (OSError, AttributeError):  # pragma: no cover - no prctl: the pipe still tells
+                pass
+        return os.getppid() == self.pid
+
+    def report(self, status: str) -> None:
+        """Tell the supervisor once how start-up went (it may be gone: then nobody needs to know)."""
+        fd, self.status_fd = self.status_fd, None
+        if fd is None:
+            return
+        self.served = status == "ready"
+        try:
+            os.write(fd, status.encode("utf-8", "replace")[:4000] + b"\n")
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    async def gone(self) -> None:
+        """Return once the supervisor has ended, however it ended."""
+        while True:
+            await anyio.wait_readable(self.watch_fd)
+            try:
+                if not os.read(self.watch_fd, 512):
+                    return
+            except BlockingIOError:  # pragma: no cover - woken for nothing
+                continue
+
+
+# -- the supervisor ----------------------------------------------------------------------------
+
+
 def _child_command(args: argparse.Namespace) -> list[str]:
     command = [sys.executable, "-m", "rehydrate", "--log-format", args.log_format]
     if args.verbosity > 0:
@@ -136,7 +324,7 @@ def _child_command(args: argparse.Namespace) -> list[str]:
     elif args.verbosity < 0:
         command.append("-" + "q" * -args.verbosity)
     command += ["worker", args.target, "--processes", "1", "--backend", args.backend]
-    if args.store:
+    if args.store:  # else the children read $REHYDRATE_STORE as this process did
         command += ["--store", args.store]
     if args.concurrency is not None:
         command += ["--concurrency", str(args.concurrency)]
@@ -145,41 +333,158 @@ def _child_command(args: argparse.Namespace) -> list[str]:
     return command
 
 
+@attrs.define
+class _Child:
+    """One child worker process and what it said about its start-up."""
+
+    process: subprocess.Popen[bytes]
+    status_fd: int
+    served: bool = False
+    error: str | None = None
+    _buffer: bytes = b""
+
+    def read_status(self) -> bool:
+        """Take what the child wrote so far; False at end of file (or nothing more to come)."""
+        while True:
+            try:
+                data = os.read(self.status_fd, 4096)
+            except BlockingIOError:
+                return True
+            if not data:
+                return False
+            self._buffer += data
+            *lines, self._buffer = self._buffer.split(b"\n")
+            for line in lines:
+                text = line.decode("utf-8", "replace")
+                if text == "ready":
+                    self.served = True
+                elif text.startswith("error "):
+                    self.error = text.removeprefix("error ")
+
+
+def _spawn(command: list[str], watch_fd: int) -> _Child:
+    """Start a child worker.
+
+    Synchronously, in this (the event loop's, the main) thread: Linux sends a child's
+    ``PR_SET_PDEATHSIG`` when the *thread* that forked it ends, and trio's ``open_process`` forks
+    in a worker thread that ends after idling, which would stop a healthy child.
+    """
+    status_read, status_write = os.pipe()
+    os.set_blocking(status_read, False)
+    try:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            pass_fds=(watch_fd, status_write),
+            env={**os.environ, _SUPERVISOR_ENV: f"{os.getpid()}:{watch_fd}:{status_write}"},
+        )
+    except BaseException:
+        os.close(status_read)
+        raise
+    finally:
+        os.close(status_write)
+    return _Child(process, status_read)
+
+
+async def _wait(child: _Child) -> int:
+    """Wait for the child to exit, taking its status line as it comes; its exit code."""
+    process = child.process
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):  # not Linux 5.3+: a thread waits for it instead
+        pidfd = None
+    try:
+        async with anyio.create_task_group() as tg:
+
+            async def status() -> None:
+                while child.read_status():
+                    await anyio.wait_readable(child.status_fd)
+
+            tg.start_soon(status)
+            if pidfd is not None:
+                await anyio.wait_readable(pidfd)
+                code = process.wait()  # it has exited: this only reaps it
+            else:
+                code = await anyio.to_thread.run_sync(process.wait, abandon_on_cancel=True)
+            tg.cancel_scope.cancel()
+        child.read_status()  # what it wrote just before exiting
+        return code
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+        os.close(child.status_fd)
+
+
 async def _supervise(args: argparse.Namespace) -> int:
     """Run ``args.processes`` workers; forward signals; restart the ones that die on their own."""
     command = _child_command(args)
-    children: dict[int, anyio.abc.Process] = {}
+    children: dict[int, _Child] = {}
     stopping = anyio.Event()
     codes: list[int] = []
+    given_up: list[str] = []
     log = logger.bind(pid=os.getpid())
+    # The children watch the read end; the write end (not inherited: os.pipe() fds are not) closes
+    # only when this process ends, however it ends.
+    watch_read, watch_write = os.pipe()
 
-    async def child(slot: int) -> None:
+    def serving() -> bool:
+        return any(child.served and child.process.returncode is None for child in children.values())
+
+    async def run_slot(slot: int) -> None:
         backoff = _RESTART_BACKOFF[0]
+        failed_starts = 0
         while not stopping.is_set():
             started = time.monotonic()
-            async with await anyio.open_process(
-                command, stdin=subprocess.DEVNULL, stdout=None, stderr=None, start_new_session=True
-            ) as process:
-                children[slot] = process
-                log.info("worker process started", slot=slot, child=process.pid)
-                code = await process.wait()
-                children.pop(slot, None)
+            child = children[slot] = _spawn(command, watch_read)
+            log.info("worker process started", slot=slot, child=child.process.pid)
+            code = await _wait(child)
             if stopping.is_set() or code == 0:
                 codes.append(code)  # asked to stop (by us, or by someone signalling the child)
                 return
-            if time.monotonic() - started > _HEALTHY_RUN:
-                backoff = _RESTART_BACKOFF[0]
-            log.error(
-                "worker process died; restarting", slot=slot, child=process.pid, code=code, after=backoff
-            )
+            if child.served:
+                failed_starts = 0
+                if time.monotonic() - started > _HEALTHY_RUN:
+                    backoff = _RESTART_BACKOFF[0]
+                log.error(
+                    "worker process died; restarting",
+                    slot=slot,
+                    child=child.process.pid,
+                    code=code,
+                    after=backoff,
+                )
+            else:
+                failed_starts += 1
+                error = child.error or f"a worker process exited with status {code} before serving"
+                if failed_starts >= _START_ATTEMPTS and not serving():
+                    log.error(
+                        "worker process failed to start; giving up",
+                        slot=slot,
+                        child=child.process.pid,
+                        code=code,
+                        error=error,
+                        attempts=failed_starts,
+                    )
+                    given_up.append(error)
+                    codes.append(code)
+                    stopping.set()
+                    forward(signal.SIGTERM)
+                    return
+                log.error(
+                    "worker process failed to start; restarting",
+                    slot=slot,
+                    child=child.process.pid,
+                    code=code,
+                    error=error,
+                    after=backoff,
+                )
             with anyio.move_on_after(backoff):
                 await stopping.wait()
             backoff = min(backoff * 2, _RESTART_BACKOFF[1])
 
     def forward(signum: signal.Signals) -> None:
-        for process in list(children.values()):
-            if process.returncode is None:
-                process.send_signal(signum)
+        for child in list(children.values()):
+            child.process.send_signal(signum)  # nothing if it has exited
 
     async def watch(signals: Any) -> None:
         async for signum in signals:
@@ -187,13 +492,50 @@ async def _supervise(args: argparse.Namespace) -> int:
             stopping.set()
             forward(signal.Signals(signum))
 
-    with anyio.open_signal_receiver(*_SIGNALS) as signals:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(watch, signals)
-            async with anyio.create_task_group() as workers:
-                for slot in range(args.processes):
-                    workers.start_soon(child, slot)
-            tg.cancel_scope.cancel()
-    failed = [code for code in codes if code != 0]
+    try:
+        with anyio.open_signal_receiver(*_SIGNALS) as signals:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch, signals)
+                async with anyio.create_task_group() as workers:
+                    for slot in range(args.processes):
+                        workers.start_soon(run_slot, slot)
+                tg.cancel_scope.cancel()
+    finally:
+        os.close(watch_write)
+        os.close(watch_read)
     log.info("workers stopped", codes=codes)
+    if given_up:
+        raise CLIError(f"worker processes failed to start {_START_ATTEMPTS} times in a row: {given_up[0]}")
+    failed = [code for code in codes if code != 0]
     return failed[0] if failed and failed[0] > 0 else (1 if failed else 0)
+
+
+# -- help (shown by `rehydrate worker --help`) ---------------------------------------------------
+
+DESCRIPTION: Final = (
+    "Import MODULE:ATTR (a rehydrate.Scheduler, or a function returning one) and serve its\n"
+    "handlers until stopped."
+)
+STORE_HELP: Final = f"the store, instead of the scheduler's own (default: ${STORE_ENV}, else the scheduler's)"
+EPILOG: Final = f"""\
+store:
+  --store URL, else ${STORE_ENV}, else the store the scheduler was built with: either of the
+  first two replaces the module's store. A worker serving the memory store warns that nothing
+  outside its process (rehydrate push, other workers) can reach it; --processes refuses it.
+
+stopping:
+  The first SIGTERM, SIGINT or SIGHUP (the terminal closed) stops claiming and lets running
+  handlers finish within the grace period (unfinished elements are handed back), then exits 0.
+  A second signal exits at once; the leases of unfinished elements bring them back.
+
+--processes N:
+  N child workers, each in a process group of its own; the parent forwards signals to them and
+  restarts one that dies after serving, with backoff. Children stop when the parent ends, however
+  it ends (SIGKILL included). When a child fails before serving (unreachable store, module that
+  does not import) {_START_ATTEMPTS} times in a row and no other child serves, the parent gives up:
+  exit 1, with that child's error in one line.
+
+exit status:
+  0 stopped by a signal; 1 an error, said in one line (bad module, store unreachable...);
+  2 a malformed command line; 128+N exited at once on a second signal N.
+"""
