@@ -628,3 +628,43 @@ def test_help_says_where_the_store_comes_from_how_it_stops_and_its_exit_statuses
     assert "SIGTERM, SIGINT or SIGHUP" in text
     assert "3 times in a row and no other child serves, the parent gives up: exit 1" in text
     assert "exit status: 0 stopped by a signal; 1 an error" in text
+
+
+SLOW_OPENING_APP = """
+import anyio
+from pathlib import Path
+from rehydrate import Scheduler
+from rehydrate.stores import MemoryStore
+
+class SlowToOpen(MemoryStore):
+    async def open(self):
+        Path("opening").touch()
+        await anyio.sleep(1.5)
+        await super().open()
+
+scheduler = Scheduler(SlowToOpen())
+
+@scheduler.handler("jobs")
+async def handle(element):
+    pass
+"""
+
+
+def test_a_signal_while_starting_is_not_forgotten(tmp_path: Path) -> None:
+    """SIGTERM while the store opens: the worker stops once started, rather than serve on."""
+    (tmp_path / "slow_app.py").write_text(SLOW_OPENING_APP)
+    worker = start(tmp_path, "slow_app:scheduler")
+    wait_for((tmp_path / "opening").exists, worker, "the store to be opening")
+    worker.send_signal(signal.SIGTERM)
+    try:
+        code, logs = finish(worker, timeout=15)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.communicate()
+        raise AssertionError("the worker forgot the SIGTERM it got while starting") from None
+    assert code == 0
+    assert [e["event"] for e in logs if e["level"] == "info"] == [
+        "stopping",
+        "worker ready",
+        "worker stopped",
+    ]

@@ -207,6 +207,10 @@ async def _serve(scheduler: Scheduler, source: str, supervisor: _Supervisor | No
 
             tg.start_soon(watch, signals)
             await tg.start(serve)  # raises if the store cannot be opened
+            if signals_seen:
+                # Signalled while starting: a scheduler that was not running yet forgets a stop()
+                # when it starts (found by a child signalled before it served), so say it again.
+                scheduler.stop()
             log.info(
                 "worker ready", store=repr(scheduler.store), store_from=source, handlers=scheduler.handlers
             )
