@@ -668,3 +668,39 @@ def test_a_signal_while_starting_is_not_forgotten(tmp_path: Path) -> None:
         "worker ready",
         "worker stopped",
     ]
+
+
+def test_a_child_whose_supervisor_died_before_it_started_exits(tmp_path: Path) -> None:
+    """The race PR_SET_PDEATHSIG leaves: the parent is no longer the supervisor it was started by."""
+    write_plain_app(tmp_path)
+    watch_read, watch_write = os.pipe()
+    status_read, status_write = os.pipe()
+    not_the_parent = 1
+    child = subprocess.Popen(
+        [sys.executable, "-m", "rehydrate", "--log-format", "json", "worker", "papp:scheduler"],
+        cwd=tmp_path,
+        env=environment(
+            {
+                "REHYDRATE_STORE": f"sqlite:///{tmp_path / 'w.db'}",
+                "_REHYDRATE_SUPERVISOR": f"{not_the_parent}:{watch_read}:{status_write}",
+            }
+        ),
+        pass_fds=(watch_read, status_write),
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    for fd in (watch_read, status_write):
+        os.close(fd)
+    try:
+        code, logs = finish(child, timeout=20)
+    finally:
+        os.close(watch_write)
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    with os.fdopen(status_read, "rb") as status:
+        assert status.read() == b""  # never served, never said anything
+    assert code == 0
+    assert logs == []
+    assert not (tmp_path / "w.db").exists()
