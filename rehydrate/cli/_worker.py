@@ -44,7 +44,9 @@ from rehydrate.stores import MemoryStore
 logger = structlog.get_logger("rehydrate.worker")
 
 #: SIGHUP is what a closing terminal sends: stop gracefully, as for SIGTERM.
-_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_SIGNALS: Final = tuple(
+    sig for sig in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)) if sig is not None
+)
 #: A child that lived this long before dying is restarted at once, not after a growing backoff.
 _HEALTHY_RUN: Final = 60.0
 _RESTART_BACKOFF: Final = (0.5, 30.0)
