@@ -47,7 +47,7 @@ logger = structlog.get_logger("rehydrate.worker")
 _SIGNALS: Final = tuple(
     sig for sig in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)) if sig is not None
 )
-#: A child that lived this long before dying is restarted at once, not after a growing backoff.
+#: A child that lived this long before dying is restarted after the shortest backoff again.
 _HEALTHY_RUN: Final = 60.0
 _RESTART_BACKOFF: Final = (0.5, 30.0)
 #: A child that fails before serving this many times in a row, with no other child serving, makes
