@@ -3,6 +3,7 @@
 * ``memory://``: in this process, the embedded default;
 * ``sqlite:///path/to/file.db``: durable, shared by the processes of one machine;
 * ``redis://host:6379/0`` (``rediss://`` for TLS): shared by many machines; Valkey too.
+* ``postgresql://user:password@host:5432/db`` (also ``postgres://``): shared by many machines.
 
 The SQLite and Redis stores are imported only when asked for, so their dependencies stay optional.
 """
@@ -18,10 +19,11 @@ from rehydrate.errors import InvalidTypeError, UnsupportedStoreError
 from rehydrate.stores._memory import MemoryStore
 
 if TYPE_CHECKING:
+    from rehydrate.stores._postgres import PostgresStore
     from rehydrate.stores._redis import RedisStore
     from rehydrate.stores._sqlite import SQLiteStore
 
-__all__ = ["MemoryStore", "RedisStore", "SQLiteStore", "open_store"]
+__all__ = ["MemoryStore", "PostgresStore", "RedisStore", "SQLiteStore", "open_store"]
 
 #: scheme -> (module, class) of the store that serves it.
 _SCHEMES: dict[str, tuple[str, str]] = {
@@ -29,6 +31,8 @@ _SCHEMES: dict[str, tuple[str, str]] = {
     "sqlite": ("rehydrate.stores._sqlite", "SQLiteStore"),
     "redis": ("rehydrate.stores._redis", "RedisStore"),
     "rediss": ("rehydrate.stores._redis", "RedisStore"),
+    "postgresql": ("rehydrate.stores._postgres", "PostgresStore"),
+    "postgres": ("rehydrate.stores._postgres", "PostgresStore"),
 }
 
 

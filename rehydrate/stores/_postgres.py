@@ -1,0 +1,1024 @@
+"""The PostgreSQL store: dehydrators in one table, shared by every process that reaches the database.
+
+**Driver.** psycopg 3 and its connection pool (``pip install 'rehydrate[postgres]'``), imported
+when a store opens. psycopg's async API runs on asyncio only, and rehydrate runs on trio as well,
+so the store uses psycopg's *sync* API in worker threads (:func:`anyio.to_thread.run_sync`,
+bounded by a capacity limiter as large as the pool), as the SQLite store does with ``sqlite3``.
+The thread hop costs a few tens of microseconds per call against a round trip of about as much
+on loopback and far more across a network (``benchmarks/bench_postgres.py`` measures both side
+by side), and it keeps one code path for both event loops.
+
+**Layout** (``_postgres_sql.py`` has every statement): one table per store,
+``{schema}.{table}`` (``public.rehydrate`` by default), one row per element keyed by
+``(name, id)``, with an index on ``(name, due, seq)`` so that ``poll``, ``claim``, ``xpoll`` and
+``ttn`` are index range scans; beside it a small table of counters per name (``size`` and
+``summary`` read a few rows, not the dehydrator), a sequence (filing order and claim numbers) and a
+``_meta`` table holding the schema version. The tables are created on first use unless
+``create=False`` (then a missing or outdated schema is an error that says to run
+``rehydrate migrate``). Every verb is one statement, so one round trip in autocommit mode.
+
+**Time** is the server's clock (``clock_timestamp()``), read inside each statement, in integer
+microseconds: workers whose own clocks are wrong by any amount still agree, as with Redis's
+``TIME``. :attr:`PostgresStore.clock` is this process's monotonic clock plus the offset to the
+server measured when the store opened.
+
+**Claims** take up to 1,000 due rows per statement with ``FOR UPDATE SKIP LOCKED``, so concurrent
+workers take different rows and never wait for each other, and file them anew at the lease's end;
+acks are fenced by the claim's token, as in every store.
+
+**Wake-ups.** A write that makes an element due sooner than the dehydrator's earliest sends
+``NOTIFY`` in its own transaction (so it is delivered exactly when the write commits, never
+before). Each store that has subscriptions keeps one extra connection that ``LISTEN`` s, read by
+one thread blocked on it (no polling interval), which wakes the subscriptions on the event loop.
+This store's own writes wake its subscriptions at once.
+
+**Failures.** A lost connection, a server that restarts or refuses connections for a while, a
+serialization failure or a deadlock is retried ``retries`` times with exponential backoff (from
+``retry_backoff`` seconds, at most 2 s apart), then raises
+:class:`~rehydrate.errors.StoreUnavailableError`. Commits are synchronous by default: a call that
+returned is on disk on the server. ``synchronous_commit=off`` (``?synchronous_commit=off``) lets
+the server acknowledge before its WAL is flushed: faster for many small writes, and a server
+crash can then lose the last few hundred milliseconds of acknowledged writes (never corrupt them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+import anyio.to_thread
+
+from rehydrate._core import _validate
+from rehydrate._core._dehydrator import Claim, ElementInfo, Summary
+from rehydrate._core._fence import attempt_of
+from rehydrate._core._validate import Seconds
+from rehydrate.abc import Serializer, Store, Subscription
+from rehydrate.errors import (
+    DuplicateIdError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    RehydrateError,
+    StoreUnavailableError,
+    UnknownIdError,
+    UnsupportedStoreError,
+)
+from rehydrate.serializers import get_serializer
+from rehydrate.stores._postgres_sql import SCHEMA_VERSION, Statements
+from rehydrate.stores._subscription import EventSubscription
+
+if TYPE_CHECKING:
+    import psycopg
+    import psycopg_pool
+
+__all__ = ["PostgresStore"]
+
+_T = TypeVar("_T")
+
+#: The most elements one ``claim`` statement takes.
+_CLAIM_BATCH: Final = 1000
+#: Durations above this are refused (due times are integer microseconds in a bigint).
+_MAX_SECONDS: Final = 1e9
+#: A NOTIFY payload is at most 8000 bytes: longer names are sent as "" (wake every subscription).
+_MAX_NOTE: Final = 4000
+_IDENTIFIER: Final = re.compile(r"[a-z_][a-z0-9_]{0,39}")
+_SYNCHRONOUS_COMMIT: Final = ("on", "off", "local", "remote_write", "remote_apply")
+
+
+def _new_id() -> str:
+    """128 random bits: unique across processes without coordination."""
+    return uuid.uuid4().hex
+
+
+def _micros(seconds: float) -> int:
+    if seconds > _MAX_SECONDS:
+        raise InvalidArgumentError(f"durations must be at most {_MAX_SECONDS:.0f} seconds, got {seconds!r}")
+    return round(seconds * 1_000_000)
+
+
+def _text(value: str, what: str) -> str:
+    """A name or id PostgreSQL can store: valid UTF-8 without NUL characters."""
+    if "\x00" in value:
+        raise InvalidArgumentError(f"{what} must not contain NUL characters: {value!r}")
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(f"{what} must be encodable as UTF-8 (no lone surrogates): {exc}") from None
+    return value
+
+
+def _name(value: object) -> str:
+    return _text(_validate.element_id(value, "name"), "name")
+
+
+def _id(value: object) -> str:
+    return _text(_validate.element_id(value), "id")
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + host))
+
+
+def _identifier(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{what} must be a str, not {type(value).__name__}")
+    if not _IDENTIFIER.fullmatch(value):
+        raise InvalidArgumentError(
+            f"{what} must be a lowercase SQL identifier (letters, digits, _; at most 40), not {value!r}"
+        )
+    return value
+
+
+def _int_option(value: object, name: str, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidTypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not low <= value <= high:
+        raise InvalidArgumentError(f"{name} must be between {low} and {high}, got {value!r}")
+    return value
+
+
+def _flag(value: str) -> bool:
+    lowered = value.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(value)
+
+
+#: The constructor's options a URL's query may carry, and how to read them. Other parameters
+#: (``sslmode``, ``connect_timeout``, ``application_name``...) go to libpq, which checks them.
+_URL_OPTIONS: Final[dict[str, Callable[[str], Any]]] = {
+    "schema": str,
+    "table": str,
+    "serializer": str,
+    "synchronous_commit": str,
+    "pool_size": int,
+    "timeout": float,
+    "retries": int,
+    "retry_backoff": float,
+    "create": _flag,
+}
+
+
+class _ServerClock:
+    """The server's time as seen from this process (:attr:`PostgresStore.clock`), in seconds.
+
+    This process's monotonic clock plus the offset to the server's ``clock_timestamp()`` measured
+    when the store opened. Statements never use it: they read the server's clock themselves.
+    ``pinned_us`` and ``skew_us`` are for tests: they replace and shift the server's time in every
+    statement of this store (and in this clock) so tests can move time without sleeping.
+    """
+
+    real = True
+
+    def __init__(self) -> None:
+        self._offset = time.time() - time.monotonic()
+        self._last = -math.inf
+        self.skew_us = 0
+        self.pinned_us: int | None = None
+
+    def set_offset(self, server_seconds: float, local_seconds: float) -> None:
+        self._offset = server_seconds - local_seconds
+
+    def __call__(self) -> float:
+        if self.pinned_us is not None:
+            return (self.pinned_us + self.skew_us) / 1e6
+        now = time.monotonic() + self._offset + self.skew_us / 1e6
+        if now < self._last:
+            return self._last
+        self._last = now
+        return now
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+
+    def __repr__(self) -> str:
+        return f"<PostgreSQL server clock, offset {self._offset:.6f} s>"
+
+
+class _Listener:
+    """One connection that ``LISTEN`` s on the store's channel, read by one thread.
+
+    The thread blocks on the connection for up to ``wake`` seconds at a time (only to look at its
+    stop flag; :meth:`stop` also sends a notification so it need not wait) and hands every
+    notification's payload to ``deliver`` on the event loop. A lost connection is re-made with
+    backoff; once listening again, it delivers ``""`` (wake every subscription: notifications
+    may have been missed meanwhile).
+    """
+
+    def __init__(
+        self, conninfo: str, channel: str, deliver: Callable[[str], None], *, timeout: float, backoff: float
+    ) -> None:
+        self._conninfo = conninfo
+        self._channel = channel
+        self._deliver = deliver
+        self._timeout = timeout
+        self._backoff = backoff
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._token: Any = None
+
+    def start(self, token: Any) -> None:
+        """Start the thread and wait until it listens (called in a worker thread). Raises if it cannot."""
+        self._token = token
+        self._thread = threading.Thread(
+            target=self._run, name=f"rehydrate-listen-{self._channel}", daemon=True
+        )
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            self._thread.join()
+            raise self._error
+
+    def stop(self, poke: Callable[[], None]) -> None:
+        """Stop the thread and close its connection (called in a worker thread)."""
+        self._stop.set()
+        if self._thread is None:
+            return
+        with suppress(Exception):  # the server is gone: the thread notices within its timeout
+            poke()
+        self._thread.join()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        import psycopg
+
+        conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=max(1, round(self._timeout)))
+        conn.execute(f'LISTEN "{self._channel}"')
+        return conn
+
+    def _hand_over(self, payload: str) -> bool:
+        try:
+            anyio.from_thread.run_sync(self._deliver, payload, token=self._token)
+        except RuntimeError:  # the event loop has ended: nobody to wake
+            self._stop.set()
+            return False
+        return True
+
+    def _run(self) -> None:
+        import psycopg
+
+        conn: psycopg.Connection[Any] | None = None
+        failures = 0
+        try:
+            while not self._stop.is_set():
+                if conn is None:
+                    try:
+                        conn = self._connect()
+                    except psycopg.Error as exc:
+                        if not self._ready.is_set():
+                            self._error = StoreUnavailableError(f"cannot LISTEN: {exc}")
+                            return
+                        failures += 1
+                        self._stop.wait(min(self._backoff * 2 ** min(failures, 8), 2.0))
+                        continue
+                    if self._ready.is_set():
+                        failures = 0
+                        self._hand_over("")  # reconnected: anything may have happened meanwhile
+                    self._ready.set()
+                try:
+                    for note in conn.notifies(timeout=1.0):
+                        if self._stop.is_set() or not self._hand_over(note.payload):
+                            break
+                except psycopg.Error:
+                    conn.close()
+                    conn = None
+        finally:
+            self._ready.set()
+            if conn is not None:
+                conn.close()
+
+
+class PostgresStore(Store):
+    """Dehydrators in a PostgreSQL database (``postgresql://user:password@host:5432/db``).
+
+    See the module's docstring for the design. Options (also as URL query parameters):
+
+    Args:
+        url: a libpq URL (``postgresql://`` or ``postgres://``); parameters other than the options
+            below (``sslmode``, ``application_name``...) are passed to libpq.
+        schema: the schema the tables live in (``public``); created if missing.
+        table: the elements' table (``rehydrate``); ``{table}_counts``, ``{table}_meta`` and
+            ``{table}_seq`` sit beside it. Several stores may share a database with different tables.
+        serializer: ``"json"`` (default), ``"msgpack"``, ``"pickle"`` or a serializer object.
+        synchronous_commit: the server setting for this store's sessions: ``on`` (default) or
+            ``off`` (faster small writes; a server crash may lose the last acknowledged ones).
+        pool_size: connections (and worker threads) for calls; one more listens when subscribed.
+        timeout: seconds to connect or to wait for a free connection.
+        retries: how often a failed call is retried (a lost connection, a server restart).
+        retry_backoff: the first pause between retries, doubled each time, at most 2 s.
+        create: create the tables on first use (default); with ``False``, a missing or outdated
+            schema raises an error saying to run ``rehydrate migrate --store URL``.
+    """
+
+    def __init__(
+        self,
+        url: str = "postgresql://localhost/postgres",
+        *,
+        schema: str = "public",
+        table: str = "rehydrate",
+        serializer: str | Serializer | None = None,
+        synchronous_commit: str = "on",
+        pool_size: int = 4,
+        timeout: Seconds = 5.0,
+        retries: int = 8,
+        retry_backoff: Seconds = 0.05,
+        create: bool = True,
+    ) -> None:
+        if not isinstance(url, str):
+            raise InvalidTypeError(f"url must be a str, not {type(url).__name__}")
+        if urlsplit(url).scheme.lower() not in ("postgresql", "postgres"):
+            raise InvalidArgumentError(
+                f"a PostgreSQL URL starts with postgresql:// or postgres://, not {_redact(url)!r}"
+            )
+        self._url = url
+        self._schema = _identifier(schema, "schema")
+        self._table = _identifier(table, "table")
+        self._serializer = get_serializer(serializer)
+        self._codec = self._serializer.name
+        if not isinstance(synchronous_commit, str) or synchronous_commit.lower() not in _SYNCHRONOUS_COMMIT:
+            raise InvalidArgumentError(
+                f"synchronous_commit must be one of {', '.join(_SYNCHRONOUS_COMMIT)}, "
+                f"not {synchronous_commit!r}"
+            )
+        self._synchronous_commit = synchronous_commit.lower()
+        self._pool_size = _int_option(pool_size, "pool_size", 1, 1000)
+        self._timeout = _validate.seconds(timeout, "timeout")
+        if self._timeout <= 0:
+            raise InvalidArgumentError("timeout must be positive")
+        self._retries = _int_option(retries, "retries", 0, 100)
+        self._backoff = _validate.seconds(retry_backoff, "retry_backoff")
+        self._create = _validate.flag(create, "create")
+        self._sql = Statements(self._schema, self._table)
+        digest = hashlib.sha1(f"{self._schema}.{self._table}".encode()).hexdigest()[:12]
+        self._channel = f"rehydrate_{self._table[:30]}_{digest}"
+        self.clock: _ServerClock = _ServerClock()
+        self._pool: psycopg_pool.ConnectionPool[Any] | None = None
+        self._limiter: anyio.CapacityLimiter | None = None
+        self._errors: Any = None
+        self._listener: _Listener | None = None
+        self._listener_lock = anyio.Lock()
+        self._subscribers: dict[str, set[EventSubscription]] = {}
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> PostgresStore:
+        """``postgresql://user:password@host:port/db?table=jobs``; ``options`` are the constructor's.
+
+        Every constructor option may be a query parameter (not both ways); other parameters are
+        libpq's.
+        """
+        if not isinstance(url, str):
+            raise InvalidTypeError(f"url must be a str, not {type(url).__name__}")
+        parts = urlsplit(url)
+        try:
+            query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+        except ValueError as exc:
+            raise InvalidArgumentError(f"malformed query in {_redact(url)!r}: {exc}") from None
+        rest = []
+        for key, value in query:
+            convert = _URL_OPTIONS.get(key)
+            if convert is None:
+                rest.append((key, value))
+                continue
+            if key in options:
+                raise InvalidArgumentError(f"{key} is given both in the URL and as an argument")
+            try:
+                options[key] = convert(value)
+            except ValueError:
+                raise InvalidArgumentError(f"invalid {key}={value!r} in the PostgreSQL URL") from None
+        return cls(urlunsplit(parts._replace(query=urlencode(rest))), **options)
+
+    def __repr__(self) -> str:
+        return (
+            f"PostgresStore({_redact(self._url)!r}, table={self._schema}.{self._table}, "
+            f"serializer={self._serializer!r})"
+        )
+
+    @property
+    def serializer(self) -> Serializer:
+        """The serializer elements are written with."""
+        return self._serializer
+
+    @property
+    def table(self) -> str:
+        """The elements' table, ``schema.table``."""
+        return f"{self._schema}.{self._table}"
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def _conninfo(self) -> str:
+        import psycopg
+        import psycopg.conninfo
+
+        try:
+            psycopg.conninfo.conninfo_to_dict(self._url)
+        except psycopg.ProgrammingError as exc:
+            raise InvalidArgumentError(f"invalid PostgreSQL URL {_redact(self._url)!r}: {exc}") from None
+        return self._url
+
+    async def open(self) -> None:
+        """Connect, create the tables if allowed (and missing), and set :attr:`clock`. Idempotent."""
+        if self._pool is not None:
+            await anyio.lowlevel.checkpoint()
+            return
+        try:
+            import psycopg
+            import psycopg.errors
+            import psycopg_pool
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise UnsupportedStoreError(
+                "the PostgreSQL store needs psycopg 3 and psycopg-pool: pip install 'rehydrate[postgres]'"
+            ) from exc
+        conninfo = self._conninfo()
+        self._errors = psycopg.errors
+        options = f"-c synchronous_commit={self._synchronous_commit}"
+        pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=self._pool_size,
+            open=False,
+            timeout=self._timeout,
+            kwargs={"autocommit": True, "options": options, "connect_timeout": max(1, round(self._timeout))},
+            name=f"rehydrate-{self._table}",
+        )
+        limiter = anyio.CapacityLimiter(self._pool_size)
+
+        def start() -> None:
+            try:
+                pool.open(wait=True, timeout=self._timeout)
+            except psycopg_pool.PoolTimeout as exc:
+                pool.close()
+                raise StoreUnavailableError(
+                    f"PostgreSQL at {_redact(self._url)} is unavailable: no connection within "
+                    f"{self._timeout} s ({exc})"
+                ) from exc
+
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(start)
+        self._pool, self._limiter = pool, limiter
+        try:
+            await self._prepare_schema()
+            await self._set_clock()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        """Stop listening and close every connection. Idempotent; elements stay in the database."""
+        pool, listener = self._pool, self._listener
+        self._pool = self._listener = None
+        with anyio.CancelScope(shield=True):
+            if listener is not None:
+                await anyio.to_thread.run_sync(listener.stop, lambda: self._poke(pool))
+            if pool is not None:
+                await anyio.to_thread.run_sync(pool.close)
+        await anyio.lowlevel.checkpoint()
+
+    def _poke(self, pool: psycopg_pool.ConnectionPool[Any] | None) -> None:
+        """Send a notification on the store's channel so the listening thread wakes now."""
+        if pool is not None:
+            with pool.connection(timeout=1.0) as conn:
+                conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
+
+    async def _prepare_schema(self) -> None:
+        sql = self._sql
+
+        def check(conn: psycopg.Connection[Any]) -> int | None:
+            meta, table = conn.execute(
+                sql.exists, {"meta_name": sql.meta_name, "table_name": sql.table_name}
+            ).fetchone() or (False, False)
+            if not (meta and table):
+                return None
+            row = conn.execute(sql.version).fetchone()
+            return None if row is None else int(row[0])
+
+        version = await self._run(check)
+        if version is None and self._create:
+            version = await self.migrate()
+            return
+        if version != SCHEMA_VERSION:
+            found = "no rehydrate tables" if version is None else f"a schema of version {version}"
+            raise RehydrateError(
+                f"{self.table} in {_redact(self._url)} holds {found}; this version of rehydrate needs "
+                f"version {SCHEMA_VERSION}: run `rehydrate migrate --store URL`"
+            )
+
+    async def migrate(self) -> int:
+        """Create the tables (or bring them to this version's schema); return the schema version.
+
+        Safe to run from several processes at once (an advisory lock serializes them) and again
+        later. ``rehydrate migrate --store URL`` calls it.
+        """
+        sql = self._sql
+
+        def create(conn: psycopg.Connection[Any]) -> int:
+            with conn.transaction():
+                for statement in sql.create:
+                    conn.execute(statement, {"lock": f"rehydrate:{self.table}", "version": SCHEMA_VERSION})
+                row = conn.execute(sql.version).fetchone()
+            return 0 if row is None else int(row[0])
+
+        version = await self._run(create)
+        if version != SCHEMA_VERSION:
+            raise RehydrateError(
+                f"{self.table} holds a rehydrate schema of version {version}, and this version of "
+                f"rehydrate knows no way from it to version {SCHEMA_VERSION}"
+            )
+        return version
+
+    async def schema_version(self) -> int | None:
+        """The schema version recorded in the database, ``None`` if the tables do not exist."""
+        sql = self._sql
+
+        def check(conn: psycopg.Connection[Any]) -> int | None:
+            meta, table = conn.execute(
+                sql.exists, {"meta_name": sql.meta_name, "table_name": sql.table_name}
+            ).fetchone() or (False, False)
+            if not (meta and table):
+                return None
+            row = conn.execute(sql.version).fetchone()
+            return None if row is None else int(row[0])
+
+        return await self._run(check)
+
+    async def _set_clock(self) -> None:
+        def sample(conn: psycopg.Connection[Any]) -> tuple[float, float, int]:
+            best: tuple[float, float, int] | None = None
+            for _ in range(3):
+                before = time.monotonic()
+                row = conn.execute(self._sql.now, {"pin": None, "skew": 0}).fetchone()
+                after = time.monotonic()
+                assert row is not None
+                if best is None or after - before < best[1] - best[0]:
+                    best = (before, after, int(row[0]))
+            assert best is not None
+            return best
+
+        before, after, micros = await self._run(sample)
+        self.clock.set_offset(micros / 1e6, (before + after) / 2)
+
+    async def _drop_for_tests(self) -> None:
+        """Drop this store's tables (test harnesses only)."""
+
+        def drop(conn: psycopg.Connection[Any]) -> None:
+            for statement in self._sql.drop:
+                conn.execute(statement)
+
+        await self._run(drop)
+
+    # -- test hooks ------------------------------------------------------------------------------
+
+    def _advance_for_tests(self, seconds: float) -> float:
+        """Move this store's time forward without sleeping (every statement adds the skew)."""
+        self.clock.skew_us += _micros(_validate.seconds(seconds, "seconds"))
+        return self.clock()
+
+    async def _freeze_for_tests(self) -> float:
+        """Stop this store's time at the server's current time; only :meth:`_advance_for_tests` moves it."""
+        row = await self._run(lambda conn: conn.execute(self._sql.now, {"pin": None, "skew": 0}).fetchone())
+        assert row is not None
+        self.clock.pinned_us = int(row[0])
+        return self.clock()
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def _not_open(self) -> RehydrateError:
+        return RehydrateError(
+            f"{self!r} is not open: use it as `async with store:` or call `await store.open()` first"
+        )
+
+    def _delay(self, attempt: int) -> float:
+        return float(min(self._backoff * 2 ** (attempt - 1), 2.0))
+
+    def _transient(self, exc: BaseException) -> bool:
+        import psycopg
+        import psycopg_pool
+
+        errors = self._errors
+        if isinstance(exc, (psycopg_pool.PoolTimeout, errors.TransactionRollback)):
+            return True
+        if isinstance(exc, psycopg.OperationalError):
+            # Lost connections, shutdowns and refused connections; not a query cancelled by a timeout
+            # or lock timeout the user configured, nor a full disk (those are retried too: they pass).
+            return True
+        return isinstance(exc, psycopg.InterfaceError) and "closed" in str(exc)
+
+    async def _run(self, fn: Callable[[psycopg.Connection[Any]], _T], *, retry: bool = True) -> _T:
+        """Run ``fn(connection)`` in a worker thread with a pooled connection; retry lost connections."""
+        import psycopg
+
+        attempt = 1
+        while True:
+            pool, limiter = self._pool, self._limiter
+            if pool is None or limiter is None:
+                raise self._not_open()
+            try:
+                return await anyio.to_thread.run_sync(self._in_thread, pool, fn, limiter=limiter)
+            except psycopg.Error as exc:
+                if not self._transient(exc):
+                    raise self._translate(exc) from exc
+                if not retry or attempt > self._retries:
+                    raise StoreUnavailableError(
+                        f"PostgreSQL at {_redact(self._url)} is unavailable after {attempt} attempts: "
+                        f"{type(exc).__name__}: {exc}".strip()
+                    ) from exc
+                await anyio.sleep(self._delay(attempt))
+                attempt += 1
+
+    def _translate(self, exc: BaseException) -> BaseException:
+        errors = self._errors
+        if isinstance(exc, (errors.CharacterNotInRepertoire, errors.UntranslatableCharacter)):
+            return InvalidArgumentError(f"PostgreSQL refused a name or id: {exc}")
+        if isinstance(
+            exc, (errors.UndefinedTable, errors.InsufficientPrivilege, errors.ReadOnlySqlTransaction)
+        ):
+            return StoreUnavailableError(f"PostgreSQL store {self.table}: {exc}")
+        return exc
+
+    @staticmethod
+    def _in_thread(pool: psycopg_pool.ConnectionPool[Any], fn: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        with pool.connection() as conn:
+            return fn(conn)
+
+    def _params(self, **params: Any) -> dict[str, Any]:
+        params["pin"] = self.clock.pinned_us
+        params["skew"] = self.clock.skew_us
+        return params
+
+    def _note(self, name: str) -> str:
+        return name if len(name.encode()) <= _MAX_NOTE else ""
+
+    def _dumps(self, element: Any) -> bytes:
+        try:
+            return self._serializer.dumps(element)
+        except InvalidArgumentError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise InvalidTypeError(f"element cannot be serialized by {self._codec!r}: {exc}") from exc
+
+    def _mismatch(self, name: str, id: str, serializer: str) -> RehydrateError:
+        return RehydrateError(
+            f"element {id!r} of {name!r} was written with the {serializer!r} serializer but this "
+            f"store uses {self._codec!r}: open it with serializer={serializer!r}"
+        )
+
+    def _loads(self, name: str, id: str, payload: bytes, serializer: str) -> Any:
+        if serializer != self._codec:
+            raise self._mismatch(name, id, serializer)
+        return self._serializer.loads(bytes(payload))
+
+    def _wake(self, name: str) -> None:
+        """Wake this process's subscriptions of ``name`` ("" wakes every one); on the event loop."""
+        if name:
+            for subscription in self._subscribers.get(name, ()):
+                subscription.notify()
+        else:
+            for subscriptions in self._subscribers.values():
+                for subscription in subscriptions:
+                    subscription.notify()
+
+    def _removed(self, name: str, rows: Sequence[Any]) -> list[tuple[str, Any]]:
+        """``(id, element)`` of removed rows in due order; raise if a row was refused for its serializer."""
+        for row in rows:
+            if row[4] is not None:
+                raise self._mismatch(name, row[0], row[4])
+        ordered = sorted(rows, key=lambda row: (row[2], row[3]))
+        return [(row[0], self._serializer.loads(bytes(row[1]))) for row in ordered]
+
+    # -- ReDe verbs ------------------------------------------------------------------------------
+
+    async def push(
+        self, name: str, element: Any, *, ttl: Seconds, id: str | None = None, replace: bool = False
+    ) -> str:
+        _name(name)
+        micros = _micros(_validate.seconds(ttl, "ttl"))
+        _validate.flag(replace, "replace")
+        if id is not None:
+            _id(id)
+        payload = self._dumps(element)
+        key = _new_id() if id is None else id
+        if replace:
+            params = self._params(
+                name=name,
+                id=key,
+                ttl=micros,
+                payload=payload,
+                codec=self._codec,
+                channel=self._channel,
+                note=self._note(name),
+            )
+            sql = self._sql.push_replace
+            row = await self._run(lambda conn: conn.execute(sql, params, prepare=True).fetchone())
+            if row is not None and row[1]:
+                self._wake(name)
+            return key
+        await self._push(name, [key], [payload], [micros], given={key} if id is not None else set())
+        return key
+
+    async def _push(
+        self, name: str, keys: list[str], payloads: list[bytes], ttls: list[int], *, given: set[str]
+    ) -> None:
+        sql = self._sql
+        params = self._params(
+            name=name,
+            ids=keys,
+            payloads=payloads,
+            ttls=ttls,
+            codec=self._codec,
+            channel=self._channel,
+            note=self._note(name),
+        )
+        retried = False
+
+        def body(conn: psycopg.Connection[Any]) -> bool:
+            nonlocal retried
+            try:
+                row = conn.execute(sql.push, params, prepare=True).fetchone()
+            except self._errors.UniqueViolation:
+                if retried:
+                    # A retry after a lost reply: the first attempt may have landed. If every
+                    # element is there with this very payload and unclaimed, it did.
+                    same = conn.execute(
+                        sql.same, {"name": name, "ids": keys, "payloads": payloads}
+                    ).fetchone()
+                    if same is not None and same[0] == len(keys):
+                        return False
+                found = conn.execute(sql.existing, {"name": name, "ids": keys}).fetchone()
+                raise DuplicateIdError(found[0] if found else next(iter(given), keys[0])) from None
+            finally:
+                retried = True
+            return bool(row and row[1])
+
+        if await self._run(body):
+            self._wake(name)
+
+    async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
+        """See :meth:`Store.push_many`: one statement (and so one round trip) per batch, of any size."""
+        _name(name)
+        keys: list[str] = []
+        payloads: list[bytes] = []
+        ttls: list[int] = []
+        given: set[str] = set()
+        for element, ttl, id in items:
+            micros = _micros(_validate.seconds(ttl, "ttl"))
+            if id is None:
+                key = _new_id()
+            else:
+                key = _id(id)
+                if key in given:
+                    raise DuplicateIdError(key)
+                given.add(key)
+            keys.append(key)
+            payloads.append(self._dumps(element))
+            ttls.append(micros)
+        if not keys:
+            if self._pool is None:
+                raise self._not_open()
+            await anyio.lowlevel.checkpoint()
+            return []
+        await self._push(name, keys, payloads, ttls, given=given)
+        return keys
+
+    async def _remove(self, sql: str, name: str, **params: Any) -> list[tuple[str, Any]]:
+        full = self._params(name=name, codec=self._codec, **params)
+        rows = await self._run(lambda conn: conn.execute(sql, full, prepare=True).fetchall())
+        return self._removed(name, rows)
+
+    async def pull(self, name: str, id: str) -> Any:
+        _name(name)
+        _id(id)
+        removed = await self._remove(self._sql.pull, name, id=id)
+        return removed[0][1] if removed else None
+
+    async def poll(self, name: str, *, limit: int | None = None) -> list[Any]:
+        _name(name)
+        n = _validate.limit(limit)
+        return [element for _, element in await self._remove(self._sql.poll, name, limit=n)]
+
+    async def xpoll(self, name: str, *, limit: int | None = None) -> list[str]:
+        _name(name)
+        n = _validate.limit(limit)
+        params = self._params(name=name, limit=n)
+        rows = await self._run(lambda conn: conn.execute(self._sql.xpoll, params, prepare=True).fetchall())
+        return [row[0] for row in rows]
+
+    async def xack(
+        self, name: str, *ids: str, attempt: int | None = None, token: int | None = None
+    ) -> list[Any]:
+        _name(name)
+        for id in _validate.ids(ids):
+            _text(id, "id")
+        _validate.attempt(attempt)
+        _validate.token(token)
+        if not ids:
+            if self._pool is None:
+                raise self._not_open()
+            await anyio.lowlevel.checkpoint()
+            return []
+        removed = dict(await self._remove(self._sql.xack, name, ids=list(ids), attempt=attempt, token=token))
+        return [removed.pop(id, None) for id in ids]
+
+    async def look(self, name: str, id: str) -> Any:
+        _name(name)
+        _id(id)
+        params = {"name": name, "id": id}
+        row = await self._run(lambda conn: conn.execute(self._sql.look, params, prepare=True).fetchone())
+        return None if row is None else self._loads(name, id, row[0], row[1])
+
+    async def ttn(self, name: str) -> float | None:
+        _name(name)
+        params = self._params(name=name)
+        row = await self._run(lambda conn: conn.execute(self._sql.ttn, params, prepare=True).fetchone())
+        return None if row is None else int(row[0]) / 1e6
+
+    async def update(self, name: str, id: str, element: Any) -> Any:
+        _name(name)
+        _id(id)
+        payload = self._dumps(element)
+        params = {"name": name, "id": id, "payload": payload, "codec": self._codec}
+        row = await self._run(lambda conn: conn.execute(self._sql.update, params, prepare=True).fetchone())
+        if row is None:
+            raise UnknownIdError(id)
+        return self._loads(name, id, row[0], row[1])
+
+    # -- leases ----------------------------------------------------------------------------------
+
+    async def claim(self, name: str, *, lease: Seconds, limit: int | None = None) -> list[Claim]:
+        """See :meth:`Store.claim`: at most 1,000 elements per call, one statement."""
+        _name(name)
+        micros = _micros(_validate.seconds(lease, "lease"))
+        n = _validate.limit(limit)
+        take = _CLAIM_BATCH if n is None else min(n, _CLAIM_BATCH)
+        params = self._params(name=name, lease=micros, limit=take, codec=self._codec)
+        rows = await self._run(lambda conn: conn.execute(self._sql.claim, params, prepare=True).fetchall())
+        claims = []
+        for id, payload, token, until, due, now, foreign in rows:
+            if foreign is not None:
+                raise self._mismatch(name, id, foreign)
+            claims.append(
+                Claim(
+                    id=id,
+                    element=self._serializer.loads(bytes(payload)),
+                    attempt=attempt_of(token),
+                    lease_until=until / 1e6,
+                    token=token,
+                    due=due / 1e6,
+                    claimed_at=now / 1e6,
+                )
+            )
+        return claims
+
+    async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
+        _name(name)
+        pairs = list(claims)
+        for id, token in pairs:
+            _id(id)
+            if _validate.token(token) is None:
+                raise InvalidArgumentError("ack needs each claim's token")
+        if not pairs:
+            if self._pool is None:
+                raise self._not_open()
+            await anyio.lowlevel.checkpoint()
+            return []
+        params = self._params(name=name, ids=[id for id, _ in pairs], tokens=[token for _, token in pairs])
+        rows = await self._run(lambda conn: conn.execute(self._sql.ack, params, prepare=True).fetchall())
+        removed = {(id, token) for id, token in rows}
+        out = []
+        for pair in pairs:
+            out.append(pair in removed)
+            removed.discard(pair)
+        return out
+
+    async def _refile(
+        self, name: str, id: str, micros: int, *, attempt: int | None, token: int | None, extend: bool
+    ) -> int | None:
+        params = self._params(
+            name=name,
+            id=id,
+            ttl=micros,
+            attempt=attempt,
+            token=token,
+            extend=extend,
+            channel=self._channel,
+            note=self._note(name),
+        )
+        row = await self._run(lambda conn: conn.execute(self._sql.refile, params, prepare=True).fetchone())
+        if row is None:
+            return None
+        if row[1]:
+            self._wake(name)
+        return int(row[0])
+
+    async def reschedule(
+        self, name: str, id: str, *, ttl: Seconds, attempt: int | None = None, token: int | None = None
+    ) -> bool:
+        _name(name)
+        micros = _micros(_validate.seconds(ttl, "ttl"))
+        _id(id)
+        _validate.attempt(attempt)
+        _validate.token(token)
+        return await self._refile(name, id, micros, attempt=attempt, token=token, extend=False) is not None
+
+    async def extend(self, name: str, id: str, *, lease: Seconds, token: int) -> float | None:
+        _name(name)
+        micros = _micros(_validate.seconds(lease, "lease"))
+        _id(id)
+        if _validate.token(token) is None:
+            raise InvalidArgumentError("extend needs the claim's token")
+        until = await self._refile(name, id, micros, attempt=None, token=token, extend=True)
+        return None if until is None else until / 1e6
+
+    async def info(self, name: str, id: str) -> ElementInfo | None:
+        _name(name)
+        _id(id)
+        params = {"name": name, "id": id}
+        row = await self._run(lambda conn: conn.execute(self._sql.info, params, prepare=True).fetchone())
+        if row is None:
+            return None
+        return ElementInfo(id=id, due=row[0] / 1e6, ttl=row[1], attempt=attempt_of(row[2]), claimed=row[3])
+
+    # -- inspection and waiting ------------------------------------------------------------------
+
+    async def names(self) -> list[str]:
+        """See :meth:`Store.names`; O(names * log n), by skipping from one name to the next in the index."""
+        rows = await self._run(lambda conn: conn.execute(self._sql.names_query).fetchall())
+        return sorted(row[0] for row in rows)
+
+    async def size(self, name: str) -> int:
+        """See :meth:`Store.size`: read from the name's counters, not counted."""
+        _name(name)
+        params = {"name": name}
+        row = await self._run(lambda conn: conn.execute(self._sql.size, params, prepare=True).fetchone())
+        return int(row[0]) if row else 0
+
+    async def summary(self, name: str) -> Summary:
+        """See :meth:`Store.summary`: size and claimed from the counters, due by an index-only range count."""
+        _name(name)
+        params = self._params(name=name)
+        row = await self._run(lambda conn: conn.execute(self._sql.summary, params, prepare=True).fetchone())
+        assert row is not None
+        size, due, claimed, head, now = row
+        ttn = None if head is None else max(0, head - now) / 1e6
+        return Summary(size=int(size), due=int(due), claimed=int(claimed), ttn=ttn)
+
+    async def ids(self, name: str, *, limit: int | None = None) -> list[str]:
+        _name(name)
+        n = _validate.limit(limit)
+        params = {"name": name, "limit": n}
+        rows = await self._run(lambda conn: conn.execute(self._sql.ids, params, prepare=True).fetchall())
+        return [row[0] for row in rows]
+
+    async def _listen(self) -> None:
+        """Start this store's listening connection and thread, once."""
+        async with self._listener_lock:
+            if self._listener is not None:
+                return
+            if self._pool is None:
+                raise self._not_open()
+            listener = _Listener(
+                self._conninfo(), self._channel, self._wake, timeout=self._timeout, backoff=self._backoff
+            )
+            token = anyio.lowlevel.current_token()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(listener.start, token)
+            self._listener = listener
+
+    @asynccontextmanager
+    async def _subscribe(self, name: str) -> AsyncIterator[Subscription]:
+        await self._listen()
+        subscription = EventSubscription(self.clock)
+        subscribers = self._subscribers.setdefault(name, set())
+        subscribers.add(subscription)
+        try:
+            yield subscription
+        finally:
+            subscribers.discard(subscription)
+            if not subscribers and self._subscribers.get(name) is subscribers:
+                del self._subscribers[name]
+
+    def subscribe(self, name: str) -> AbstractAsyncContextManager[Subscription]:
+        """See :meth:`Store.subscribe`: ``LISTEN`` on one connection per store, woken at each commit
+        that makes an element of ``name`` due sooner, in any process."""
+        _name(name)
+        return self._subscribe(name)

@@ -1,0 +1,332 @@
+"""The SQL of the PostgreSQL store, one statement per verb, built once per (schema, table).
+
+Every verb is one statement (a chain of common table expressions), so it is atomic and costs one
+round trip in autocommit mode. Conventions:
+
+* ``{now}`` is the server's clock in integer microseconds, read once per statement in the
+  ``t`` CTE (``MATERIALIZED``: ``clock_timestamp()`` is volatile, so it is never inlined twice);
+  ``%(pin)s`` and ``%(skew)s`` exist for tests only (``NULL`` and ``0`` otherwise).
+* ``{counts}`` keeps ``size`` and ``claimed`` per name in a few rows (one per ``shard``, chosen by
+  the backend's process id) so ``size`` and ``summary`` read a handful of rows instead of counting
+  the dehydrator, and concurrent writers in different sessions rarely touch the same counter row.
+* A write that may make an element due sooner reads the current head ``FOR SHARE SKIP LOCKED``
+  and notifies (``pg_notify``, delivered at commit) when the new due time is sooner. The share
+  lock keeps that head from being taken or moved later until this write commits, so a subscriber
+  can never see both "old head gone" and "new element not there yet" (which would leave it asleep
+  past the new element's due time with no notification); a head locked by a claimer is skipped
+  and the next one compared instead, which is what the subscriber will see.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["SCHEMA_VERSION", "Statements"]
+
+#: Bumped when the tables change shape; a later release migrates from the recorded version.
+SCHEMA_VERSION: Final = 1
+#: How many counter rows one name may spread over.
+SHARDS: Final = 16
+#: The attempt bits of a claim stamp (rehydrate._core._fence.ATTEMPTS).
+ATTEMPTS: Final = (1 << 20) - 1
+
+_NOW = (
+    "(coalesce(%(pin)s::bigint, (extract(epoch from clock_timestamp()) * 1000000)::bigint)"
+    " + %(skew)s::bigint)"
+)
+
+
+def _counter(source: str, size: str, claimed: str) -> str:
+    """A CTE adding ``size`` and ``claimed`` (aggregates over ``source``) to this session's counter row."""
+    return f"""cnt AS (
+        INSERT INTO {{counts}} AS c (name, shard, size, claimed)
+        SELECT %(name)s, pg_backend_pid() %% {SHARDS}, {size}, {claimed} FROM {source} HAVING count(*) > 0
+        ON CONFLICT (name, shard) DO UPDATE
+        SET size = c.size + excluded.size, claimed = c.claimed + excluded.claimed
+    )"""
+
+
+_HEAD = """head AS MATERIALIZED (
+        SELECT due FROM {table} WHERE name = %(name)s ORDER BY due, seq LIMIT 1 FOR SHARE SKIP LOCKED
+    )"""
+
+_NOTIFY = (
+    "CASE WHEN (SELECT due FROM head) IS NULL OR {due} < (SELECT due FROM head)"
+    " THEN pg_notify(%(channel)s, %(note)s)::text IS NULL ELSE false END"
+)
+
+_TEMPLATES: Final = {
+    "create": (
+        "SELECT pg_advisory_xact_lock(hashtext(%(lock)s))",
+        "CREATE SCHEMA IF NOT EXISTS {schema}",
+        """CREATE TABLE IF NOT EXISTS {meta} (
+            key text COLLATE "C" PRIMARY KEY,
+            value bigint NOT NULL
+        )""",
+        # One row per element. ``due`` is in server microseconds; ``seq`` is the filing order (ties
+        # in due time come out in it) and doubles as the claim number of ``attempt``, the claim
+        # stamp (see rehydrate._core._fence); ``ttl`` is the TTL or lease it was last filed with.
+        # fillfactor leaves room on each page so that rewriting a payload (update) stays a HOT
+        # update; the autovacuum settings keep up with claim/ack churn on a busy table.
+        """CREATE TABLE IF NOT EXISTS {table} (
+            name text COLLATE "C" NOT NULL,
+            id text COLLATE "C" NOT NULL,
+            due bigint NOT NULL,
+            seq bigint NOT NULL,
+            attempt bigint NOT NULL DEFAULT 0,
+            claimed boolean NOT NULL DEFAULT false,
+            ttl double precision NOT NULL,
+            serializer text NOT NULL,
+            payload bytea NOT NULL,
+            PRIMARY KEY (name, id)
+        ) WITH (
+            fillfactor = 85,
+            autovacuum_vacuum_scale_factor = 0.01,
+            autovacuum_vacuum_insert_scale_factor = 0.01,
+            autovacuum_analyze_scale_factor = 0.02,
+            autovacuum_vacuum_cost_delay = 0
+        )""",
+        "CREATE INDEX IF NOT EXISTS {due_index} ON {table} (name, due, seq)",
+        """CREATE TABLE IF NOT EXISTS {counts} (
+            name text COLLATE "C" NOT NULL,
+            shard integer NOT NULL,
+            size bigint NOT NULL,
+            claimed bigint NOT NULL,
+            PRIMARY KEY (name, shard)
+        ) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000)""",
+        "CREATE SEQUENCE IF NOT EXISTS {seq} AS bigint",
+        "INSERT INTO {meta} (key, value) VALUES ('schema', %(version)s) ON CONFLICT (key) DO NOTHING",
+    ),
+    "version": "SELECT value FROM {meta} WHERE key = 'schema'",
+    "exists": "SELECT to_regclass(%(meta_name)s) IS NOT NULL, to_regclass(%(table_name)s) IS NOT NULL",
+    "now": f"SELECT {_NOW}",
+    # push and push_many (without replace): a duplicate id fails the whole statement.
+    "push": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
+        {_HEAD},
+        src AS (
+            SELECT * FROM unnest(%(ids)s::text[], %(payloads)s::bytea[], %(ttls)s::bigint[])
+            WITH ORDINALITY AS u(id, payload, ttl, ord)
+        ),
+        ins AS (
+            INSERT INTO {{table}} (name, id, due, seq, ttl, serializer, payload)
+            SELECT %(name)s, s.id, t.now + s.ttl, nextval('{{seq_name}}'), s.ttl / 1e6, %(codec)s, s.payload
+            FROM (SELECT * FROM src ORDER BY ord) s, t
+            RETURNING due
+        ),
+        {_counter("ins", "count(*)", "0")}
+        SELECT count(*), {_NOTIFY.format(due="(SELECT min(due) FROM ins)")} FROM ins""",
+    # push with replace: the element under id (if any) is overwritten as a new one.
+    "push_replace": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
+        old AS MATERIALIZED (
+            SELECT claimed FROM {{table}} WHERE name = %(name)s AND id = %(id)s FOR UPDATE
+        ),
+        {_HEAD},
+        ins AS (
+            INSERT INTO {{table}} AS e (name, id, due, seq, ttl, serializer, payload)
+            SELECT %(name)s, %(id)s, t.now + %(ttl)s, nextval('{{seq_name}}'), %(ttl)s / 1e6, %(codec)s,
+                %(payload)s
+            FROM t, (SELECT count(*) AS n FROM old) o WHERE o.n >= 0  -- old first: it reads the row
+            ON CONFLICT (name, id) DO UPDATE SET due = excluded.due, seq = excluded.seq, ttl = excluded.ttl,
+                attempt = 0, claimed = false, serializer = excluded.serializer, payload = excluded.payload
+            RETURNING due, (e.xmax = 0) AS inserted
+        ),
+        {_counter("ins", "count(*) FILTER (WHERE inserted)", "-coalesce((SELECT claimed::int FROM old), 0)")}
+        SELECT count(*), {_NOTIFY.format(due="(SELECT min(due) FROM ins)")} FROM ins""",
+    "existing": "SELECT id FROM {table} WHERE name = %(name)s AND id = ANY(%(ids)s::text[]) LIMIT 1",
+    "same": (
+        "SELECT count(*) FROM {table} e JOIN unnest(%(ids)s::text[], %(payloads)s::bytea[]) AS u(id, payload)"
+        " ON e.id = u.id WHERE e.name = %(name)s AND e.payload = u.payload AND e.attempt = 0"
+    ),
+    # Removals: rows written by another serializer are not removed (``bad``): the call raises.
+    "pull": f"""WITH picked AS MATERIALIZED (
+            SELECT id, serializer FROM {{table}} WHERE name = %(name)s AND id = %(id)s FOR UPDATE
+        ),
+        bad AS MATERIALIZED (SELECT id, serializer FROM picked WHERE serializer <> %(codec)s),
+        del AS (
+            DELETE FROM {{table}} e USING picked p
+            WHERE e.name = %(name)s AND e.id = p.id AND NOT EXISTS (SELECT 1 FROM bad)
+            RETURNING e.id, e.payload, e.due, e.seq, e.claimed
+        ),
+        {_counter("del", "-count(*)", "-count(*) FILTER (WHERE claimed)")}
+        SELECT id, payload, due, seq, NULL FROM del UNION ALL SELECT id, NULL, 0, 0, serializer FROM bad""",
+    "poll": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
+        picked AS MATERIALIZED (
+            SELECT id, serializer FROM {{table}}
+            WHERE name = %(name)s AND due <= (SELECT now FROM t)
+            ORDER BY due, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+        ),
+        bad AS MATERIALIZED (SELECT id, serializer FROM picked WHERE serializer <> %(codec)s LIMIT 1),
+        del AS (
+            DELETE FROM {{table}} e USING picked p
+            WHERE e.name = %(name)s AND e.id = p.id AND NOT EXISTS (SELECT 1 FROM bad)
+            RETURNING e.id, e.payload, e.due, e.seq, e.claimed
+        ),
+        {_counter("del", "-count(*)", "-count(*) FILTER (WHERE claimed)")}
+        SELECT id, payload, due, seq, NULL FROM del UNION ALL SELECT id, NULL, 0, 0, serializer FROM bad""",
+    "xack": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
+        picked AS MATERIALIZED (
+            SELECT id, serializer FROM {{table}}
+            WHERE name = %(name)s AND id = ANY(%(ids)s::text[])
+                AND (%(attempt)s::bigint IS NULL OR attempt & {ATTEMPTS} = %(attempt)s::bigint)
+                AND (%(token)s::bigint IS NULL OR attempt = %(token)s::bigint)
+                AND (claimed OR due <= (SELECT now FROM t))
+            FOR UPDATE
+        ),
+        bad AS MATERIALIZED (SELECT id, serializer FROM picked WHERE serializer <> %(codec)s LIMIT 1),
+        del AS (
+            DELETE FROM {{table}} e USING picked p
+            WHERE e.name = %(name)s AND e.id = p.id AND NOT EXISTS (SELECT 1 FROM bad)
+            RETURNING e.id, e.payload, e.due, e.seq, e.claimed
+        ),
+        {_counter("del", "-count(*)", "-count(*) FILTER (WHERE claimed)")}
+        SELECT id, payload, due, seq, NULL FROM del UNION ALL SELECT id, NULL, 0, 0, serializer FROM bad""",
+    "xpoll": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now)
+        SELECT id FROM {{table}} WHERE name = %(name)s AND due <= (SELECT now FROM t)
+        ORDER BY due, seq LIMIT %(limit)s""",
+    "look": "SELECT payload, serializer FROM {table} WHERE name = %(name)s AND id = %(id)s",
+    "ttn": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now)
+        SELECT greatest(0, due - (SELECT now FROM t)) FROM {{table}}
+        WHERE name = %(name)s ORDER BY due, seq LIMIT 1""",
+    "update": """WITH old AS MATERIALIZED (
+            SELECT payload, serializer FROM {table} WHERE name = %(name)s AND id = %(id)s FOR UPDATE
+        ),
+        upd AS (
+            UPDATE {table} SET payload = %(payload)s, serializer = %(codec)s
+            WHERE name = %(name)s AND id = %(id)s AND (SELECT serializer FROM old) = %(codec)s
+            RETURNING 1
+        )
+        SELECT payload, serializer, (SELECT count(*) FROM upd) FROM old""",
+    # One statement per batch: the due rows in due order, locked or skipped (SKIP LOCKED: concurrent
+    # claimers take different rows and never wait for each other), filed anew at the lease's end
+    # with a fresh filing number that is also the claim number of the stamp.
+    "claim": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
+        picked AS MATERIALIZED (
+            SELECT p.id, p.due, p.attempt, p.claimed, p.serializer, nextval('{{seq_name}}') AS n
+            FROM (
+                SELECT id, due, attempt, claimed, serializer FROM {{table}}
+                WHERE name = %(name)s AND due <= (SELECT now FROM t)
+                ORDER BY due, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+            ) p
+        ),
+        bad AS MATERIALIZED (SELECT id, serializer FROM picked WHERE serializer <> %(codec)s LIMIT 1),
+        upd AS (
+            UPDATE {{table}} e
+            SET due = t.now + %(lease)s, seq = p.n, ttl = %(lease)s / 1e6, claimed = true,
+                attempt = p.n * {ATTEMPTS + 1} + least((p.attempt & {ATTEMPTS}) + 1, {ATTEMPTS})
+            FROM picked p, t
+            WHERE e.name = %(name)s AND e.id = p.id AND NOT EXISTS (SELECT 1 FROM bad)
+            RETURNING e.id, e.payload, e.attempt, e.due AS until, p.due, p.claimed, t.now
+        ),
+        {_counter("upd", "0", "count(*) FILTER (WHERE NOT claimed)")}
+        SELECT id, payload, attempt, until, due, now, NULL FROM upd
+        UNION ALL SELECT id, NULL, 0, 0, 0, 0, serializer FROM bad
+        ORDER BY 3""",
+    "ack": f"""WITH del AS (
+            DELETE FROM {{table}} e USING unnest(%(ids)s::text[], %(tokens)s::bigint[]) AS a(id, token)
+            WHERE e.name = %(name)s AND e.id = a.id AND e.attempt = a.token AND e.claimed
+            RETURNING e.id, e.attempt
+        ),
+        {_counter("del", "-count(*)", "-count(*)")}
+        SELECT id, attempt FROM del""",
+    # reschedule (release the claim) and extend (keep it): file the element anew at now + ttl.
+    "refile": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
+        old AS MATERIALIZED (
+            SELECT id, claimed FROM {{table}}
+            WHERE name = %(name)s AND id = %(id)s
+                AND (%(attempt)s::bigint IS NULL OR attempt & {ATTEMPTS} = %(attempt)s::bigint)
+                AND (%(token)s::bigint IS NULL OR attempt = %(token)s::bigint)
+                AND (claimed OR NOT %(extend)s)
+            FOR UPDATE
+        ),
+        {_HEAD},
+        upd AS (
+            UPDATE {{table}} e
+            SET due = t.now + %(ttl)s, seq = nextval('{{seq_name}}'), ttl = %(ttl)s / 1e6,
+                claimed = %(extend)s
+            FROM old o, t
+            WHERE e.name = %(name)s AND e.id = o.id
+            RETURNING e.due, o.claimed
+        ),
+        {_counter("upd", "0", "count(*) FILTER (WHERE claimed AND NOT %(extend)s)")}
+        SELECT due, {_NOTIFY.format(due="(SELECT min(due) FROM upd)")} FROM upd""",
+    "info": "SELECT due, ttl, attempt, claimed FROM {table} WHERE name = %(name)s AND id = %(id)s",
+    # The distinct names by skipping from one to the next in the primary key: O(names * log n).
+    "names_query": """WITH RECURSIVE walk(name) AS (
+            (SELECT name FROM {table} ORDER BY name LIMIT 1)
+            UNION ALL
+            SELECT (SELECT e.name FROM {table} e WHERE e.name > w.name ORDER BY e.name LIMIT 1)
+            FROM walk w WHERE w.name IS NOT NULL
+        )
+        SELECT name FROM walk WHERE name IS NOT NULL""",
+    "size": "SELECT coalesce(sum(size), 0) FROM {counts} WHERE name = %(name)s",
+    "summary": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now)
+        SELECT
+            (SELECT coalesce(sum(size), 0) FROM {{counts}} WHERE name = %(name)s),
+            (SELECT count(*) FROM {{table}} WHERE name = %(name)s AND due <= (SELECT now FROM t)),
+            (SELECT coalesce(sum(claimed), 0) FROM {{counts}} WHERE name = %(name)s),
+            (SELECT due FROM {{table}} WHERE name = %(name)s ORDER BY due, seq LIMIT 1),
+            (SELECT now FROM t)""",
+    "ids": "SELECT id FROM {table} WHERE name = %(name)s ORDER BY due, seq LIMIT %(limit)s",
+    "drop": (
+        "DROP TABLE IF EXISTS {table}",
+        "DROP TABLE IF EXISTS {counts}",
+        "DROP TABLE IF EXISTS {meta}",
+        "DROP SEQUENCE IF EXISTS {seq}",
+    ),
+}
+
+
+def _quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+class Statements:
+    """The statements for the tables of one store (``schema``.``table`` and its companions)."""
+
+    def __init__(self, schema: str, table: str) -> None:
+        names = {
+            "schema": _quote(schema),
+            "table": f"{_quote(schema)}.{_quote(table)}",
+            "meta": f"{_quote(schema)}.{_quote(table + '_meta')}",
+            "counts": f"{_quote(schema)}.{_quote(table + '_counts')}",
+            "seq": f"{_quote(schema)}.{_quote(table + '_seq')}",
+            "due_index": _quote(table + "_due"),
+        }
+        # nextval() takes the sequence's name as text: quoted identifiers inside a string literal.
+        names["seq_name"] = names["seq"].replace("'", "''")
+        self.identifiers = names
+        self.meta_name = names["meta"]
+        self.table_name = names["table"]
+
+        def fill(template: str) -> str:
+            return template.format(**names)
+
+        self.create = tuple(fill(s) for s in _TEMPLATES["create"])
+        self.drop = tuple(fill(s) for s in _TEMPLATES["drop"])
+        for key, template in _TEMPLATES.items():
+            if isinstance(template, str):
+                setattr(self, key, fill(template))
+
+    # Set by __init__ from _TEMPLATES (declared for the type checker).
+    version: str
+    exists: str
+    now: str
+    push: str
+    push_replace: str
+    existing: str
+    same: str
+    pull: str
+    poll: str
+    xack: str
+    xpoll: str
+    look: str
+    ttn: str
+    update: str
+    claim: str
+    ack: str
+    refile: str
+    info: str
+    names_query: str
+    size: str
+    summary: str
+    ids: str

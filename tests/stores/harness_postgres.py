@@ -1,0 +1,32 @@
+"""The PostgreSQL store in the contract suite.
+
+Each test gets a store with its own table on the session's server (see ``tests/pg_server.py``;
+``REHYDRATE_TEST_PG_URL`` points at a running one instead), dropped afterwards. Time is pinned to
+the server's clock when the test starts and moves only with ``advance`` (an offset every statement
+adds to ``clock_timestamp()``), so durations compare exactly, as with the other stores.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from rehydrate.stores._postgres import PostgresStore
+from tests.pg_server import shared_server_url
+
+from .harnesses import Harness
+
+
+async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    url = shared_server_url(request.config)
+    store = PostgresStore.from_url(
+        url, table=f"rhtest_{uuid.uuid4().hex[:12]}", retries=2, retry_backoff=0.05
+    )
+    async with store:
+        try:
+            await store._freeze_for_tests()
+            yield Harness(store=store, advance=store._advance_for_tests)
+        finally:
+            await store._drop_for_tests()
