@@ -48,7 +48,7 @@ SUBMODULES = {
         "UnsupportedStoreError",
     },
     "rehydrate.serializers": {"JSONSerializer", "MsgpackSerializer", "PickleSerializer", "get_serializer"},
-    "rehydrate.stores": {"MemoryStore", "RedisStore", "SQLiteStore", "open_store"},
+    "rehydrate.stores": {"MemoryStore", "PostgresStore", "RedisStore", "SQLiteStore", "open_store"},
     "rehydrate.testing": {"FakeClock"},
 }
 

@@ -247,7 +247,7 @@ _TEMPLATES: Final = {
             WHERE e.name = %(name)s AND e.id = o.id
             RETURNING e.due, o.claimed
         ),
-        {_counter("upd", "0", "count(*) FILTER (WHERE claimed AND NOT %(extend)s)")}
+        {_counter("upd", "0", "-count(*) FILTER (WHERE claimed AND NOT %(extend)s)")}
         SELECT due, {_NOTIFY.format(due="(SELECT min(due) FROM upd)")} FROM upd""",
     "info": "SELECT due, ttl, attempt, claimed FROM {table} WHERE name = %(name)s AND id = %(id)s",
     # The distinct names by skipping from one to the next in the primary key: O(names * log n).

@@ -1,0 +1,508 @@
+"""What the contract suite cannot see of the PostgreSQL store: its URL, schema, server clock,
+LISTEN/NOTIFY across store objects and processes, failures (a server crash and restart, a worker
+killed mid-handler) and large or many elements.
+
+Every test runs on the session's throwaway server (``tests/pg_server.py``), each in tables of its
+own; tests that crash or restart a server start one of their own. Without PostgreSQL's server
+binaries they skip with one line.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from rehydrate import (
+    DuplicateIdError,
+    InvalidArgumentError,
+    RehydrateError,
+    StoreUnavailableError,
+    UnsupportedStoreError,
+)
+from rehydrate.stores import PostgresStore, open_store
+from tests.pg_server import PostgresServer, shared_server_url, skip_without_server
+from tests.test_faults import lines, start_worker, wait_for
+
+pytestmark = pytest.mark.anyio
+
+N = "jobs"
+
+
+@pytest.fixture
+def url(pytestconfig: pytest.Config) -> str:
+    return shared_server_url(pytestconfig)
+
+
+@pytest.fixture
+def table() -> str:
+    return f"rhtest_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+async def store(url: str, table: str) -> AsyncIterator[PostgresStore]:
+    async with PostgresStore.from_url(url, table=table, retries=2, retry_backoff=0.05) as s:
+        try:
+            yield s
+        finally:
+            await s._drop_for_tests()
+
+
+@pytest.fixture(scope="module")
+def own_server() -> Iterator[PostgresServer]:
+    """A server of this module's own, for the tests that crash and restart it."""
+    skip_without_server()
+    with PostgresServer() as server:
+        yield server
+
+
+async def sql(store: PostgresStore, query: str, *params: Any) -> list[Any]:
+    return await store._run(lambda conn: conn.execute(query, params).fetchall())
+
+
+# -- URL and options -----------------------------------------------------------------------------
+
+
+async def test_open_store_takes_both_schemes_and_its_options() -> None:
+    s = open_store(
+        "postgres://u:secret@db.example:5433/app?table=jobs&schema=work&pool_size=2&sslmode=require"
+    )
+    assert isinstance(s, PostgresStore)
+    assert s.table == "work.jobs"
+    assert "secret" not in repr(s)
+    assert isinstance(open_store("postgresql://localhost/app"), PostgresStore)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://localhost/app?table=Jobs",  # not a lowercase identifier
+        "postgresql://localhost/app?table=a;drop",
+        "postgresql://localhost/app?schema=",
+        "postgresql://localhost/app?pool_size=0",
+        "postgresql://localhost/app?pool_size=many",
+        "postgresql://localhost/app?synchronous_commit=sometimes",
+        "postgresql://localhost/app?create=perhaps",
+        "postgresql://localhost/app?timeout=-1",
+        "postgresql://localhost/app?serializer=yaml",
+        "postgresql://localhost/app?table=a&table=b",
+    ],
+)
+def test_bad_urls_are_refused(url: str) -> None:
+    with pytest.raises(InvalidArgumentError):
+        open_store(url)
+
+
+def test_an_option_given_twice_is_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="both"):
+        open_store("postgresql://localhost/app?table=a", table="b")
+
+
+async def test_an_unknown_libpq_parameter_is_refused_at_open() -> None:
+    with pytest.raises(InvalidArgumentError, match="invalid PostgreSQL URL"):
+        await open_store("postgresql://localhost/app?no_such_option=1").open()
+
+
+async def test_an_unreachable_server_is_unavailable() -> None:
+    s = open_store("postgresql://postgres@127.0.0.1:1/app?timeout=1")
+    with pytest.raises(StoreUnavailableError):
+        await s.open()
+
+
+# -- schema ----------------------------------------------------------------------------------------
+
+
+async def test_tables_are_created_on_first_use_with_a_version_row(store: PostgresStore, table: str) -> None:
+    assert await store.schema_version() == 1
+    rows = await sql(store, "SELECT indexdef FROM pg_indexes WHERE tablename = %s ORDER BY indexname", table)
+    assert any("(name, due, seq)" in row[0] for row in rows)
+    assert any("(name, id)" in row[0] for row in rows)
+    assert await store.migrate() == 1  # again: nothing to do
+
+
+async def test_create_false_refuses_missing_tables_then_works_after_migrate(url: str, table: str) -> None:
+    checking = PostgresStore.from_url(f"{url}?create=0&table={table}")
+    with pytest.raises(RehydrateError, match="rehydrate migrate"):
+        await checking.open()
+    async with PostgresStore.from_url(url, table=table) as creator:
+        try:
+            async with PostgresStore.from_url(f"{url}?create=false&table={table}") as s:
+                await s.push(N, "x", ttl=0, id="x")
+                assert await s.poll(N) == ["x"]
+        finally:
+            await creator._drop_for_tests()
+
+
+async def test_a_schema_of_another_version_is_refused(store: PostgresStore, url: str, table: str) -> None:
+    await sql(store, f"UPDATE {table}_meta SET value = 99 WHERE key = 'schema' RETURNING 1")
+    with pytest.raises(RehydrateError, match="version 99"):
+        await PostgresStore.from_url(url, table=table).open()
+
+
+async def test_two_tables_in_one_database_are_separate(url: str, store: PostgresStore) -> None:
+    other = f"rhtest_{uuid.uuid4().hex[:12]}"
+    async with PostgresStore.from_url(url, table=other, schema="rh_other") as s2:
+        try:
+            await store.push(N, "a", ttl=0, id="x")
+            await s2.push(N, "b", ttl=0, id="x")
+            assert await store.look(N, "x") == "a"
+            assert await s2.look(N, "x") == "b"
+            assert s2.table == f"rh_other.{other}"
+        finally:
+            await s2._drop_for_tests()
+
+
+# -- time ------------------------------------------------------------------------------------------
+
+
+async def test_due_times_are_the_servers_not_this_process(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker whose clock is a day off still files and finds elements by the server's clock."""
+    (server_now,) = (await sql(store, "SELECT extract(epoch from clock_timestamp())::float8"))[0]
+    assert abs(store.clock() - server_now) < 1.0
+    monkeypatch.setattr(time, "time", lambda: server_now + 86_400)
+    await store.push(N, "now", ttl=0, id="now")
+    await store.push(N, "later", ttl=60, id="later")
+    assert await store.xpoll(N) == ["now"]
+    info = await store.info(N, "later")
+    assert info is not None
+    assert abs(info.due - (server_now + 60)) < 5
+
+
+# -- elements --------------------------------------------------------------------------------------
+
+
+async def test_a_one_megabyte_element(store: PostgresStore) -> None:
+    big = "x" * (1 << 20)
+    await store.push(N, big, ttl=0, id="big")
+    (claim,) = await store.claim(N, lease=30)
+    assert claim.element == big
+    assert await store.ack(N, [("big", claim.token)]) == [True]
+
+
+async def test_many_names(store: PostgresStore) -> None:
+    names = [f"tenant-{i:04}" for i in range(300)]
+    for name in names:
+        await store.push_many(name, [(i, 0, None) for i in range(3)])
+    assert await store.names() == names
+    assert [await store.size(name) for name in names[:3]] == [3, 3, 3]
+    await store.poll(names[0])
+    assert (await store.names())[0] == names[1]
+
+
+async def test_names_and_ids_with_unusual_characters(store: PostgresStore) -> None:
+    for name in ["ünï", "with space", "a'b\"c", "%s", "💤"]:
+        await store.push(name, name, ttl=0, id=name)
+        assert await store.look(name, name) == name
+    with pytest.raises(InvalidArgumentError, match="NUL"):
+        await store.push("a\x00b", 1, ttl=0)
+    with pytest.raises(InvalidArgumentError):
+        await store.push(N, 1, ttl=0, id="\ud800")
+    with pytest.raises(InvalidArgumentError, match="at most"):
+        await store.push(N, 1, ttl=2e9)
+
+
+async def test_a_push_many_of_ten_thousand_is_one_statement(store: PostgresStore) -> None:
+    ids = await store.push_many(N, [(i, i % 7, None) for i in range(10_000)])
+    assert len(set(ids)) == 10_000
+    assert await store.size(N) == 10_000
+    with pytest.raises(DuplicateIdError) as caught:
+        await store.push_many(N, [("new", 0, "fresh"), ("dup", 0, ids[5000])])
+    assert caught.value.id == ids[5000]
+    assert await store.size(N) == 10_000
+    assert await store.look(N, "fresh") is None
+
+
+async def test_a_push_retried_after_a_lost_reply_is_not_a_duplicate(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first attempt commits, its reply is lost: the retry must not raise DuplicateIdError."""
+    import psycopg
+
+    real = store._in_thread
+    lost = 0
+
+    def lose_reply(pool: Any, fn: Any) -> Any:
+        nonlocal lost
+        result = real(pool, fn)
+        if lost < 1:
+            lost += 1
+            raise psycopg.OperationalError("reply lost")
+        return result
+
+    monkeypatch.setattr(store, "_in_thread", lose_reply)
+    assert await store.push(N, "x", ttl=5, id="x") == "x"
+    lost = 0
+    assert len(await store.push_many(N, [("p", 5, "p"), ("q", 5, None)])) == 2
+    assert await store.size(N) == 3
+    lost = 1
+    with pytest.raises(DuplicateIdError):  # another payload under that id is a real duplicate
+        await store.push(N, "not x", ttl=5, id="x")
+
+
+async def test_elements_of_another_serializer_are_refused_not_removed(url: str, store: PostgresStore) -> None:
+    await store.push(N, {"a": 1}, ttl=0, id="j")
+    async with PostgresStore.from_url(url, table=store._table, serializer="pickle") as other:
+        for call in (other.poll(N), other.pull(N, "j"), other.claim(N, lease=5), other.look(N, "j")):
+            with pytest.raises(RehydrateError, match="json"):
+                await call
+    assert await store.poll(N) == [{"a": 1}]
+
+
+async def test_summary_counts_follow_every_verb(store: PostgresStore) -> None:
+    """size and claimed come from counters: they must agree with the rows after every kind of write."""
+    await store._freeze_for_tests()
+    await store.push_many(N, [(i, 0, f"e{i}") for i in range(10)])
+    claims = await store.claim(N, lease=5, limit=6)
+    await store.ack(N, [(c.id, c.token) for c in claims[:2]])
+    await store.reschedule(N, claims[2].id, ttl=0, token=claims[2].token)
+    await store.push(N, "r", ttl=0, id=claims[3].id, replace=True)
+    await store.pull(N, claims[4].id)
+    store._advance_for_tests(5)
+    await store.xack(N, claims[5].id)
+    await store.poll(N, limit=1)
+    (size, claimed), *_ = await sql(
+        store, f"SELECT count(*), count(*) FILTER (WHERE claimed) FROM {store._table}"
+    )
+    summary = await store.summary(N)
+    assert (summary.size, summary.claimed) == (size, claimed) == (5, 0)
+    assert await store.size(N) == 5
+
+
+# -- wake-ups --------------------------------------------------------------------------------------
+
+
+async def test_another_store_objects_push_wakes_a_subscription(url: str, store: PostgresStore) -> None:
+    """Two store objects are two sessions: the wake-up can only come through LISTEN/NOTIFY."""
+    await store.push(N, "late", ttl=100, id="late")
+    async with PostgresStore.from_url(url, table=store._table) as writer, store.subscribe(N) as sub:
+        await writer.push(N, "later", ttl=200, id="later")
+        await sub.wait(0)
+        await writer.push(N, "soon", ttl=1, id="soon")
+        with anyio.fail_after(5):
+            assert await sub.wait(None) is True
+        await writer.reschedule(N, "later", ttl=0)
+        with anyio.fail_after(5):
+            assert await sub.wait(None) is True
+
+
+async def test_a_later_push_does_not_wake(url: str, store: PostgresStore) -> None:
+    await store.push(N, "first", ttl=10, id="first")
+    async with PostgresStore.from_url(url, table=store._table) as writer, store.subscribe(N) as sub:
+        await writer.push(N, "later", ttl=100, id="later")
+        assert await sub.wait(0.3) is False
+
+
+async def test_subscriptions_wake_again_after_a_server_restart(own_server: PostgresServer) -> None:
+    table = f"rhtest_{uuid.uuid4().hex[:12]}"
+    async with PostgresStore.from_url(own_server.url, table=table, retry_backoff=0.1) as s:
+        async with s.subscribe(N) as sub:
+            await anyio.to_thread.run_sync(own_server.restart)
+            # The listener reconnects and wakes everyone once (notifications may have been missed).
+            with anyio.fail_after(20):
+                assert await sub.wait(None) is True
+            async with PostgresStore.from_url(own_server.url, table=table) as writer:
+                await writer.push(N, "x", ttl=0, id="x")
+                with anyio.fail_after(10):
+                    assert await sub.wait(None) is True
+        await s._drop_for_tests()
+
+
+async def test_aclose_stops_the_listening_thread(url: str, table: str) -> None:
+    async with PostgresStore.from_url(url, table=table) as s:
+        async with s.subscribe(N):
+            pass
+        listener = s._listener
+        assert listener is not None
+        await s._drop_for_tests()
+    assert listener._thread is not None
+    assert not listener._thread.is_alive()
+
+
+# -- failures --------------------------------------------------------------------------------------
+
+
+async def test_calls_ride_out_a_server_crash_and_restart(own_server: PostgresServer) -> None:
+    """``pg_ctl stop -m immediate`` (no checkpoint) and a start 1 s later: calls made meanwhile wait,
+    retry and succeed; everything acknowledged before the crash is there after it."""
+    table = f"rhtest_{uuid.uuid4().hex[:12]}"
+    async with PostgresStore.from_url(own_server.url, table=table, retries=10, retry_backoff=0.1) as s:
+        await s.push_many(N, [(i, 0, f"before-{i}") for i in range(100)])
+        own_server.stop("immediate")
+        restarter = threading.Timer(1.0, own_server.start)
+        restarter.start()
+        try:
+            await s.push(N, "during", ttl=0, id="during")
+        finally:
+            restarter.join()
+        assert await s.size(N) == 101
+        assert len(await s.poll(N)) == 101
+        await s._drop_for_tests()
+
+
+async def test_a_server_that_stays_down_is_unavailable(own_server: PostgresServer) -> None:
+    table = f"rhtest_{uuid.uuid4().hex[:12]}"
+    async with PostgresStore.from_url(
+        own_server.url, table=table, retries=2, retry_backoff=0.05, timeout=1
+    ) as s:
+        own_server.stop("immediate")
+        try:
+            with pytest.raises(StoreUnavailableError, match="unavailable after 3 attempts"):
+                await s.push(N, "x", ttl=0)
+        finally:
+            own_server.start()
+        await s.push(N, "x", ttl=0, id="x")  # and it recovers on its own
+        await s._drop_for_tests()
+
+
+# -- real processes --------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def run(coro: Any) -> Any:
+    return anyio.run(lambda: coro)
+
+
+async def call(url: str, table: str, method: str, *args: Any, **kwargs: Any) -> Any:
+    async with PostgresStore.from_url(url, table=table) as s:
+        return await getattr(s, method)(*args, **kwargs)
+
+
+@pytest.fixture
+def process_table(pytestconfig: pytest.Config) -> Iterator[tuple[str, str]]:
+    url = shared_server_url(pytestconfig)
+    table = f"rhtest_{uuid.uuid4().hex[:12]}"
+    yield url, table
+
+    async def drop() -> None:
+        async with PostgresStore.from_url(url, table=table) as s:
+            await s._drop_for_tests()
+
+    anyio.run(drop)
+
+
+def test_worker_killed_mid_handler_loses_nothing(
+    process_table: tuple[str, str], tmp_path: Path, backend: str
+) -> None:
+    url, table = process_table
+    options = {"table": table}
+    ids = [f"job-{i}" for i in range(20)]
+    run(call(url, table, "push_many", "jobs", [({"n": i}, 0, id) for i, id in enumerate(ids)]))
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    first = start_worker(url, options, "hang", first_log, backend)
+    try:
+        wait_for(lambda: len(lines(first_log)) == 5, 30, "5 handlers started", first, first_log)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    started = {id for id, _, _ in lines(first_log)}
+    second = start_worker(url, options, "ok", second_log, backend)
+    try:
+        wait_for(
+            lambda: {i for i, _, _ in lines(second_log)} == set(ids), 30, "every element", second, second_log
+        )
+        wait_for(lambda: run(call(url, table, "size", "jobs")) == 0, 10, "the acks", second, second_log)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(10)
+    handled = lines(second_log)
+    assert sorted(id for id, _, _ in handled) == sorted(ids)
+    attempts = {id: attempt for id, attempt, _ in handled}
+    assert {id for id, attempt in attempts.items() if attempt == 2} == started
+    assert second.returncode == 0
+
+
+def test_two_workers_share_ten_thousand_elements_once(
+    process_table: tuple[str, str], tmp_path: Path, backend: str
+) -> None:
+    url, table = process_table
+    options = {"table": table}
+    ids = [f"e{i}" for i in range(10_000)]
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    workers = [start_worker(url, options, "ok", log, backend, concurrency=100) for log in logs]
+    try:
+        for worker, log in zip(workers, logs, strict=True):
+            wait_for(lambda log=log: log.exists() and "ready" in log.read_text(), 30, "ready", worker, log)
+
+        async def fill() -> None:
+            async with PostgresStore.from_url(url, table=table) as s:
+                for start in range(0, len(ids), 1000):
+                    await s.push_many("jobs", [(None, 0, id) for id in ids[start : start + 1000]])
+
+        anyio.run(fill)
+        wait_for(lambda: sum(len(lines(log)) for log in logs) >= len(ids), 120, "10,000", workers[0], logs[0])
+    finally:
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+        for worker in workers:
+            worker.wait(10)
+    handled = [id for log in logs for id, _, _ in lines(log)]
+    assert sorted(handled) == sorted(ids)  # every element, none twice
+    assert all(lines(log) for log in logs)  # both took a share
+    assert run(call(url, table, "size", "jobs")) == 0
+
+
+def test_a_server_crash_mid_run_loses_nothing_acknowledged(
+    own_server: PostgresServer, tmp_path: Path
+) -> None:
+    """A worker runs while elements are pushed; the server is stopped with ``-m immediate`` (a
+    crash) and started again mid-run. Every push that returned is delivered (at least once: acks
+    lost in the crash deliver again), and the dehydrator ends empty."""
+    url, table = own_server.url, f"rhtest_{uuid.uuid4().hex[:12]}"
+    options = {"table": table, "retries": 20, "retry_backoff": 0.1}
+    log = tmp_path / "worker.log"
+    worker = start_worker(url, options, "ok", log, "asyncio", concurrency=20)
+    pushed: list[str] = []
+
+    async def pusher(rounds: int, offset: int) -> None:
+        async with PostgresStore.from_url(url, **options) as s:
+            for r in range(rounds):
+                batch = [f"p{offset + r}-{i}" for i in range(20)]
+                await s.push_many("jobs", [(None, 0, id) for id in batch])
+                pushed.extend(batch)  # acknowledged: it must not be lost
+                await anyio.sleep(0.01)
+
+    try:
+        wait_for(lambda: log.exists() and "ready" in log.read_text(), 30, "ready", worker, log)
+        anyio.run(pusher, 20, 0)
+        own_server.stop("immediate")
+        time.sleep(0.5)
+        own_server.start()
+        anyio.run(pusher, 20, 1000)
+        wait_for(
+            lambda: {i for i, _, _ in lines(log)} >= set(pushed), 60, "every pushed element", worker, log
+        )
+        wait_for(lambda: run(call(url, table, "size", "jobs")) == 0, 30, "the acks", worker, log)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(10)
+        run(call(url, table, "_drop_for_tests"))
+    assert len(pushed) == 800
+    assert worker.returncode == 0
+
+
+def test_the_extra_is_named_in_the_error_without_psycopg(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_psycopg(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.startswith("psycopg"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_psycopg)
+    with pytest.raises(UnsupportedStoreError, match=r"rehydrate\[postgres\]"):
+        anyio.run(open_store("postgresql://localhost/app").open)
