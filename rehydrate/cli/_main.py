@@ -15,7 +15,7 @@ from typing import NoReturn
 import anyio
 
 from rehydrate.abc import Store
-from rehydrate.cli import _bench, _common, _demo, _verbs, _worker
+from rehydrate.cli import _bench, _common, _demo, _migrate, _verbs, _worker
 from rehydrate.cli._common import CLIError, aware_datetime, duration, payload, positive_int
 from rehydrate.errors import RehydrateError
 
@@ -96,6 +96,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="smaller runs: minutes, not tens of minutes")
     bench.add_argument("--dir", help="the benchmarks directory (default: found beside the package or in .)")
     bench.set_defaults(run=_bench.run)
+
+    migrate = commands.add_parser(
+        "migrate",
+        help="create (or check, with --check) the store's tables",
+        description="Create or upgrade the tables of a store that keeps a schema in a shared database "
+        "(PostgreSQL); with --check, change nothing and exit 1 unless the schema is up to date.",
+    )
+    migrate.add_argument("--store", metavar="URL", help=f"the store (default: ${_common.STORE_ENV})")
+    migrate.add_argument("--check", action="store_true", help="only check; create nothing")
+    migrate.set_defaults(run=_migrate.run)
 
     # -- ReDe's verbs ----------------------------------------------------------------------------
     def verb(name: str, help: str, func: _verbs.Verb) -> argparse.ArgumentParser:

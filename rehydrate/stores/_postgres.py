@@ -125,6 +125,11 @@ def _id(value: object) -> str:
     return _text(_validate.element_id(value), "id")
 
 
+def _line(exc: BaseException) -> str:
+    """libpq's message on one line (it spreads hints over several)."""
+    return " ".join(str(exc).split())
+
+
 def _redact(url: str) -> str:
     """The URL without its password, for messages."""
     parts = urlsplit(url)
@@ -287,7 +292,7 @@ class _Listener:
                         conn = self._connect()
                     except psycopg.Error as exc:
                         if not self._ready.is_set():
-                            self._error = StoreUnavailableError(f"cannot LISTEN: {exc}")
+                            self._error = StoreUnavailableError(f"cannot LISTEN: {_line(exc)}")
                             return
                         failures += 1
                         self._stop.wait(min(self._backoff * 2 ** min(failures, 8), 2.0))
@@ -368,7 +373,7 @@ class PostgresStore(Store):
             raise InvalidArgumentError("timeout must be positive")
         self._retries = _int_option(retries, "retries", 0, 100)
         self._backoff = _validate.seconds(retry_backoff, "retry_backoff")
-        self._create = _validate.flag(create, "create")
+        self._create_tables = _validate.flag(create, "create")
         self._sql = Statements(self._schema, self._table)
         digest = hashlib.sha1(f"{self._schema}.{self._table}".encode()).hexdigest()[:12]
         self._channel = f"rehydrate_{self._table[:30]}_{digest}"
@@ -433,7 +438,9 @@ class PostgresStore(Store):
         try:
             psycopg.conninfo.conninfo_to_dict(self._url)
         except psycopg.ProgrammingError as exc:
-            raise InvalidArgumentError(f"invalid PostgreSQL URL {_redact(self._url)!r}: {exc}") from None
+            raise InvalidArgumentError(
+                f"invalid PostgreSQL URL {_redact(self._url)!r}: {_line(exc)}"
+            ) from None
         return self._url
 
     async def open(self) -> None:
@@ -470,7 +477,7 @@ class PostgresStore(Store):
                 pool.close()
                 raise StoreUnavailableError(
                     f"PostgreSQL at {_redact(self._url)} is unavailable: no connection within "
-                    f"{self._timeout} s ({exc})"
+                    f"{self._timeout} s ({_line(exc)})"
                 ) from exc
 
         with anyio.CancelScope(shield=True):
@@ -501,45 +508,72 @@ class PostgresStore(Store):
             with pool.connection(timeout=1.0) as conn:
                 conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
 
-    async def _prepare_schema(self) -> None:
+    def _check(self, conn: psycopg.Connection[Any]) -> int | None:
+        """The schema version recorded in the database, ``None`` if the tables are missing."""
         sql = self._sql
+        row = conn.execute(sql.exists, {"meta_name": sql.meta_name, "table_name": sql.table_name}).fetchone()
+        if row is None or not (row[0] and row[1]):
+            return None
+        version = conn.execute(sql.version).fetchone()
+        return None if version is None else int(version[0])
 
-        def check(conn: psycopg.Connection[Any]) -> int | None:
-            meta, table = conn.execute(
-                sql.exists, {"meta_name": sql.meta_name, "table_name": sql.table_name}
-            ).fetchone() or (False, False)
-            if not (meta and table):
-                return None
-            row = conn.execute(sql.version).fetchone()
-            return None if row is None else int(row[0])
+    def _create(self, conn: psycopg.Connection[Any]) -> int:
+        with conn.transaction():
+            for statement in self._sql.create:
+                conn.execute(statement, {"lock": f"rehydrate:{self.table}", "version": SCHEMA_VERSION})
+            row = conn.execute(self._sql.version).fetchone()
+        return 0 if row is None else int(row[0])
 
-        version = await self._run(check)
-        if version is None and self._create:
-            version = await self.migrate()
-            return
-        if version != SCHEMA_VERSION:
-            found = "no rehydrate tables" if version is None else f"a schema of version {version}"
-            raise RehydrateError(
-                f"{self.table} in {_redact(self._url)} holds {found}; this version of rehydrate needs "
-                f"version {SCHEMA_VERSION}: run `rehydrate migrate --store URL`"
-            )
+    def _problem(self, version: int | None) -> str | None:
+        if version == SCHEMA_VERSION:
+            return None
+        found = "no rehydrate tables" if version is None else f"a schema of version {version}"
+        return (
+            f"{self.table} in {_redact(self._url)} holds {found}; this version of rehydrate needs "
+            f"version {SCHEMA_VERSION}"
+        )
+
+    async def _prepare_schema(self) -> None:
+        version = await self._run(self._check)
+        if version is None and self._create_tables:
+            version = await self._run(self._create)
+        problem = self._problem(version)
+        if problem is not None:
+            raise RehydrateError(f"{problem}: run `rehydrate migrate --store URL`")
+
+    async def _with_connection(self, fn: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        """``fn`` on this store's pool if it is open, else on a connection of its own (the CLI's case)."""
+        if self._pool is not None:
+            return await self._run(fn)
+        try:
+            import psycopg
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise UnsupportedStoreError(
+                "the PostgreSQL store needs psycopg 3 and psycopg-pool: pip install 'rehydrate[postgres]'"
+            ) from exc
+        conninfo = self._conninfo()
+        self._errors = psycopg.errors
+
+        def body() -> _T:
+            timeout = max(1, round(self._timeout))
+            with psycopg.connect(conninfo, autocommit=True, connect_timeout=timeout) as conn:
+                return fn(conn)
+
+        try:
+            return await anyio.to_thread.run_sync(body)
+        except psycopg.Error as exc:
+            if self._transient(exc):
+                raise StoreUnavailableError(f"PostgreSQL at {_redact(self._url)}: {_line(exc)}") from exc
+            raise self._translate(exc) from exc
 
     async def migrate(self) -> int:
         """Create the tables (or bring them to this version's schema); return the schema version.
 
-        Safe to run from several processes at once (an advisory lock serializes them) and again
-        later. ``rehydrate migrate --store URL`` calls it.
+        Works on an open store or an unopened one (it then connects just for this). Safe to run
+        from several processes at once (an advisory lock serializes them) and again later.
+        ``rehydrate migrate --store URL`` calls it.
         """
-        sql = self._sql
-
-        def create(conn: psycopg.Connection[Any]) -> int:
-            with conn.transaction():
-                for statement in sql.create:
-                    conn.execute(statement, {"lock": f"rehydrate:{self.table}", "version": SCHEMA_VERSION})
-                row = conn.execute(sql.version).fetchone()
-            return 0 if row is None else int(row[0])
-
-        version = await self._run(create)
+        version = await self._with_connection(self._create)
         if version != SCHEMA_VERSION:
             raise RehydrateError(
                 f"{self.table} holds a rehydrate schema of version {version}, and this version of "
@@ -547,20 +581,17 @@ class PostgresStore(Store):
             )
         return version
 
+    async def check_schema(self) -> str | None:
+        """``None`` if the tables exist at this version's schema, else what is wrong (one sentence).
+
+        Changes nothing: for deployments where the application may not create tables
+        (``rehydrate migrate --check``).
+        """
+        return self._problem(await self._with_connection(self._check))
+
     async def schema_version(self) -> int | None:
         """The schema version recorded in the database, ``None`` if the tables do not exist."""
-        sql = self._sql
-
-        def check(conn: psycopg.Connection[Any]) -> int | None:
-            meta, table = conn.execute(
-                sql.exists, {"meta_name": sql.meta_name, "table_name": sql.table_name}
-            ).fetchone() or (False, False)
-            if not (meta and table):
-                return None
-            row = conn.execute(sql.version).fetchone()
-            return None if row is None else int(row[0])
-
-        return await self._run(check)
+        return await self._with_connection(self._check)
 
     async def _set_clock(self) -> None:
         def sample(conn: psycopg.Connection[Any]) -> tuple[float, float, int]:
@@ -641,7 +672,7 @@ class PostgresStore(Store):
                 if not retry or attempt > self._retries:
                     raise StoreUnavailableError(
                         f"PostgreSQL at {_redact(self._url)} is unavailable after {attempt} attempts: "
-                        f"{type(exc).__name__}: {exc}".strip()
+                        f"{type(exc).__name__}: {_line(exc)}"
                     ) from exc
                 await anyio.sleep(self._delay(attempt))
                 attempt += 1
@@ -649,11 +680,11 @@ class PostgresStore(Store):
     def _translate(self, exc: BaseException) -> BaseException:
         errors = self._errors
         if isinstance(exc, (errors.CharacterNotInRepertoire, errors.UntranslatableCharacter)):
-            return InvalidArgumentError(f"PostgreSQL refused a name or id: {exc}")
+            return InvalidArgumentError(f"PostgreSQL refused a name or id: {_line(exc)}")
         if isinstance(
             exc, (errors.UndefinedTable, errors.InsufficientPrivilege, errors.ReadOnlySqlTransaction)
         ):
-            return StoreUnavailableError(f"PostgreSQL store {self.table}: {exc}")
+            return StoreUnavailableError(f"PostgreSQL store {self.table}: {_line(exc)}")
         return exc
 
     @staticmethod

@@ -506,3 +506,38 @@ def test_the_extra_is_named_in_the_error_without_psycopg(monkeypatch: pytest.Mon
     monkeypatch.setattr(builtins, "__import__", no_psycopg)
     with pytest.raises(UnsupportedStoreError, match=r"rehydrate\[postgres\]"):
         anyio.run(open_store("postgresql://localhost/app").open)
+
+
+# -- rehydrate migrate -----------------------------------------------------------------------------
+
+
+def test_migrate_command_creates_and_checks(
+    process_table: tuple[str, str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from rehydrate.cli._main import run as cli
+
+    url, table = process_table
+    target = f"{url}?table={table}"
+    assert cli(["migrate", "--store", target, "--check"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "no rehydrate tables" in err
+    assert "rehydrate migrate" in err
+    unopened = PostgresStore.from_url(url, table=table)
+    assert anyio.run(unopened.schema_version) is None  # --check created nothing
+    assert cli(["migrate", "--store", target]) == 0
+    assert "schema version 1" in capsys.readouterr().out
+    assert cli(["migrate", "--store", target]) == 0  # again: nothing to do
+    assert cli(["migrate", "--store", target, "--check"]) == 0
+    assert "up to date" in capsys.readouterr().out
+    assert cli(["migrate", "--store", f"sqlite:///{tmp_path / 'x.db'}"]) == 0
+    assert "nothing to migrate" in capsys.readouterr().out
+
+
+def test_migrate_command_reports_an_unreachable_server(capsys: pytest.CaptureFixture[str]) -> None:
+    from rehydrate.cli._main import run as cli
+
+    assert cli(["migrate", "--store", "postgresql://postgres@127.0.0.1:1/x?timeout=1", "--check"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("rehydrate: error: PostgreSQL at")
+    assert err.count("\n") == 1
