@@ -1,8 +1,8 @@
 """End to end: worker processes sharing a store, deliveries per second and lateness.
 
-    python benchmarks/bench_workers.py [--store redis|sqlite] [--workers 2] [--n 20000]
+    python benchmarks/bench_workers.py [--store redis|sqlite|postgres] [--workers 2] [--n 20000]
 
-Starts a throwaway Redis (or a temporary SQLite file) and ``--workers`` processes, each running a
+Starts a throwaway Redis or PostgreSQL server (or a temporary SQLite file) and ``--workers`` processes, each running a
 ``Scheduler`` with a no-op async handler. Then, measured from outside:
 
 * lateness: N elements due evenly over ``--spread`` seconds; each handler records how late it
@@ -116,7 +116,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--store", choices=["redis", "sqlite"], default="redis")
+    parser.add_argument("--store", choices=["redis", "sqlite", "postgres"], default="redis")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--spread", type=float, default=2.0)
@@ -131,6 +131,13 @@ def main() -> int:
 
         with RedisServer() as server:
             print(f"server: {server.kind} ({server.binary}) on port {server.port}")
+            for _ in range(args.repeat):
+                runs.append(one_run(server.url, {}, args.workers, args.n, args.spread))
+    elif args.store == "postgres":
+        from tests.pg_server import PostgresServer
+
+        with PostgresServer(fsync=True) as server:  # a throwaway server, fsync on as in production
+            print(f"server: PostgreSQL ({server.bin}) on port {server.port}")
             for _ in range(args.repeat):
                 runs.append(one_run(server.url, {}, args.workers, args.n, args.spread))
     else:

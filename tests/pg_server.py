@@ -21,9 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
-import pytest
+if TYPE_CHECKING:
+    import pytest
 
 __all__ = ["PostgresServer", "pg_bin_dir", "shared_server_url", "skip_without_server"]
 
@@ -53,6 +54,8 @@ def pg_bin_dir() -> Path | None:
 
 
 def skip_without_server() -> None:
+    import pytest  # not at the top: the benchmarks use this module without pytest
+
     if pg_bin_dir() is None:
         pytest.skip(SKIP_REASON)
 

@@ -1,0 +1,303 @@
+"""Benchmark PostgresStore through the async Store API, on a throwaway server started for the run.
+
+Run from the repository root::
+
+    python benchmarks/bench_postgres.py                  # N = 20,000, median of 3
+    python benchmarks/bench_postgres.py --n 5000 --backend trio
+    python benchmarks/bench_postgres.py --url postgresql://user@host/db   # an existing server
+
+Phases (each on fresh tables; elements are small ints, JSON; the fill before a phase is not timed),
+as in ``bench_sqlite.py``:
+
+* push: N single ``push`` calls (one statement, one commit each).
+* push_many: N elements in ``push_many`` batches of ``--batch``.
+* pull: N single ``pull`` calls of waiting elements.
+* poll: N due elements taken by ``poll(limit=--batch)`` until empty (elements/s).
+* claim+ack: N due elements, ``claim(limit=--batch)`` then one ``ack`` batch, until empty.
+* claim+ack x1: ``claim(limit=1)`` then ``ack`` of that one claim, one element at a time.
+
+Measured with ``synchronous_commit=on`` (the default: a commit is flushed to the WAL on disk before
+the call returns) and ``off``. Beside them, what the thread hop costs (the store runs psycopg's sync
+API in worker threads so that it works on trio too):
+
+* raw sync: ``SELECT 1`` on a psycopg connection, called directly (no event loop);
+* raw in thread: the same call through ``anyio.to_thread.run_sync`` with a capacity limiter, as
+  the store makes it;
+* raw async: the same on psycopg's ``AsyncConnection`` (asyncio only; skipped on trio);
+* ttn: the store's cheapest read (one indexed row), for a store call end to end.
+
+Then the dead tuples the claim/ack churn leaves: ``--churn`` deliveries (claim + ack batches) on one
+table, and ``n_dead_tup`` / table size before and after autovacuum has had a few seconds.
+Machine-dependent; the machine this ran on may be shared: quote medians and ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from rehydrate.stores._postgres import PostgresStore  # noqa: E402
+
+NAME = "bench"
+perf = time.perf_counter
+
+Phase = Callable[[PostgresStore, int, int, float], Awaitable[tuple[int, float, bool]]]
+
+
+async def fill(store: PostgresStore, n: int, batch: int, ttl: float) -> None:
+    for start in range(0, n, batch):
+        await store.push_many(NAME, [(i, ttl, f"e{i}") for i in range(start, min(n, start + batch))])
+
+
+async def phase_push(store: PostgresStore, n: int, batch: int, cap: float) -> tuple[int, float, bool]:
+    t0 = perf()
+    for i in range(n):
+        await store.push(NAME, i, ttl=3600, id=f"e{i}")
+        if i & 63 == 63 and perf() - t0 > cap:
+            return i + 1, perf() - t0, True
+    return n, perf() - t0, False
+
+
+async def phase_push_many(store: PostgresStore, n: int, batch: int, cap: float) -> tuple[int, float, bool]:
+    t0 = perf()
+    for start in range(0, n, batch):
+        await store.push_many(NAME, [(i, 3600, f"e{i}") for i in range(start, min(n, start + batch))])
+        if perf() - t0 > cap:
+            return min(n, start + batch), perf() - t0, True
+    return n, perf() - t0, False
+
+
+async def phase_pull(store: PostgresStore, n: int, batch: int, cap: float) -> tuple[int, float, bool]:
+    await fill(store, n, batch, 3600)
+    t0 = perf()
+    for i in range(n):
+        await store.pull(NAME, f"e{i}")
+        if i & 63 == 63 and perf() - t0 > cap:
+            return i + 1, perf() - t0, True
+    return n, perf() - t0, False
+
+
+async def phase_poll(store: PostgresStore, n: int, batch: int, cap: float) -> tuple[int, float, bool]:
+    await fill(store, n, batch, 0)
+    done = 0
+    t0 = perf()
+    while got := await store.poll(NAME, limit=batch):
+        done += len(got)
+        if perf() - t0 > cap:
+            return done, perf() - t0, True
+    return done, perf() - t0, False
+
+
+async def _claim_ack(
+    store: PostgresStore, n: int, batch: int, cap: float, limit: int
+) -> tuple[int, float, bool]:
+    await fill(store, n, batch, 0)
+    done = 0
+    t0 = perf()
+    while claims := await store.claim(NAME, lease=600, limit=limit):
+        acked = await store.ack(NAME, [(c.id, c.token) for c in claims])
+        done += sum(acked)
+        if perf() - t0 > cap:
+            return done, perf() - t0, True
+    return done, perf() - t0, False
+
+
+async def phase_claim_ack(store: PostgresStore, n: int, batch: int, cap: float) -> tuple[int, float, bool]:
+    return await _claim_ack(store, n, batch, cap, batch)
+
+
+async def phase_claim_ack_single(
+    store: PostgresStore, n: int, batch: int, cap: float
+) -> tuple[int, float, bool]:
+    return await _claim_ack(store, n, batch, cap, 1)
+
+
+async def phase_ttn(store: PostgresStore, n: int, batch: int, cap: float) -> tuple[int, float, bool]:
+    await store.push(NAME, 0, ttl=3600, id="x")
+    t0 = perf()
+    for i in range(n):
+        await store.ttn(NAME)
+        if i & 63 == 63 and perf() - t0 > cap:
+            return i + 1, perf() - t0, True
+    return n, perf() - t0, False
+
+
+PHASES: dict[str, Phase] = {
+    "push": phase_push,
+    "push_many": phase_push_many,
+    "pull": phase_pull,
+    "poll": phase_poll,
+    "claim+ack": phase_claim_ack,
+    "claim+ack x1": phase_claim_ack_single,
+    "ttn": phase_ttn,
+}
+
+
+async def raw_rates(url: str, n: int, backend: str) -> dict[str, float]:
+    """``SELECT 1`` round trips/s: direct, through a worker thread, and on psycopg's async API."""
+    import psycopg
+
+    out: dict[str, float] = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        t0 = perf()
+        for _ in range(n):
+            conn.execute("SELECT 1", prepare=True).fetchone()
+        out["raw sync"] = n / (perf() - t0)
+        limiter = anyio.CapacityLimiter(4)
+        t0 = perf()
+        for _ in range(n):
+            await anyio.to_thread.run_sync(
+                lambda: conn.execute("SELECT 1", prepare=True).fetchone(), limiter=limiter
+            )
+        out["raw in thread"] = n / (perf() - t0)
+    if backend == "asyncio":
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
+            t0 = perf()
+            for _ in range(n):
+                await (await aconn.execute("SELECT 1", prepare=True)).fetchone()
+            out["raw async"] = n / (perf() - t0)
+    return out
+
+
+async def churn(url: str, deliveries: int, batch: int) -> list[tuple[str, str]]:
+    """Dead tuples and table size after ``deliveries`` claim + ack round trips, then after autovacuum."""
+    table = f"churn_{uuid.uuid4().hex[:8]}"
+    rows: list[tuple[str, str]] = []
+    async with PostgresStore.from_url(url, table=table, synchronous_commit="off") as store:
+
+        async def stats() -> tuple[int, int, str]:
+            def body(conn: Any) -> tuple[int, int, str]:
+                conn.execute("SELECT pg_stat_force_next_flush()")
+                row = conn.execute(
+                    "SELECT n_live_tup, n_dead_tup, pg_size_pretty(pg_total_relation_size(relid))"
+                    " FROM pg_stat_user_tables WHERE relname = %s",
+                    (table,),
+                ).fetchone()
+                return row or (0, 0, "?")
+
+            return await store._run(body)
+
+        done = 0
+        t0 = perf()
+        while done < deliveries:
+            await store.push_many(NAME, [(i, 0, None) for i in range(batch)])
+            while claims := await store.claim(NAME, lease=600, limit=batch):
+                done += sum(await store.ack(NAME, [(c.id, c.token) for c in claims]))
+        seconds = perf() - t0
+        await anyio.sleep(1.0)  # the statistics collector
+        live, dead, size = await stats()
+        rows.append((f"after {done:,} deliveries ({done / seconds:,.0f}/s)", f"{dead:,} dead, {size}"))
+        # autovacuum wakes every autovacuum_naptime (60 s by default): wait for it to pass.
+        waited = 0.0
+        while dead > done // 10 and waited < 90:
+            await anyio.sleep(5)
+            waited += 5
+            live, dead, size = await stats()
+        rows.append((f"{waited:.0f} s later (autovacuum)", f"{dead:,} dead, {size}"))
+        await store.push_many(NAME, [(i, 0, None) for i in range(batch)])
+        while claims := await store.claim(NAME, lease=600, limit=batch):
+            await store.ack(NAME, [(c.id, c.token) for c in claims])
+        await anyio.sleep(1.0)
+        live, dead, size = await stats()
+        rows.append((f"then {batch:,} more deliveries", f"{dead:,} dead, {size}"))
+        await store._drop_for_tests()
+    return rows
+
+
+async def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
+    results: dict[str, dict[str, list[float]]] = {}
+    capped: set[tuple[str, str]] = set()
+    for _ in range(args.repeat):
+        for mode in ("on", "off"):
+            for phase, fn in PHASES.items():
+                table = f"bench_{uuid.uuid4().hex[:8]}"
+                async with PostgresStore.from_url(url, table=table, synchronous_commit=mode) as store:
+                    ops, seconds, cut = await fn(store, args.n, args.batch, args.cap)
+                    await store._drop_for_tests()
+                if cut:
+                    capped.add((mode, phase))
+                results.setdefault(mode, {}).setdefault(phase, []).append(ops / seconds)
+                print(f"  {mode:>3} {phase:<13} {ops:>7} ops in {seconds:6.2f} s", file=sys.stderr, flush=True)
+        for key, rate in (await raw_rates(url, args.n, args.backend)).items():
+            results.setdefault("raw", {}).setdefault(key, []).append(rate)
+    return {"results": results, "capped": capped}
+
+
+def fmt(rate: float, cut: bool = False) -> str:
+    return f"{rate:,.0f}{'*' if cut else ' '}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=20_000, help="elements per phase (default 20000)")
+    parser.add_argument("--batch", type=int, default=1000, help="batch size of push_many, poll, claim")
+    parser.add_argument("--cap", type=float, default=5.0, help="seconds after which a phase is cut short")
+    parser.add_argument("--repeat", type=int, default=3, help="runs; medians are printed")
+    parser.add_argument("--churn", type=int, default=200_000, help="deliveries for the dead-tuple check")
+    parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    parser.add_argument("--url", help="an existing server (default: a throwaway one, fsync on)")
+    args = parser.parse_args()
+
+    if args.url:
+        url, server = args.url, None
+    else:
+        from tests.pg_server import PostgresServer
+
+        server = PostgresServer(fsync=True).start()
+        url = server.url
+    try:
+        out = anyio.run(run, args, url, backend=args.backend)
+        churned = anyio.run(churn, url, args.churn, args.batch, backend=args.backend) if args.churn else []
+        import psycopg
+
+        with psycopg.connect(url) as conn:
+            version = conn.execute("SHOW server_version").fetchone()
+    finally:
+        if server is not None:
+            server.cleanup()
+    results, capped = out["results"], out["capped"]
+    med = {mode: {k: statistics.median(v) for k, v in phases.items()} for mode, phases in results.items()}
+    print()
+    print(
+        f"Python {platform.python_version()}, PostgreSQL {version[0] if version else '?'}, psycopg "
+        f"{psycopg.__version__}, {args.backend}, N={args.n:,}, batch={args.batch}, median of {args.repeat}"
+    )
+    print()
+    print("| phase | synchronous_commit=on ops/s | off ops/s | off / on |")
+    print("|---|---:|---:|---:|")
+    for phase in PHASES:
+        on, off = med["on"][phase], med["off"][phase]
+        print(f"| {phase} | {fmt(on, ('on', phase) in capped)} | {fmt(off, ('off', phase) in capped)} | {off / on:.2f} |")
+    print()
+    raw = med["raw"]
+    print("| round trip (SELECT 1) | /s | µs each | vs raw sync |")
+    print("|---|---:|---:|---:|")
+    rows = [(k, v) for k, v in raw.items()] + [("store.ttn() (on)", med["on"]["ttn"])]
+    for key, rate in rows:
+        print(f"| {key} | {rate:,.0f} | {1e6 / rate:,.1f} | {raw['raw sync'] / rate:.2f}x |")
+    if churned:
+        print()
+        print(f"| claim/ack churn ({args.batch} per batch) | dead tuples, total size |")
+        print("|---|---:|")
+        for what, value in churned:
+            print(f"| {what} | {value} |")
+    print()
+    print("* cut short after --cap seconds; the rate is over the elements handled.")
+
+
+if __name__ == "__main__":
+    main()
