@@ -199,20 +199,20 @@ async def churn(url: str, deliveries: int, batch: int) -> list[tuple[str, str]]:
                 done += sum(await store.ack(NAME, [(c.id, c.token) for c in claims]))
         seconds = perf() - t0
         await anyio.sleep(1.0)  # the statistics collector
-        live, dead, size = await stats()
+        _live, dead, size = await stats()
         rows.append((f"after {done:,} deliveries ({done / seconds:,.0f}/s)", f"{dead:,} dead, {size}"))
         # autovacuum wakes every autovacuum_naptime (60 s by default): wait for it to pass.
         waited = 0.0
         while dead > done // 10 and waited < 90:
             await anyio.sleep(5)
             waited += 5
-            live, dead, size = await stats()
+            _live, dead, size = await stats()
         rows.append((f"{waited:.0f} s later (autovacuum)", f"{dead:,} dead, {size}"))
         await store.push_many(NAME, [(i, 0, None) for i in range(batch)])
         while claims := await store.claim(NAME, lease=600, limit=batch):
             await store.ack(NAME, [(c.id, c.token) for c in claims])
         await anyio.sleep(1.0)
-        live, dead, size = await stats()
+        _live, dead, size = await stats()
         rows.append((f"then {batch:,} more deliveries", f"{dead:,} dead, {size}"))
         await store._drop_for_tests()
     return rows
@@ -231,7 +231,9 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
                 if cut:
                     capped.add((mode, phase))
                 results.setdefault(mode, {}).setdefault(phase, []).append(ops / seconds)
-                print(f"  {mode:>3} {phase:<13} {ops:>7} ops in {seconds:6.2f} s", file=sys.stderr, flush=True)
+                print(
+                    f"  {mode:>3} {phase:<13} {ops:>7} ops in {seconds:6.2f} s", file=sys.stderr, flush=True
+                )
         for key, rate in (await raw_rates(url, args.n, args.backend)).items():
             results.setdefault("raw", {}).setdefault(key, []).append(rate)
     return {"results": results, "capped": capped}
@@ -242,7 +244,9 @@ def fmt(rate: float, cut: bool = False) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--n", type=int, default=20_000, help="elements per phase (default 20000)")
     parser.add_argument("--batch", type=int, default=1000, help="batch size of push_many, poll, claim")
     parser.add_argument("--cap", type=float, default=5.0, help="seconds after which a phase is cut short")
@@ -281,7 +285,9 @@ def main() -> None:
     print("|---|---:|---:|---:|")
     for phase in PHASES:
         on, off = med["on"][phase], med["off"][phase]
-        print(f"| {phase} | {fmt(on, ('on', phase) in capped)} | {fmt(off, ('off', phase) in capped)} | {off / on:.2f} |")
+        print(
+            f"| {phase} | {fmt(on, ('on', phase) in capped)} | {fmt(off, ('off', phase) in capped)} | {off / on:.2f} |"
+        )
     print()
     raw = med["raw"]
     print("| round trip (SELECT 1) | /s | µs each | vs raw sync |")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing as mp
 import platform
 import queue as queue_module
@@ -124,7 +125,11 @@ class Procrastinate:
         async def noop(due: float) -> None:
             record(due)
 
-        options: dict[str, Any] = {"queues": [queue], "concurrency": CONCURRENCY, "install_signal_handlers": False}
+        options: dict[str, Any] = {
+            "queues": [queue],
+            "concurrency": CONCURRENCY,
+            "install_signal_handlers": False,
+        }
         if mode == "tuned":
             options["fetch_job_polling_interval"] = 0.01
         async with app.open_async():
@@ -132,10 +137,8 @@ class Procrastinate:
             ready.set()
             await asyncio.to_thread(stop.wait)
             task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await task
-            except asyncio.CancelledError:
-                pass
 
 
 class PgQueuer:
@@ -236,7 +239,8 @@ def one_run(system: str, mode: str, url: str, args: argparse.Namespace) -> dict[
         stop, results = ctx.Event(), ctx.Queue()
         readies = [ctx.Event() for _ in range(args.workers)]
         procs = [
-            ctx.Process(target=worker, args=(system, url, queue, mode, ready, stop, results)) for ready in readies
+            ctx.Process(target=worker, args=(system, url, queue, mode, ready, stop, results))
+            for ready in readies
         ]
         for p in procs:
             p.start()
@@ -296,10 +300,12 @@ def _done(url: str, system: str, queue: str, n: int) -> bool:
             return row is not None and row[0] == 0
         if system == "procrastinate":
             row = conn.execute(
-                "SELECT count(*) FROM procrastinate_jobs WHERE queue_name = %s AND status <> 'succeeded'", (queue,)
+                "SELECT count(*) FROM procrastinate_jobs WHERE queue_name = %s AND status <> 'succeeded'",
+                (queue,),
             ).fetchone()
             done = conn.execute(
-                "SELECT count(*) FROM procrastinate_jobs WHERE queue_name = %s AND status = 'succeeded'", (queue,)
+                "SELECT count(*) FROM procrastinate_jobs WHERE queue_name = %s AND status = 'succeeded'",
+                (queue,),
             ).fetchone()
             return row is not None and done is not None and row[0] == 0 and done[0] >= n
         row = conn.execute("SELECT count(*) FROM pgqueuer WHERE entrypoint = %s", (queue,)).fetchone()
@@ -307,19 +313,23 @@ def _done(url: str, system: str, queue: str, n: int) -> bool:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--spread", type=float, default=2.0)
     parser.add_argument("--lead", type=float, default=3.0, help="seconds from enqueueing to the first due")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds a run may take past its last due")
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds a run may take past its last due"
+    )
     parser.add_argument("--systems", default="rehydrate,procrastinate,pgqueuer")
     parser.add_argument("--url", help="an existing server (default: a throwaway one, fsync on)")
     args = parser.parse_args()
 
-    import procrastinate
     import pgqueuer
+    import procrastinate
     import psycopg
 
     from tests.pg_server import PostgresServer
