@@ -382,7 +382,7 @@ class PostgresStore(Store):
         self._limiter: anyio.CapacityLimiter | None = None
         self._errors: Any = None
         self._listener: _Listener | None = None
-        self._listener_lock = anyio.Lock()
+        self._listener_lock: anyio.Lock | None = None
         self._subscribers: dict[str, set[EventSubscription]] = {}
 
     @classmethod
@@ -483,6 +483,7 @@ class PostgresStore(Store):
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(start)
         self._pool, self._limiter = pool, limiter
+        self._listener_lock = anyio.Lock()  # made here, in the event loop that uses it
         try:
             await self._prepare_schema()
             await self._set_clock()
@@ -1022,7 +1023,10 @@ class PostgresStore(Store):
 
     async def _listen(self) -> None:
         """Start this store's listening connection and thread, once."""
-        async with self._listener_lock:
+        lock = self._listener_lock
+        if self._pool is None or lock is None:
+            raise self._not_open()
+        async with lock:
             if self._listener is not None:
                 return
             if self._pool is None:

@@ -301,6 +301,42 @@ async def test_a_later_push_does_not_wake(url: str, store: PostgresStore) -> Non
         assert await sub.wait(0.3) is False
 
 
+async def test_a_push_holds_the_head_it_compared_against(url: str, store: PostgresStore) -> None:
+    """A push later than the earliest element does not notify; so until it commits, that earliest
+    element must stay put. Otherwise a subscriber could read "earliest gone, new one not there yet"
+    and sleep past the new element with no notification coming."""
+    import psycopg
+
+    await store.push(N, "x", ttl=10, id="x")
+    with psycopg.connect(url) as conn:  # not autocommit: the push's transaction stays open
+        params = store._params(
+            name=N,
+            ids=["w"],
+            payloads=[b'"w"'],
+            ttls=[20_000_000],
+            codec="json",
+            channel=store._channel,
+            note=N,
+        )
+        row = conn.execute(store._sql.push, params).fetchone()
+        assert row is not None
+        assert row[1] is False  # later than x: no notification
+        pulled = anyio.Event()
+
+        async def pull() -> None:
+            assert await store.pull(N, "x") == "x"
+            pulled.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pull)
+            await anyio.sleep(0.5)
+            assert not pulled.is_set()  # waits for the push to commit
+            await anyio.to_thread.run_sync(conn.commit)
+            with anyio.fail_after(5):
+                await pulled.wait()
+    assert await store.ids(N) == ["w"]
+
+
 async def test_subscriptions_wake_again_after_a_server_restart(own_server: PostgresServer) -> None:
     table = f"rhtest_{uuid.uuid4().hex[:12]}"
     async with PostgresStore.from_url(own_server.url, table=table, retry_backoff=0.1) as s:
