@@ -458,7 +458,14 @@ class PostgresStore(Store):
             ) from exc
         conninfo = self._conninfo()
         self._errors = psycopg.errors
-        options = f"-c synchronous_commit={self._synchronous_commit}"
+        # Custom plans only: a generic plan, made once for any parameters, may scan a whole
+        # dehydrator where the parameters' plan reads a few index entries. No bitmap scans: before
+        # the table has statistics, the planner would take every due row and sort them to claim a
+        # few, where the (name, due, seq) index reads them in order.
+        options = (
+            f"-c synchronous_commit={self._synchronous_commit}"
+            " -c plan_cache_mode=force_custom_plan -c enable_bitmapscan=off"
+        )
         pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
             conninfo,
             min_size=1,

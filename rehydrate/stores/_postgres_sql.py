@@ -139,33 +139,33 @@ _TEMPLATES: Final = {
     ),
     # Removals: rows written by another serializer are not removed (``bad``): the call raises.
     "pull": f"""WITH picked AS MATERIALIZED (
-            SELECT id, serializer FROM {{table}} WHERE name = %(name)s AND id = %(id)s FOR UPDATE
+            SELECT ctid AS tid, id, serializer FROM {{table}} WHERE name = %(name)s AND id = %(id)s FOR UPDATE
         ),
         bad AS MATERIALIZED (SELECT id, serializer FROM picked WHERE serializer <> %(codec)s),
         del AS (
             DELETE FROM {{table}} e USING picked p
-            WHERE e.name = %(name)s AND e.id = p.id AND NOT EXISTS (SELECT 1 FROM bad)
+            WHERE e.ctid = p.tid AND e.name = %(name)s AND NOT EXISTS (SELECT 1 FROM bad)
             RETURNING e.id, e.payload, e.due, e.seq, e.claimed
         ),
         {_counter("del", "-count(*)", "-count(*) FILTER (WHERE claimed)")}
         SELECT id, payload, due, seq, NULL FROM del UNION ALL SELECT id, NULL, 0, 0, serializer FROM bad""",
     "poll": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
         picked AS MATERIALIZED (
-            SELECT id, serializer FROM {{table}}
+            SELECT ctid AS tid, id, serializer FROM {{table}}
             WHERE name = %(name)s AND due <= (SELECT now FROM t)
             ORDER BY due, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED
         ),
         bad AS MATERIALIZED (SELECT id, serializer FROM picked WHERE serializer <> %(codec)s LIMIT 1),
         del AS (
             DELETE FROM {{table}} e USING picked p
-            WHERE e.name = %(name)s AND e.id = p.id AND NOT EXISTS (SELECT 1 FROM bad)
+            WHERE e.ctid = p.tid AND e.name = %(name)s AND NOT EXISTS (SELECT 1 FROM bad)
             RETURNING e.id, e.payload, e.due, e.seq, e.claimed
         ),
         {_counter("del", "-count(*)", "-count(*) FILTER (WHERE claimed)")}
         SELECT id, payload, due, seq, NULL FROM del UNION ALL SELECT id, NULL, 0, 0, serializer FROM bad""",
     "xack": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
         picked AS MATERIALIZED (
-            SELECT id, serializer FROM {{table}}
+            SELECT ctid AS tid, id, serializer FROM {{table}}
             WHERE name = %(name)s AND id = ANY(%(ids)s::text[])
                 AND (%(attempt)s::bigint IS NULL OR attempt & {ATTEMPTS} = %(attempt)s::bigint)
                 AND (%(token)s::bigint IS NULL OR attempt = %(token)s::bigint)
@@ -175,7 +175,7 @@ _TEMPLATES: Final = {
         bad AS MATERIALIZED (SELECT id, serializer FROM picked WHERE serializer <> %(codec)s LIMIT 1),
         del AS (
             DELETE FROM {{table}} e USING picked p
-            WHERE e.name = %(name)s AND e.id = p.id AND NOT EXISTS (SELECT 1 FROM bad)
+            WHERE e.ctid = p.tid AND e.name = %(name)s AND NOT EXISTS (SELECT 1 FROM bad)
             RETURNING e.id, e.payload, e.due, e.seq, e.claimed
         ),
         {_counter("del", "-count(*)", "-count(*) FILTER (WHERE claimed)")}
@@ -201,9 +201,9 @@ _TEMPLATES: Final = {
     # with a fresh filing number that is also the claim number of the stamp.
     "claim": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
         picked AS MATERIALIZED (
-            SELECT p.id, p.due, p.attempt, p.claimed, p.serializer, nextval('{{seq_name}}') AS n
+            SELECT p.tid, p.id, p.due, p.attempt, p.claimed, p.serializer, nextval('{{seq_name}}') AS n
             FROM (
-                SELECT id, due, attempt, claimed, serializer FROM {{table}}
+                SELECT ctid AS tid, id, due, attempt, claimed, serializer FROM {{table}}
                 WHERE name = %(name)s AND due <= (SELECT now FROM t)
                 ORDER BY due, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED
             ) p
@@ -214,16 +214,26 @@ _TEMPLATES: Final = {
             SET due = t.now + %(lease)s, seq = p.n, ttl = %(lease)s / 1e6, claimed = true,
                 attempt = p.n * {ATTEMPTS + 1} + least((p.attempt & {ATTEMPTS}) + 1, {ATTEMPTS})
             FROM picked p, t
-            WHERE e.name = %(name)s AND e.id = p.id AND NOT EXISTS (SELECT 1 FROM bad)
+            WHERE e.ctid = p.tid AND e.name = %(name)s AND NOT EXISTS (SELECT 1 FROM bad)
             RETURNING e.id, e.payload, e.attempt, e.due AS until, p.due, p.claimed, t.now
         ),
         {_counter("upd", "0", "count(*) FILTER (WHERE NOT claimed)")}
         SELECT id, payload, attempt, until, due, now, NULL FROM upd
         UNION ALL SELECT id, NULL, 0, 0, 0, 0, serializer FROM bad
         ORDER BY 3""",
-    "ack": f"""WITH del AS (
-            DELETE FROM {{table}} e USING unnest(%(ids)s::text[], %(tokens)s::bigint[]) AS a(id, token)
-            WHERE e.name = %(name)s AND e.id = a.id AND e.attempt = a.token AND e.claimed
+    # One primary-key lookup per (id, token), whatever the planner knows of the table; the rows
+    # found are deleted by their physical address (a TID scan).
+    "ack": f"""WITH found AS MATERIALIZED (
+            SELECT x.tid FROM unnest(%(ids)s::text[], %(tokens)s::bigint[]) AS a(id, token)
+            CROSS JOIN LATERAL (
+                SELECT e.ctid AS tid FROM {{table}} e
+                WHERE e.name = %(name)s AND e.id = a.id AND e.attempt = a.token AND e.claimed
+                FOR UPDATE
+            ) x
+        ),
+        del AS (
+            DELETE FROM {{table}} e
+            WHERE e.ctid = ANY(ARRAY(SELECT tid FROM found)) AND e.name = %(name)s AND e.claimed
             RETURNING e.id, e.attempt
         ),
         {_counter("del", "-count(*)", "-count(*)")}
@@ -231,7 +241,7 @@ _TEMPLATES: Final = {
     # reschedule (release the claim) and extend (keep it): file the element anew at now + ttl.
     "refile": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
         old AS MATERIALIZED (
-            SELECT id, claimed FROM {{table}}
+            SELECT ctid AS tid, id, claimed FROM {{table}}
             WHERE name = %(name)s AND id = %(id)s
                 AND (%(attempt)s::bigint IS NULL OR attempt & {ATTEMPTS} = %(attempt)s::bigint)
                 AND (%(token)s::bigint IS NULL OR attempt = %(token)s::bigint)
@@ -244,7 +254,7 @@ _TEMPLATES: Final = {
             SET due = t.now + %(ttl)s, seq = nextval('{{seq_name}}'), ttl = %(ttl)s / 1e6,
                 claimed = %(extend)s
             FROM old o, t
-            WHERE e.name = %(name)s AND e.id = o.id
+            WHERE e.ctid = o.tid AND e.name = %(name)s
             RETURNING e.due, o.claimed
         ),
         {_counter("upd", "0", "-count(*) FILTER (WHERE claimed AND NOT %(extend)s)")}

@@ -210,6 +210,39 @@ async def test_names_and_ids_with_unusual_characters(store: PostgresStore) -> No
         await store.push(N, 1, ttl=2e9)
 
 
+def _scanned(plan: dict[str, Any], table: str) -> int:
+    """The most rows any scan of ``table`` in an ``EXPLAIN (ANALYZE, FORMAT JSON)`` plan produced."""
+    most = 0
+    if plan.get("Relation Name") == table:
+        most = int(plan.get("Actual Rows", 0)) * int(plan.get("Actual Loops", 1))
+    for child in plan.get("Plans", []):
+        most = max(most, _scanned(child, table))
+    return most
+
+
+async def test_claim_and_ack_read_only_the_rows_they_take(store: PostgresStore) -> None:
+    """On a table without statistics yet (just filled), and after the same statement has run often
+    enough for a generic plan, a claim of 100 must not read every due row (a bitmap scan and a
+    sort), nor an ack scan the dehydrator to find its rows."""
+    await store.push_many(N, [(i, 0, None) for i in range(20_000)])
+    table = store._table
+
+    async def explain(query: str, params: dict[str, Any]) -> int:
+        def body(conn: Any) -> int:
+            for _ in range(6):  # past the point where a generic plan may be chosen
+                conn.execute(query, params, prepare=True).fetchall()
+            ((plan,),) = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + query, params).fetchall()
+            return _scanned(plan[0]["Plan"], table)
+
+        return await store._run(body)
+
+    claim = store._params(name=N, lease=60_000_000, limit=100, codec="json")
+    assert await explain(store._sql.claim, claim) <= 1_000
+    claims = await store.claim(N, lease=60, limit=100)
+    ack = store._params(name=N, ids=[c.id for c in claims], tokens=[c.token for c in claims])
+    assert await explain(store._sql.ack, ack) <= 1_000
+
+
 async def test_a_push_many_of_ten_thousand_is_one_statement(store: PostgresStore) -> None:
     ids = await store.push_many(N, [(i, i % 7, None) for i in range(10_000)])
     assert len(set(ids)) == 10_000
