@@ -59,11 +59,12 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
+from rehydrate._clock import RealClock
 from rehydrate._core import _validate
-from rehydrate._core._dehydrator import Claim, ElementInfo, Summary
 from rehydrate._core._fence import attempt_of
+from rehydrate._core._records import Claim, ElementInfo, Summary
 from rehydrate._core._validate import Seconds
-from rehydrate.abc import Serializer, Store, Subscription
+from rehydrate.abc import Serializer, Subscription
 from rehydrate.errors import (
     DuplicateIdError,
     InvalidArgumentError,
@@ -73,7 +74,7 @@ from rehydrate.errors import (
     UnknownIdError,
     UnsupportedStoreError,
 )
-from rehydrate.serializers import get_serializer
+from rehydrate.stores._base import StoreBase, as_bool, as_float, as_int, as_str, url_options
 from rehydrate.stores._postgres_sql import SCHEMA_VERSION, Statements
 from rehydrate.stores._subscription import EventSubscription
 
@@ -160,31 +161,22 @@ def _int_option(value: object, name: str, low: int, high: int) -> int:
     return value
 
 
-def _flag(value: str) -> bool:
-    lowered = value.lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(value)
-
-
 #: The constructor's options a URL's query may carry, and how to read them. Other parameters
 #: (``sslmode``, ``connect_timeout``, ``application_name``...) go to libpq, which checks them.
 _URL_OPTIONS: Final[dict[str, Callable[[str], Any]]] = {
-    "schema": str,
-    "table": str,
-    "serializer": str,
-    "synchronous_commit": str,
-    "pool_size": int,
-    "timeout": float,
-    "retries": int,
-    "retry_backoff": float,
-    "create": _flag,
+    "schema": as_str,
+    "table": as_str,
+    "serializer": as_str,
+    "synchronous_commit": as_str,
+    "pool_size": as_int,
+    "timeout": as_float,
+    "retries": as_int,
+    "retry_backoff": as_float,
+    "create": as_bool,
 }
 
 
-class _ServerClock:
+class _ServerClock(RealClock):
     """The server's time as seen from this process (:attr:`PostgresStore.clock`), in seconds.
 
     This process's monotonic clock plus the offset to the server's ``clock_timestamp()`` measured
@@ -192,8 +184,6 @@ class _ServerClock:
     ``pinned_us`` and ``skew_us`` are for tests: they replace and shift the server's time in every
     statement of this store (and in this clock) so tests can move time without sleeping.
     """
-
-    real = True
 
     def __init__(self) -> None:
         self._offset = time.time() - time.monotonic()
@@ -212,9 +202,6 @@ class _ServerClock:
             return self._last
         self._last = now
         return now
-
-    async def sleep(self, seconds: float) -> None:
-        await anyio.sleep(seconds)
 
     def __repr__(self) -> str:
         return f"<PostgreSQL server clock, offset {self._offset:.6f} s>"
@@ -314,7 +301,7 @@ class _Listener:
                 conn.close()
 
 
-class PostgresStore(Store):
+class PostgresStore(StoreBase):
     """Dehydrators in a PostgreSQL database (``postgresql://user:password@host:5432/db``).
 
     See the module's docstring for the design. Options (also as URL query parameters):
@@ -359,7 +346,7 @@ class PostgresStore(Store):
         self._url = url
         self._schema = _identifier(schema, "schema")
         self._table = _identifier(table, "table")
-        self._serializer = get_serializer(serializer)
+        self._set_serializer(serializer)
         self._codec = self._serializer.name
         if not isinstance(synchronous_commit, str) or synchronous_commit.lower() not in _SYNCHRONOUS_COMMIT:
             raise InvalidArgumentError(
@@ -399,18 +386,15 @@ class PostgresStore(Store):
             query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
         except ValueError as exc:
             raise InvalidArgumentError(f"malformed query in {_redact(url)!r}: {exc}") from None
-        rest = []
-        for key, value in query:
-            convert = _URL_OPTIONS.get(key)
-            if convert is None:
-                rest.append((key, value))
-                continue
-            if key in options:
-                raise InvalidArgumentError(f"{key} is given both in the URL and as an argument")
-            try:
-                options[key] = convert(value)
-            except ValueError:
-                raise InvalidArgumentError(f"invalid {key}={value!r} in the PostgreSQL URL") from None
+        ours = [(key, value) for key, value in query if key in _URL_OPTIONS]
+        rest = [(key, value) for key, value in query if key not in _URL_OPTIONS]
+        # ``create`` may come both ways: the URL's ``create=false`` (this deployment may not create
+        # tables) and the caller's (``open_store(url, create=False)``: this command must not) both hold.
+        create = options.pop("create", None)
+        found = url_options(url, urlencode(ours), _URL_OPTIONS, options, shown=_redact(url))
+        if create is not None:
+            found["create"] = _validate.flag(create, "create") and found.get("create", True)
+        options.update(found)
         return cls(urlunsplit(parts._replace(query=urlencode(rest))), **options)
 
     def __repr__(self) -> str:
@@ -547,7 +531,7 @@ class PostgresStore(Store):
             version = await self._run(self._create)
         problem = self._problem(version)
         if problem is not None:
-            raise RehydrateError(f"{problem}: run `rehydrate migrate --store URL`")
+            raise StoreUnavailableError(f"{problem}: run `rehydrate migrate --store URL`")
 
     async def _with_connection(self, fn: Callable[[psycopg.Connection[Any]], _T]) -> _T:
         """``fn`` on this store's pool if it is open, else on a connection of its own (the CLI's case)."""
@@ -642,11 +626,6 @@ class PostgresStore(Store):
 
     # -- plumbing --------------------------------------------------------------------------------
 
-    def _not_open(self) -> RehydrateError:
-        return RehydrateError(
-            f"{self!r} is not open: use it as `async with store:` or call `await store.open()` first"
-        )
-
     def _delay(self, attempt: int) -> float:
         return float(min(self._backoff * 2 ** (attempt - 1), 2.0))
 
@@ -708,25 +687,6 @@ class PostgresStore(Store):
     def _note(self, name: str) -> str:
         return name if len(name.encode()) <= _MAX_NOTE else ""
 
-    def _dumps(self, element: Any) -> bytes:
-        try:
-            return self._serializer.dumps(element)
-        except InvalidArgumentError:
-            raise
-        except (TypeError, ValueError) as exc:
-            raise InvalidTypeError(f"element cannot be serialized by {self._codec!r}: {exc}") from exc
-
-    def _mismatch(self, name: str, id: str, serializer: str) -> RehydrateError:
-        return RehydrateError(
-            f"element {id!r} of {name!r} was written with the {serializer!r} serializer but this "
-            f"store uses {self._codec!r}: open it with serializer={serializer!r}"
-        )
-
-    def _loads(self, name: str, id: str, payload: bytes, serializer: str) -> Any:
-        if serializer != self._codec:
-            raise self._mismatch(name, id, serializer)
-        return self._serializer.loads(bytes(payload))
-
     def _wake(self, name: str) -> None:
         """Wake this process's subscriptions of ``name`` ("" wakes every one); on the event loop."""
         if name:
@@ -741,7 +701,7 @@ class PostgresStore(Store):
         """``(id, element)`` of removed rows in due order; raise if a row was refused for its serializer."""
         for row in rows:
             if row[4] is not None:
-                raise self._mismatch(name, row[0], row[4])
+                raise self._mismatch(name, row[4], row[0])
         ordered = sorted(rows, key=lambda row: (row[2], row[3]))
         return [(row[0], self._serializer.loads(bytes(row[1]))) for row in ordered]
 
@@ -752,7 +712,7 @@ class PostgresStore(Store):
     ) -> str:
         _name(name)
         micros = _micros(_validate.seconds(ttl, "ttl"))
-        _validate.flag(replace, "replace")
+        _validate.replace(replace, id)
         if id is not None:
             _id(id)
         payload = self._dumps(element)
@@ -883,7 +843,7 @@ class PostgresStore(Store):
         _id(id)
         params = {"name": name, "id": id}
         row = await self._run(lambda conn: conn.execute(self._sql.look, params, prepare=True).fetchone())
-        return None if row is None else self._loads(name, id, row[0], row[1])
+        return None if row is None else self._loads(name, id, bytes(row[0]), row[1])
 
     async def ttn(self, name: str) -> float | None:
         _name(name)
@@ -899,7 +859,7 @@ class PostgresStore(Store):
         row = await self._run(lambda conn: conn.execute(self._sql.update, params, prepare=True).fetchone())
         if row is None:
             raise UnknownIdError(id)
-        return self._loads(name, id, row[0], row[1])
+        return self._loads(name, id, bytes(row[0]), row[1])
 
     # -- leases ----------------------------------------------------------------------------------
 
@@ -914,7 +874,7 @@ class PostgresStore(Store):
         claims = []
         for id, payload, token, until, due, now, foreign in rows:
             if foreign is not None:
-                raise self._mismatch(name, id, foreign)
+                raise self._mismatch(name, foreign, id)
             claims.append(
                 Claim(
                     id=id,

@@ -21,12 +21,15 @@ from .harnesses import Harness
 
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     url = shared_server_url(request.config)
-    store = PostgresStore.from_url(
-        url, table=f"rhtest_{uuid.uuid4().hex[:12]}", retries=2, retry_backoff=0.05
-    )
+    table = f"rhtest_{uuid.uuid4().hex[:12]}"
+    store = PostgresStore.from_url(url, table=table, retries=2, retry_backoff=0.05)
     async with store:
         try:
             await store._freeze_for_tests()
-            yield Harness(store=store, advance=store._advance_for_tests)
+            yield Harness(
+                store=store,
+                advance=store._advance_for_tests,
+                twin=lambda **kw: PostgresStore.from_url(url, table=table, retries=2, **kw),
+            )
         finally:
             await store._drop_for_tests()
