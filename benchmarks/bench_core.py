@@ -283,7 +283,8 @@ class HeapqBaseline:
             heappop(heap)
         if not heap:
             return None
-        return max(0.0, heap[0][0] - self._clock())
+        due: float = heap[0][0]
+        return max(0.0, due - self._clock())
 
     def __len__(self) -> int:
         return len(self._index)
@@ -541,7 +542,7 @@ def sanity_check(ms: list[int], base: float, step: float) -> int:
 
             for i in range(n):
                 ttl = values[i % len(values)]
-                same("push", lambda o, i=i, ttl=ttl: o.push(i, ttl=ttl, id=f"e{i}"))
+                same("push", lambda o: o.push(i, ttl=ttl, id=f"e{i}"))  # noqa: B023 (called at once)
                 if i % 4 == 3:  # arrivals in bursts of 4 at the same instant: ties on due
                     clock.advance(arrival * 4)
             for o in objs:
@@ -560,7 +561,7 @@ def sanity_check(ms: list[int], base: float, step: float) -> int:
                 same("ttn", lambda o: o.ttn())
                 same("xpoll", lambda o: o.xpoll(limit=50))
                 ids = objs[0].xpoll(limit=10)
-                same("xack", lambda o, ids=ids: o.xack(*ids, "e1", "nope"))
+                same("xack", lambda o: o.xack(*ids, "e1", "nope"))  # noqa: B023 (called at once)
                 same("claim", lambda o: _claims(o.claim(lease=0.9, limit=40)))
                 same("claim acked", lambda o: o.xack("e3", "e10", attempt=1))
                 same("poll", lambda o: o.poll(limit=97))

@@ -56,7 +56,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import coredis
@@ -243,7 +243,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
             async def server_time() -> float:
                 """Seconds the server has spent running scripts (INFO commandstats)."""
-                stats = await raw.info("commandstats")
+                stats = cast(dict[str, Any], await raw.info("commandstats"))
                 return float(stats.get("cmdstat_evalsha", {}).get("usec", 0)) / 1e6
 
             for m in args.ttls:

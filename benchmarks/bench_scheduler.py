@@ -31,7 +31,10 @@ from rehydrate import Scheduler, current_delivery
 
 def percentiles(values: list[float]) -> tuple[float, float, float]:
     ordered = sorted(values)
-    p = lambda f: ordered[min(len(ordered) - 1, int(f * len(ordered)))]  # noqa: E731
+
+    def p(f: float) -> float:
+        return ordered[min(len(ordered) - 1, int(f * len(ordered)))]
+
     return p(0.50) * 1000, p(0.99) * 1000, ordered[-1] * 1000
 
 
@@ -133,7 +136,10 @@ def run(backend: str, n: int, spread: float, repeat: int) -> dict[str, Any]:
         rows["floor"].append(anyio.run(floor_lateness, n, spread, backend, backend=backend))
         gc.collect()
         rows["throughput"].append(anyio.run(scheduler_throughput, n, backend=backend))
-    med = lambda xs, i: statistics.median(x[i] for x in xs)  # noqa: E731
+
+    def med(xs: list[list[float]], i: int) -> float:
+        return statistics.median(x[i] for x in xs)
+
     return {
         "scheduler": [med(rows["scheduler"], i) for i in range(4)],
         "floor": [med(rows["floor"], i) for i in range(3)],

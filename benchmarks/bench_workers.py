@@ -58,7 +58,10 @@ def worker(url: str, options: dict[str, Any], name: str, ready: Any, stop: Any, 
 
 def percentiles(values: list[float]) -> tuple[float, float, float]:
     ordered = sorted(values)
-    at = lambda f: ordered[min(len(ordered) - 1, int(f * len(ordered)))]  # noqa: E731
+
+    def at(f: float) -> float:
+        return ordered[min(len(ordered) - 1, int(f * len(ordered)))]
+
     return at(0.5) * 1000, at(0.99) * 1000, ordered[-1] * 1000
 
 

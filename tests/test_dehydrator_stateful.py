@@ -127,7 +127,7 @@ class DehydratorMachine(RuleBasedStateMachine):
     )
     def xack(self, ids: list[str], attempt: int | None, token: int | None) -> None:
         fence = self.pick(token)
-        expected = []
+        expected: list[Any] = []
         m = self.model
         for id in ids:
             entry = m.entries.get(id)

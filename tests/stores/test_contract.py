@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -24,6 +24,11 @@ from .harnesses import Harness
 pytestmark = pytest.mark.anyio
 
 N = "jobs"
+
+
+def about(seconds: float) -> float:
+    """Equals any float within 10 ms of ``seconds`` (``pytest.approx``, typed as what it stands for)."""
+    return cast(float, pytest.approx(seconds, abs=0.01))
 
 
 async def state(store: Store, name: str = N) -> Any:
@@ -294,7 +299,7 @@ class TestSummary:
         assert await s.summary(N) == Summary(size=0, due=0, claimed=0, ttn=None)
         await s.push(N, "a", ttl=1, id="a")
         await s.push(N, "b", ttl=50, id="b")
-        assert await s.summary(N) == Summary(size=2, due=0, claimed=0, ttn=pytest.approx(1, abs=0.01))
+        assert await s.summary(N) == Summary(size=2, due=0, claimed=0, ttn=about(1))
         await s.push(N, "c", ttl=1, id="c")
         harness.advance(1)
         (claim,) = await s.claim(N, lease=10, limit=1)
@@ -307,7 +312,7 @@ class TestSummary:
         assert await Store.summary(s, N) == summary
         await s.ack(N, [("a", claim.token)])
         await s.pull(N, "c")
-        assert await s.summary(N) == Summary(size=1, due=0, claimed=0, ttn=pytest.approx(39, abs=0.01))
+        assert await s.summary(N) == Summary(size=1, due=0, claimed=0, ttn=about(39))
 
 
 class TestSubscriptions:
