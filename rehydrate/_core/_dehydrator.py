@@ -125,13 +125,19 @@ class Dehydrator:
     ``time.monotonic`` by default). A clock that steps back is treated as standing still, so due
     order is never broken by it.
 
-    >>> d = Dehydrator()
+    >>> from rehydrate.testing import FakeClock
+    >>> clock = FakeClock()
+    >>> d = Dehydrator(clock=clock)
     >>> d.push("Dehydrate this", ttl=3, id="101")
     '101'
     >>> d.look("101")
     'Dehydrate this'
     >>> d.poll()
     []
+    >>> clock.advance(3)
+    3.0
+    >>> d.poll()
+    ['Dehydrate this']
     """
 
     __slots__ = (
