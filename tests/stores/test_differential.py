@@ -1,0 +1,161 @@
+"""Every store gives the model's answers to random programs.
+
+The model is the in-process :class:`~rehydrate.Dehydrator`, behind a :class:`MemoryStore` on a
+:class:`FakeClock` (the store verbs on top of it: ``replace``, ``push_many``'s checks, fenced acks).
+Each store harness of ``tests/stores/harness_*.py`` runs the same program beside it, call after
+call, and every answer is compared, errors included (by type). Where stores may rightly differ the
+answer is normalized first: generated ids and claim tokens are store-made (a program refers to a
+claim by its age, not its number), and absolute times are each store's own clock (compared as
+offsets from ``now``).
+
+How many programs: the hypothesis profile (``HYPOTHESIS_PROFILE``, see ``tests/conftest.py``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from rehydrate.abc import Store
+from rehydrate.stores import MemoryStore
+from rehydrate.testing import FakeClock
+from tests.strategies import program_ids, store_programs
+
+from .harnesses import Harness
+
+pytestmark = pytest.mark.anyio
+
+#: A program's call, as drawn: ``(verb, *arguments)``.
+Op = tuple[Any, ...]
+
+
+def _pick(tokens: dict[str, list[int]], id: str, k: int) -> int:
+    """The ``k``-th latest token this store issued for ``id``, or one nobody holds."""
+    issued = tokens.get(id, [])
+    return issued[-1 - k] if k < len(issued) else 1
+
+
+def _known(ids: list[str]) -> list[str]:
+    return [id if id in program_ids else "gen" for id in ids]
+
+
+def _offset(t: float | None, now: float) -> float | None:
+    return None if t is None else round(t - now, 3)
+
+
+async def apply(
+    store: Store, advance: Callable[[float], Any], name: str, op: Op, n: int, tokens: dict[str, list[int]]
+) -> Any:
+    """Run call ``n`` of a program; return an answer comparable between stores.
+
+    ``tokens``: the claim tokens this store issued, per id, oldest first.
+    """
+    verb, *args = op
+    now = store.clock()
+    try:
+        match verb:
+            case "push":
+                return await store.push(name, f"{args[0]}#{n}", ttl=args[1], id=args[0])
+            case "push_replace":
+                return await store.push(name, f"{args[0]}#{n}", ttl=args[1], id=args[0], replace=True)
+            case "push_gen":
+                return _known([await store.push(name, f"gen#{n}", ttl=args[0])])
+            case "push_many":
+                return _known(await store.push_many(name, [(f"{id}#{n}", ttl, id) for id, ttl in args[0]]))
+            case "pull":
+                return await store.pull(name, args[0])
+            case "poll":
+                return await store.poll(name, limit=args[0])
+            case "xpoll":
+                return _known(await store.xpoll(name, limit=args[0]))
+            case "xack":
+                return await store.xack(name, *args[0], attempt=args[1])
+            case "xack_token":
+                return await store.xack(name, args[0], token=_pick(tokens, args[0], args[1]))
+            case "claim":
+                claims = await store.claim(name, lease=args[0], limit=args[1])
+                for c in claims:
+                    tokens.setdefault(c.id, []).append(c.token)
+                return [
+                    (c.element, c.attempt, _offset(c.lease_until, now), _offset(c.due, now)) for c in claims
+                ]
+            case "ack":
+                return await store.ack(name, [(id, _pick(tokens, id, k)) for id, k in args[0]])
+            case "reschedule":
+                return await store.reschedule(name, args[0], ttl=args[1], attempt=args[2])
+            case "reschedule_token":
+                token = _pick(tokens, args[0], args[2])
+                return await store.reschedule(name, args[0], ttl=args[1], token=token)
+            case "extend":
+                token = _pick(tokens, args[0], args[2])
+                return _offset(await store.extend(name, args[0], lease=args[1], token=token), now)
+            case "update":
+                return await store.update(name, args[0], f"{args[0]}@{n}")
+            case "look":
+                return await store.look(name, args[0])
+            case "info":
+                info = await store.info(name, args[0])
+                if info is None:
+                    return None
+                return (_offset(info.due, now), info.ttl, info.attempt, info.claimed)
+            case "advance":
+                advance(args[0])
+                return None
+            case "ttn":
+                return _offset(await store.ttn(name), 0)
+            case "ids":
+                return _known(await store.ids(name, limit=args[0]))
+            case "size":
+                return await store.size(name)
+            case "summary":
+                s = await store.summary(name)
+                return (s.size, s.due, s.claimed, _offset(s.ttn, 0))
+    except Exception as exc:
+        return type(exc).__name__
+    raise AssertionError(f"no such verb in a program: {verb!r}")
+
+
+async def same_answers(
+    store: Store,
+    advance: Callable[[float], Any],
+    program: list[Op],
+    *,
+    check: Callable[[str], Awaitable[None]] | None = None,
+) -> None:
+    """Run ``program`` on ``store`` (its time moved by ``advance``) and on the model, side by side,
+    on a dehydrator name of its own; assert every answer is the model's. ``check(name)``, if given,
+    runs after every call (a store's own invariants, seen from outside)."""
+    name = f"fuzz-{uuid.uuid4().hex[:12]}"
+    clock = FakeClock(1000.0)
+    async with MemoryStore(clock=clock) as model:
+        model_tokens: dict[str, list[int]] = {}
+        store_tokens: dict[str, list[int]] = {}
+        for n, op in enumerate(program):
+            expected = await apply(model, clock.advance, name, op, n, model_tokens)
+            got = await apply(store, advance, name, op, n, store_tokens)
+            assert got == expected, (n, op)
+            if check is not None:
+                await check(name)
+        assert _known(await store.ids(name)) == _known(await model.ids(name))
+        assert (name in await store.names()) == (name in await model.names())
+        # Leave nothing behind for the next program on the same store.
+        for id in await store.ids(name):
+            await store.pull(name, id)
+        assert await store.size(name) == 0
+
+
+@pytest.mark.parametrize("anyio_backend", [pytest.param(("asyncio", {"debug": True}), id="asyncio")])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(program=store_programs)
+async def test_same_answers_as_the_model(harness: Harness, program: list[Op]) -> None:
+    """Random programs give the model's answers on every store.
+
+    One store per test, shared by its examples (the harness fixture is opened once): each program
+    works on a dehydrator of its own and empties it at the end. On asyncio only: the contract suite
+    runs every verb on trio too, and the programs are what costs here.
+    """
+    await same_answers(harness.store, harness.advance, program)
