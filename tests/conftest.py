@@ -19,7 +19,16 @@ settings.register_profile("ci", max_examples=50, deadline=None, print_blob=True)
 settings.register_profile(
     "thorough", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+settings.load_profile(PROFILE)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A thorough search runs as long as it takes: no per-test timeout for the property tests."""
+    if PROFILE == "thorough":
+        for item in items:
+            if hasattr(getattr(item, "obj", None), "hypothesis"):
+                item.add_marker(pytest.mark.timeout(0))
 
 
 @pytest.fixture(
