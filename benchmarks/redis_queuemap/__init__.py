@@ -85,7 +85,7 @@ class QueueMapStore(RedisStore):
             if self._join:
                 out += self._loads_joined(reply[2])
             else:
-                out.extend(self._loads(payload) for payload in reply[2:])
+                out.extend(self._serializer.loads(payload) for payload in reply[2:])
             if not int(reply[1]) or (n is not None and len(out) >= n):
                 return out
             if max_seq == "":
@@ -108,7 +108,7 @@ class QueueMapStore(RedisStore):
             if self._join:
                 elements = self._loads_joined(reply[4])
             else:
-                elements = [self._loads(reply[i + 3]) for i in rows]
+                elements = [self._serializer.loads(reply[i + 3]) for i in rows]
             out += [
                 Claim(
                     id=_text(reply[i]),
