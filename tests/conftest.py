@@ -57,11 +57,8 @@ def no_blocking_calls_on_the_loop(request: pytest.FixtureRequest) -> Iterator[No
         yield
         return
     with blockbuster_ctx("rehydrate") as bb:
-        # Known issue, to be removed once the fix lands (h3-stores): the Redis store reads its Lua
-        # scripts from disk on the event loop the first time one opens in a process.
-        bb.functions["io.TextIOWrapper.read"].can_block_in("rehydrate/stores/_redis.py", "_scripts")
-        # Known issue, the same: a rediss:// store builds its TLS context (reading the CA files) on
-        # the event loop, in coredis's from_url called by the store's open().
+        # Known issue, to be removed once the store is fixed: a rediss:// store builds its TLS
+        # context (reading the CA files) on the event loop, in coredis's from_url called by open().
         bb.functions["os.stat"].can_block_in("coredis/connection/_base.py", "get")
         yield
 
