@@ -440,7 +440,10 @@ def start_supervisor(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen[str],
     url = f"sqlite:///{tmp_path / 'w.db'}"
     with logs.open("w") as out:
         parent = start(tmp_path, "papp:scheduler", "--store", url, "--processes", "2", *argv, stderr=out)
-    ready = lambda: [e["pid"] for e in json_lines(logs) if e["event"] == "worker ready"]  # noqa: E731
+
+    def ready() -> list[int]:
+        return [e["pid"] for e in json_lines(logs) if e["event"] == "worker ready"]
+
     wait_for(lambda: len(ready()) == 2, parent, "2 workers ready")
     return parent, logs, ready()
 
