@@ -131,6 +131,13 @@ def _line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
+def _import_driver() -> None:
+    """Import psycopg and its pool (their first import reads files; call it in a worker thread)."""
+    import psycopg.conninfo
+    import psycopg.errors  # noqa: F401
+    import psycopg_pool  # noqa: F401
+
+
 def _redact(url: str) -> str:
     """The URL without its password, for messages."""
     parts = urlsplit(url)
@@ -433,6 +440,8 @@ class PostgresStore(StoreBase):
             await anyio.lowlevel.checkpoint()
             return
         try:
+            # The first import reads files: do it off the event loop, as every other blocking call.
+            await anyio.to_thread.run_sync(_import_driver)
             import psycopg
             import psycopg.errors
             import psycopg_pool
