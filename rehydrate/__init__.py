@@ -5,13 +5,11 @@ A dehydrator holds elements that arrived too early and gives them back once thei
 
 from __future__ import annotations
 
-from rehydrate._core._dehydrator import Dehydrator
-from rehydrate._core._records import Claim, ElementInfo, Summary
-from rehydrate._core._retry import Backoff, Retry
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from rehydrate._core._validate import Seconds
-from rehydrate._deliveries import DeadLetter, Delivery, Stats, current_delivery
-from rehydrate._scheduler import Scheduler
-from rehydrate._sync import SyncScheduler
+from rehydrate._version import __version__ as __version__
 from rehydrate.errors import (
     DuplicateIdError,
     InvalidArgumentError,
@@ -24,7 +22,15 @@ from rehydrate.errors import (
     UnknownIdError,
     UnsupportedStoreError,
 )
-from rehydrate.stores import open_store
+
+if TYPE_CHECKING:
+    from rehydrate._core._dehydrator import Dehydrator
+    from rehydrate._core._records import Claim, ElementInfo, Summary
+    from rehydrate._core._retry import Backoff, Retry
+    from rehydrate._deliveries import DeadLetter, Delivery, Stats, current_delivery
+    from rehydrate._scheduler import Scheduler
+    from rehydrate._sync import SyncScheduler
+    from rehydrate.stores import open_store
 
 __all__ = [
     "Backoff",
@@ -52,3 +58,34 @@ __all__ = [
     "current_delivery",
     "open_store",
 ]
+
+#: Where each name not imported above lives. They are imported on first use, so that importing
+#: ``rehydrate.cli`` (a ``rehydrate push`` from a shell script) does not pay for the scheduler.
+_LAZY = {
+    "Dehydrator": "rehydrate._core._dehydrator",
+    "Claim": "rehydrate._core._records",
+    "ElementInfo": "rehydrate._core._records",
+    "Summary": "rehydrate._core._records",
+    "Backoff": "rehydrate._core._retry",
+    "Retry": "rehydrate._core._retry",
+    "DeadLetter": "rehydrate._deliveries",
+    "Delivery": "rehydrate._deliveries",
+    "Stats": "rehydrate._deliveries",
+    "current_delivery": "rehydrate._deliveries",
+    "Scheduler": "rehydrate._scheduler",
+    "SyncScheduler": "rehydrate._sync",
+    "open_store": "rehydrate.stores",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
