@@ -7,11 +7,16 @@ subprocesses. Worker signal handling is in ``test_cli_worker.py``.
 
 from __future__ import annotations
 
+import argparse
+import importlib.metadata
 import json
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -182,7 +187,11 @@ def test_text_output(cli: CLI) -> None:
     assert row.split() == ["jobs", "2", "1", "0", "0", "now"]
     code, out, err = cli("poll", "jobs", "--format", "text")
     assert out == "2\n"
-    assert "1 due elements removed" in err
+    assert "(1 due element removed from jobs)" in err
+    cli("push", "jobs", "3", "--id", "c")
+    cli("push", "jobs", "4", "--id", "d")
+    assert cli("poll", "jobs", "--format", "text")[2] == "(2 due elements removed from jobs)\n"
+    assert cli("push", "jobs", "5", "--id", "e", "--format", "text")[1] == "pushed e to jobs, due now\n"
 
 
 # -- operating: stats, dead letters, requeue -----------------------------------------------------
@@ -207,23 +216,30 @@ def test_stats_dead_and_requeue(cli: CLI) -> None:
     anyio.run(_dead_letters, cli.store(), ["a", "b", "c"])
     cli.json("push", "jobs", "1", "--id", "waiting", "--delay", "1h")
     cli.json("push", "other", "1", "--id", "x")
-    assert cli.json("stats") == [
+    rows = cli.json("stats")
+    next_due_at = [datetime.fromisoformat(row.pop("next_due_at")) for row in rows]
+    assert rows == [
         {
             "name": "jobs",
             "size": 1,
             "due": 0,
             "claimed": 0,
             "dead": 3,
-            "next_due": pytest.approx(3600, abs=5),
+            "next_due_in": pytest.approx(3600, abs=5),
         },
-        {"name": "other", "size": 1, "due": 1, "claimed": 0, "dead": 0, "next_due": 0.0},
+        {"name": "other", "size": 1, "due": 1, "claimed": 0, "dead": 0, "next_due_in": 0.0},
     ]
+    now = datetime.now(UTC)
+    assert (next_due_at[0] - now).total_seconds() == pytest.approx(3600, abs=5)
+    assert (next_due_at[1] - now).total_seconds() == pytest.approx(0, abs=5)
     assert [row["name"] for row in cli.json("stats", "other")] == ["other"]
     letters = cli.json("dead", "jobs")
     assert [d["id"] for d in letters] == ["a", "b", "c"]
     assert letters[0]["element"] == {"n": "a"}
     assert letters[0]["attempts"] == 1
     assert "boom" in letters[0]["error"]
+    failed_at = datetime.fromisoformat(letters[0]["failed_at"])  # absolute, and relative beside it
+    assert (datetime.now(UTC) - failed_at).total_seconds() == pytest.approx(letters[0]["failed_ago"], abs=5)
     assert len(cli.json("dead", "jobs", "--limit", "2")) == 2
     code, out, _ = cli("dead", "jobs", "--format", "text")
     assert out.splitlines()[0].split()[:2] == ["ID", "ATTEMPTS"]
@@ -242,13 +258,22 @@ def test_stats_dead_and_requeue(cli: CLI) -> None:
 
 def test_stats_watch(cli: CLI) -> None:
     cli.json("push", "jobs", "1")
-    code, out, _ = cli("stats", "--watch", "--interval", "10ms", "--count", "3")
+    code, out, _ = cli("stats", "--watch", "--interval", "100ms", "--count", "2")
     assert code == 0
     frames = [json.loads(line) for line in out.splitlines()]
-    assert len(frames) == 3
+    assert len(frames) == 2
     assert all(frame["dehydrators"][0]["size"] == 1 for frame in frames)
-    code, out, _ = cli("stats", "--watch", "--interval", "0", "--count", "2", "--format", "text")
+    assert all(datetime.fromisoformat(frame["at"]).tzinfo is not None for frame in frames)
+    code, out, _ = cli("stats", "--watch", "--interval", "0.1", "--count", "2", "--format", "text")
     assert out.count("rehydrate stats") == 2
+
+
+def test_stats_watch_interval_has_a_minimum(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--interval 0`` redrew 1,000 times a second: below 100ms is a malformed command line."""
+    with pytest.raises(SystemExit) as exit:
+        run(["--store", "memory://", "stats", "--watch", "--interval", "0"])
+    assert exit.value.code == 2
+    assert "it must be at least 100ms" in capsys.readouterr().err
 
 
 # -- mistakes: one line, non-zero ----------------------------------------------------------------
@@ -258,7 +283,14 @@ def test_stats_watch(cli: CLI) -> None:
     ("argv", "code", "message"),
     [
         (["push", "jobs", "{bad"], 1, "invalid JSON payload '{bad'"),
-        (["push", "jobs", "1", "--replace"], 1, "--replace needs --id"),
+        (["push", "jobs", "1", "--replace"], 2, "--replace needs --id"),
+        (["push", "jobs", "NaN"], 1, "NaN is not a JSON number (JSON has no NaN or Infinity)"),
+        (["push", "jobs", "[1, -Infinity]"], 1, "-Infinity is not a JSON number"),
+        (["push", "jobs", "1e400"], 1, "a number is too large for a float"),
+        (["push", "jobs", '"\\ud800"'], 1, "a string in the JSON payload is not Unicode text"),
+        (["push", "jobs", '{"\\udfff": 1}'], 1, "a string in the JSON payload is not Unicode text"),
+        (["push", "jobs", "1", "--id", "a\udcff"], 1, "the id 'a\\udcff' is not Unicode text"),
+        (["stats", "--watch", "--interval", "10ms"], 2, "it must be at least 100ms"),
         (["push", "jobs", "1", "--delay", "5x"], 2, "invalid duration '5x'"),
         (["push", "jobs", "1", "--at", "tomorrow"], 2, "invalid time 'tomorrow'"),
         (["--store", "ftp://host", "ttn", "jobs"], 1, "unsupported store URL 'ftp://host'"),
@@ -364,7 +396,7 @@ def test_bench_runs_the_scripts(tmp_path: Path) -> None:
     assert "it broke" in done.stderr
 
 
-@pytest.mark.parametrize("name", ["scheduler", "sqlite", "workers", "redis", "core", "push-floor"])
+@pytest.mark.parametrize("name", ["scheduler", "sqlite", "workers", "redis", "core", "push-floor", "cli"])
 def test_bench_quick_arguments_are_the_scripts_own(name: str) -> None:
     """``--quick`` passes each real script arguments it accepts (checked by its own parser)."""
     from rehydrate.cli._bench import BENCHMARKS
@@ -410,3 +442,379 @@ def test_python_dash_m_and_help() -> None:
         assert command in done.stdout
     for command in ("stats", "dead", "requeue"):
         assert command in done.stdout
+
+
+# -- issue 11: nothing lost in printing, one line for every mistake ------------------------------
+
+
+def _sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'pipe.db'}"
+
+
+async def _fill(url: str, name: str, elements: list[tuple[str, Any]]) -> None:
+    from rehydrate.stores import open_store
+
+    async with open_store(url) as store:
+        await store.push_many(name, [(element, 0.0, id) for id, element in elements])
+
+
+async def _summary(url: str, name: str) -> tuple[int, int, list[str]]:
+    """(size, claimed, ids) of ``name``."""
+    from rehydrate.stores import open_store
+
+    async with open_store(url) as store:
+        summary = await store.summary(name)
+        return summary.size, summary.claimed, await store.ids(name)
+
+
+def _closed_early(*argv: str, read: int = 20) -> tuple[int, bytes, str]:
+    """Run the command with its stdout read for ``read`` bytes and then closed (``| head -c 20``)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rehydrate", *argv],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    head = process.stdout.read(read)
+    process.stdout.close()
+    _, err = process.communicate(timeout=60)
+    return process.returncode, head, err.decode()
+
+
+#: Enough output to fill a pipe's buffer (64 KiB on Linux): writing blocks until the reader closes it.
+_BIG = 40 * [("e", "x" * 4000)]
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_poll_into_a_closed_pipe_removes_nothing(tmp_path: Path, fmt: str) -> None:
+    """``rehydrate poll ... | head -c 20``: a quiet exit (141), and every element is still there, due."""
+    url = _sqlite_url(tmp_path)
+    anyio.run(_fill, url, "bp", [(f"e{i}", element) for i, (_, element) in enumerate(_BIG)])
+    code, head, err = _closed_early("poll", "bp", "--format", fmt, "--store", url)
+    assert code == 141, err
+    assert head
+    assert "Traceback" not in err
+    assert anyio.run(_summary, url, "bp") == (40, 0, [f"e{i}" for i in range(40)])
+
+
+@pytest.mark.parametrize("verb", ["pull", "xack"])
+def test_pull_and_xack_into_a_closed_pipe_put_back(tmp_path: Path, verb: str) -> None:
+    url = _sqlite_url(tmp_path)
+    anyio.run(_fill, url, "bp", [("big", "x" * 200_000)])
+    code, _, err = _closed_early(verb, "bp", "big", "--store", url)
+    assert code == 141, err
+    assert "Traceback" not in err
+    assert anyio.run(_summary, url, "bp") == (1, 0, ["big"])
+
+
+@pytest.mark.parametrize("verb", ["look", "dead", "stats", "xpoll", "ttn"])
+def test_read_only_verbs_into_a_closed_pipe_exit_quietly(tmp_path: Path, verb: str) -> None:
+    url = _sqlite_url(tmp_path)
+    elements = [(f"{i:05d}" + "i" * 2000, "x" * 200_000 if i == 0 else i) for i in range(100)]
+    anyio.run(_fill, url, "bp", elements)
+    anyio.run(_fill, url, "bp.dead", elements)
+    argv = {"look": ["bp", elements[0][0]], "dead": ["bp"], "stats": [], "xpoll": ["bp"], "ttn": ["bp"]}[verb]
+    code, head, err = _closed_early(verb, *argv, "--format", "text", "--store", url)
+    # stats and ttn print a short line: it may well be written in full before the pipe is closed.
+    assert code in ((0, 141) if verb in ("stats", "ttn") else (141,)), err
+    assert head
+    assert "Traceback" not in err
+    assert err == ""
+
+
+def test_lone_surrogates_print_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    """An element the output cannot encode (lone surrogates: held by an older version, or by the
+    memory store) prints as JSON escapes, and ``poll`` still hands it over."""
+    store = MemoryStore()
+    anyio.run(_open_and_push, store, "sur", "\ud800 and \U0001f600", "s1")
+    assert run(["look", "sur", "s1", "--format", "json"], store=store) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out) == "\ud800 and \U0001f600"
+    assert run(["poll", "sur", "--format", "text"], store=store) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out) == "\ud800 and \U0001f600"
+    assert run(["ttn", "sur"], store=store) == 0
+    assert capsys.readouterr().out == "null\n"  # gone: it was printed
+
+
+async def _open_and_push(store: Store, name: str, element: Any, id: str) -> None:
+    await store.open()
+    await store.push(name, element, ttl=0, id=id)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{"LC_ALL": "C.UTF-8"}, {"LC_ALL": "C.UTF-8", "PYTHONUTF8": "0", "PYTHONIOENCODING": "utf-8:strict"}],
+    ids=["c-utf8", "strict"],
+)
+def test_stdin_that_is_not_utf8_is_refused(tmp_path: Path, env: dict[str, str]) -> None:
+    url = _sqlite_url(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "rehydrate", "push", "jobs", "-", "--store", url],
+        input=b'"caf\xe9"',
+        capture_output=True,
+        cwd=ROOT,
+        env={**os.environ, **env},
+        timeout=60,
+    )
+    err = done.stderr.decode()
+    assert done.returncode == 1, err
+    assert err.strip().splitlines() == [
+        "rehydrate: error: standard input is not UTF-8: byte 0xe9 at offset 4 (JSON payloads are UTF-8 text)"
+    ]
+    assert anyio.run(_summary, url, "jobs") == (0, 0, [])
+
+
+def test_stdin_reads_utf8_whatever_the_locale(tmp_path: Path) -> None:
+    url = _sqlite_url(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "rehydrate", "push", "jobs", "-", "--id", "c", "--store", url],
+        input='"café"'.encode(),
+        capture_output=True,
+        cwd=ROOT,
+        env={**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "ascii"},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "rehydrate", "look", "jobs", "c", "--store", url],
+        capture_output=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == "café"  # escaped for an ASCII output, not a traceback
+
+
+_NO_TRIO = (
+    "import sys; sys.modules['trio'] = None; from rehydrate.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+@pytest.mark.parametrize(
+    "argv", [["demo", "--backend", "trio"], ["worker", "json:loads", "--backend", "trio"]]
+)
+def test_backend_trio_without_trio(argv: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_TRIO, *argv], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "rehydrate: error: --backend trio needs trio, which is not installed: pip install 'rehydrate[trio]'"
+    ]
+
+
+def test_duplicate_id_says_what_to_do(cli: CLI) -> None:
+    cli.json("push", "emails", "1", "--id", "dupe")
+    code, out, err = cli("push", "emails", "2", "--id", "dupe")
+    assert (code, out) == (1, "")
+    assert err == (
+        "rehydrate: error: an element with id 'dupe' is already in 'emails' (use --replace to re-defer it)\n"
+    )
+
+
+def test_error_line_is_json_with_log_format_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = ["--store", f"sqlite:///{tmp_path / 'x.db'}"]
+    for argv in (
+        ["--log-format", "json", "push", "jobs", "{bad"],
+        ["push", "jobs", "{bad", "--log-format=json"],
+    ):
+        assert run([*store, *argv]) == 1
+        (line,) = capsys.readouterr().err.splitlines()
+        record = json.loads(line)
+        assert record["level"] == "error"
+        assert record["event"].startswith("invalid JSON payload '{bad'")
+        assert datetime.fromisoformat(record["timestamp"]).tzinfo is not None
+    with pytest.raises(SystemExit) as exit:
+        run(["--log-format", "json", "push", "jobs", "1", "--delay", "5x"])
+    assert exit.value.code == 2
+    assert "invalid duration '5x'" in json.loads(capsys.readouterr().err)["event"]
+
+
+def test_common_options_on_both_sides(cli: CLI) -> None:
+    """``--format`` (like ``--store``, ``-q``, ``--log-format``) works before and after the command."""
+    assert cli("--format", "text", "push", "jobs", "1", "--id", "a")[1] == "pushed a to jobs, due now\n"
+    assert cli("push", "jobs", "1", "--id", "b", "--format", "text")[1] == "pushed b to jobs, due now\n"
+    assert cli("--format", "json", "look", "jobs", "a", "--format", "text")[1] == "1\n"  # after wins
+    assert cli("-q", "ttn", "jobs")[0] == 0
+    assert cli("ttn", "jobs", "-q", "--log-format", "json")[0] == 0
+
+
+def test_dead_and_stats_agree_on_name_dead(cli: CLI) -> None:
+    """``x.dead`` is x's dead letters: ``stats`` counts in x's row what ``dead x`` lists."""
+    anyio.run(_dead_letters, cli.store(), ["a"])
+    cli.json("push", "jobs.dead", '{"by": "hand"}', "--id", "manual")
+    cli.json("push", "lonely.dead", "1", "--id", "m")
+    rows = {row["name"]: row for row in cli.json("stats")}
+    assert set(rows) == {"jobs", "lonely"}
+    for name in ("jobs", "lonely"):
+        assert rows[name]["dead"] == len(cli.json("dead", name))
+    letters = {d["id"]: d for d in cli.json("dead", "jobs")}
+    assert letters["a"]["attempts"] == 1
+    assert letters["manual"] == {
+        "id": "manual",
+        "element": {"by": "hand"},
+        "error": None,
+        "attempts": None,
+        "failed_at": None,
+        "failed_ago": None,
+    }
+    assert len(cli("dead", "jobs", "--format", "text")[1].splitlines()) == 3
+
+
+def test_dead_suffix_is_the_schedulers() -> None:
+    from rehydrate._scheduler import DEAD_SUFFIX
+    from rehydrate.cli._verbs import DEAD_SUFFIX as CLI_DEAD_SUFFIX
+
+    assert CLI_DEAD_SUFFIX == DEAD_SUFFIX
+
+
+def test_text_ids_are_unambiguous(cli: CLI) -> None:
+    ids = ["plain", "two\nlines", '"quoted', " padded ", "tab\there"]
+    for id in ids:
+        cli.json("push", "jobs", "1", "--id", id)
+    lines = cli("xpoll", "jobs", "--format", "text")[1].splitlines()
+    assert len(lines) == len(ids)
+    assert [line if line == "plain" else json.loads(line) for line in lines] == ids
+    assert cli("push", "jobs", "1", "--id", "new\nline", "--format", "text")[1] == (
+        'pushed "new\\nline" to jobs, due now\n'
+    )
+
+
+def test_ids_starting_with_a_dash(cli: CLI) -> None:
+    cli.json("push", "jobs", "1", "--id=-x")
+    assert cli.json("look", "jobs", "--", "-x") == 1
+    assert cli.json("xack", "jobs", "--", "-x") == [{"id": "-x", "element": 1}]
+    cli.json("push", "jobs", "-1", "--id=-y")  # a negative number is a payload, no -- needed
+    assert cli.json("pull", "jobs", "--", "-y") == -1
+    assert "--id=-x" in _command("push", "--help").stdout
+
+
+def test_version() -> None:
+    import rehydrate
+
+    done = _command("--version")
+    assert done.returncode == 0
+    assert done.stdout == f"rehydrate {rehydrate.__version__}\n"
+    assert rehydrate.__version__ == importlib.metadata.version("rehydrate") == "0.1.0"
+
+
+def test_bare_command_prints_help() -> None:
+    done = _command()
+    assert done.returncode == 2
+    assert done.stdout.startswith("usage: rehydrate")
+    assert "push" in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+def _parser_commands() -> dict[str, argparse.ArgumentParser]:
+    from rehydrate.cli._main import build_parser
+
+    (commands,) = (a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(commands.choices)
+
+
+def test_every_command_says_what_it_does() -> None:
+    for name, parser in _parser_commands().items():
+        assert parser.description, name
+        assert "exit status:\n  0    " in (parser.epilog or ""), name
+        for action in parser._actions:
+            assert action.help, (name, action.dest)
+    pull = _command("pull", "--help").stdout
+    assert "  1    no element ID in NAME (prints null as JSON), or an error" in pull
+    assert "PULL" in pull
+
+
+def test_bench_help_names_every_benchmark() -> None:
+    from rehydrate.cli._bench import BENCHMARKS
+
+    help = " ".join((_parser_commands()["bench"]._actions[-3].help or "").split())
+    assert help == f"which to run: {', '.join(BENCHMARKS)} (default: all)"
+
+
+def test_completion_bash() -> None:
+    if shutil.which("bash") is None:
+        pytest.skip("bash is not installed")
+    script = _command("completion", "bash").stdout
+    probe = textwrap.dedent(
+        """
+        complete() { :; }
+        eval "$SCRIPT"
+        ask() {
+            COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMPREPLY=(); _rehydrate; echo "${COMPREPLY[*]}"
+        }
+        ask rehydrate pu
+        ask rehydrate --store sqlite:///x.db st
+        ask rehydrate push jobs 1 --fo
+        ask rehydrate push jobs --format ''
+        ask rehydrate completion ''
+        ask rehydrate -v demo --backend t
+        """
+    )
+    done = subprocess.run(
+        ["bash", "-c", probe],
+        env={**os.environ, "SCRIPT": script},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "push pull",
+        "stats",
+        "--format",
+        "auto json text",
+        "bash zsh fish",
+        "trio",
+    ]
+
+
+@pytest.mark.parametrize("shell", ["zsh", "fish"])
+def test_completion_zsh_and_fish_parse(shell: str, tmp_path: Path) -> None:
+    done = _command("completion", shell)
+    assert done.returncode == 0
+    assert "push" in done.stdout
+    assert "format" in done.stdout
+    if shutil.which(shell) is None:
+        pytest.skip(f"{shell} is not installed: the script was generated, not parsed")
+    (tmp_path / "script").write_text(done.stdout)
+    checked = subprocess.run(
+        [shell, "-n", str(tmp_path / "script")], capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stderr
+
+
+@pytest.mark.parametrize("width", [40, 80, 200])
+def test_demo_progress_line_fits_the_terminal(width: int) -> None:
+    from rehydrate.cli._demo import _progress_line
+
+    line = _progress_line(Scheduler(), 95, 95, 0.0, width)
+    assert len(line) <= width
+    assert "95/95 done" in line
+    if width >= 120:
+        assert line.startswith("[########################] 95/95 done")
+        assert "lateness p99" in line
+    elif width == 80:
+        assert "dead 0" in line
+    assert len(_progress_line(Scheduler(), 5, 95, 0.0, 10)) <= 10
+
+
+def test_verbs_do_not_import_the_scheduler_or_structlog(tmp_path: Path) -> None:
+    """What keeps a verb's start-up short (``benchmarks/bench_cli.py`` measures it)."""
+    url = _sqlite_url(tmp_path)
+    probe = textwrap.dedent(
+        f"""
+        import sys
+        from rehydrate.cli._main import run
+        verbs = ["push", "j", "1", "--id", "a"], ["look", "j", "a"], ["poll", "j"], ["stats"], ["dead", "j"]
+        for argv in verbs:
+            assert run([*argv, "--store", {url!r}]) == 0, argv
+        heavy = sorted({{"rehydrate._scheduler", "structlog", "rehydrate.cli._worker", "rehydrate.cli._demo"}}
+                       & set(sys.modules))
+        assert not heavy, heavy
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr

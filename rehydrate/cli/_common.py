@@ -1,24 +1,28 @@
 """What the subcommands share: argument types, output, the store URL, and logging.
 
-The command is the one place in rehydrate that configures logging (the library only emits).
+The command is the one place in rehydrate that configures logging (the library only emits). The
+store verbs never log, so they never import structlog: a verb's start-up is what a shell script
+pays for every call (``benchmarks/bench_cli.py``).
+
+Output is rendered in full before it is written, and written so that it cannot fail to encode: a
+string the terminal's encoding cannot hold is escaped (JSON's ``\\uXXXX``), never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import math
 import os
 import re
 import sys
 from datetime import UTC, datetime
-from typing import IO, Any, Final, TextIO
+from typing import IO, TYPE_CHECKING, Any, Final, TextIO
 
-import structlog
-
-from rehydrate.abc import Store
 from rehydrate.stores import open_store
+
+if TYPE_CHECKING:
+    from rehydrate.abc import Store
 
 #: Where the store URL comes from when ``--store`` is not given.
 STORE_ENV: Final = "REHYDRATE_STORE"
@@ -69,16 +73,97 @@ def aware_datetime(text: str) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def payload(text: str) -> Any:
-    """A JSON payload; ``-`` reads it from standard input."""
-    source = sys.stdin.read() if text == "-" else text
+def interval(text: str) -> float:
+    """A ``stats --watch`` refresh period: at least :data:`MIN_INTERVAL` (a redraw is not free)."""
+    seconds = duration(text)
+    if seconds < MIN_INTERVAL:
+        raise argparse.ArgumentTypeError(
+            f"invalid interval {text!r}: it must be at least {MIN_INTERVAL * 1000:.0f}ms"
+        )
+    return seconds
+
+
+#: The shortest ``stats --watch --interval``.
+MIN_INTERVAL: Final = 0.1
+
+
+def _read_stdin() -> str:
+    """Standard input as strict UTF-8, whatever the locale (a byte that is not UTF-8 is refused)."""
+    raw = getattr(sys.stdin, "buffer", None)
+    if raw is None:  # a text stream put in place of stdin (tests): already decoded
+        return sys.stdin.read()
+    data: bytes = raw.read()
     try:
-        return json.loads(source)
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CLIError(
+            f"standard input is not UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start} "
+            "(JSON payloads are UTF-8 text)"
+        ) from None
+
+
+def _not_a_number(constant: str) -> Any:
+    raise CLIError(f"invalid JSON payload: {constant} is not a JSON number (JSON has no NaN or Infinity)")
+
+
+def payload(text: str) -> Any:
+    """A JSON payload; ``-`` reads it from standard input.
+
+    Refused: what ``json.loads`` accepts but JSON does not hold (``NaN``, ``Infinity``, numbers too
+    large for a float such as ``1e400``) and strings that are not Unicode text (lone surrogates such
+    as ``"\\ud800"``, which no UTF-8 output can print back).
+    """
+    source = _read_stdin() if text == "-" else text
+    try:
+        value = json.loads(source, parse_constant=_not_a_number)
     except json.JSONDecodeError as exc:
         shown = source if len(source) <= 40 else source[:37] + "..."
         raise CLIError(
             f"invalid JSON payload {shown!r}: {exc.msg} at column {exc.colno} (quote strings: '\"hello\"')"
         ) from None
+    _check_payload(value)
+    return value
+
+
+def _check_payload(value: Any) -> None:
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            unicode_text(item, "a string in the JSON payload")
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise CLIError("invalid JSON payload: a number is too large for a float (JSON has no Infinity)")
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, dict):
+            pending.extend(item)
+            pending.extend(item.values())
+
+
+def unicode_text(text: str, what: str) -> str:
+    """``text`` if it is Unicode text; a lone surrogate (from ``\\ud800`` or bytes that are not UTF-8
+    in an argument) cannot be printed or stored faithfully."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CLIError(
+            f"{what} is not Unicode text: {text[exc.start]!r} at position {exc.start} "
+            "(a lone surrogate, or a byte that is not UTF-8)"
+        ) from None
+    return text
+
+
+def require_backend(backend: str) -> str:
+    """The anyio backend ``backend``, if it can run here; else a one-line error naming the extra.
+
+    ``demo`` and ``worker`` both take ``--backend``; trio is an optional dependency.
+    """
+    if backend == "trio":
+        try:
+            import trio  # noqa: F401
+        except ImportError:
+            raise CLIError("--backend trio needs trio: pip install 'rehydrate[trio]'") from None
+    return backend
 
 
 def store_url(args: argparse.Namespace) -> str:
@@ -103,9 +188,7 @@ def open_from(args: argparse.Namespace, *, create: bool | None = None) -> Store:
         create = getattr(getattr(args, "verb", None), "__name__", None) in _CREATORS
     store = open_store(url, create=create)
     if url.startswith("memory:") and not getattr(args, "quiet_memory", False):
-        structlog.get_logger("rehydrate.cli").warning(
-            "memory:// lives only as long as this command; use sqlite:// or redis:// to keep elements"
-        )
+        warn(args, "memory:// lives only as long as this command; use sqlite:// or redis:// to keep elements")
     return store
 
 
@@ -114,22 +197,73 @@ def open_from(args: argparse.Namespace, *, create: bool | None = None) -> Store:
 
 def wants_json(args: argparse.Namespace, stream: IO[str] | None = None) -> bool:
     """JSON when asked, or when the output is not a terminal (piped into ``jq``, a file...)."""
-    fmt: str = getattr(args, "format", "auto")
+    fmt: str = getattr(args, "format", None) or "auto"
     if fmt != "auto":
         return fmt == "json"
     return not (stream or sys.stdout).isatty()
 
 
-def emit_json(value: Any) -> None:
-    print(json.dumps(value, ensure_ascii=False, default=repr))
+def _encoding(stream: IO[str]) -> str:
+    return getattr(stream, "encoding", None) or "utf-8"
+
+
+def _fits(text: str, stream: IO[str]) -> bool:
+    try:
+        text.encode(_encoding(stream))
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def json_text(value: Any, stream: IO[str] | None = None) -> str:
+    """``value`` as one line of JSON, with non-ASCII as is when the output can hold it, else escaped."""
+    text = json.dumps(value, ensure_ascii=False, default=repr)
+    return text if _fits(text, stream or sys.stdout) else json.dumps(value, ensure_ascii=True, default=repr)
 
 
 def show(value: Any) -> str:
     """An element as a person reads it: JSON, compact."""
     try:
-        return json.dumps(value, ensure_ascii=False)
+        return json_text(value)
     except (TypeError, ValueError):
         return repr(value)
+
+
+def show_id(id: str) -> str:
+    """An id (or name) in text output, unambiguous: quoted as a JSON string when it holds a control
+    character (a newline...), a surrogate, or space at either end, or starts with a double quote."""
+    if id and id.isprintable() and id == id.strip() and not id.startswith('"') and _fits(id, sys.stdout):
+        return id
+    return json.dumps(id, ensure_ascii=not _fits(id, sys.stdout))
+
+
+def emit(text: str, stream: IO[str] | None = None) -> None:
+    """Write ``text`` and a newline, all of it, then flush: a closed pipe or full disk shows up here
+    and now, before a destructive verb removes what it printed. Text the output cannot encode is
+    escaped. The bytes are written in a loop: an unbuffered stdout (``python -u``) may take part of a
+    write and drop the rest without an error."""
+    out = stream or sys.stdout
+    encoding = _encoding(out)
+    data = (text + "\n").encode(encoding, errors="backslashreplace")
+    binary = getattr(out, "buffer", None)
+    if binary is None:  # a text-only stream (a test's StringIO)
+        out.write(data.decode(encoding))
+        out.flush()
+        return
+    out.flush()
+    view = memoryview(data)
+    while view:
+        written = binary.write(view)
+        view = view[len(view) if written is None else written :]
+    binary.flush()
+
+
+def emit_json(value: Any) -> None:
+    emit(json_text(value))
+
+
+def plural(count: int, singular: str, plural: str | None = None) -> str:
+    return f"{count} {singular if count == 1 else plural or singular + 's'}"
 
 
 def seconds_text(seconds: float | None) -> str:
@@ -148,6 +282,11 @@ def seconds_text(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f}d"
 
 
+def due_text(seconds: float) -> str:
+    """``due now`` or ``due in 1.5s``."""
+    return "due now" if seconds <= 0 else f"due in {seconds_text(seconds)}"
+
+
 def table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
@@ -155,15 +294,36 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def utc_text(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds")
+def utc_text(timestamp: float, timespec: str = "seconds") -> str:
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec=timespec)
 
 
 # -- logging -----------------------------------------------------------------------------------
 
 
+def error_line(message: str, log_format: str) -> str:
+    """The line that reports a mistake on stderr: plain text, or a JSON log line with ``--log-format
+    json`` (what a log collector reading the worker's JSON lines expects)."""
+    if log_format == "json":
+        stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        return json.dumps({"event": message, "level": "error", "logger": "rehydrate.cli", "timestamp": stamp})
+    return f"rehydrate: error: {message}"
+
+
+def warn(args: argparse.Namespace, message: str) -> None:
+    """A warning from a command that otherwise does not log (so structlog is imported only now)."""
+    import structlog
+
+    configure_logging(getattr(args, "log_format", "console"), getattr(args, "verbosity", 0))
+    structlog.get_logger("rehydrate.cli").warning(message)
+
+
 def configure_logging(log_format: str, verbosity: int, stream: TextIO | None = None) -> None:
     """Console lines for people (colours on a terminal), or JSON lines; level from ``-v``/``-q``."""
+    import logging
+
+    import structlog
+
     out = stream or sys.stderr
     level = {-2: logging.ERROR, -1: logging.WARNING, 0: logging.INFO}.get(verbosity, logging.DEBUG)
     if verbosity < -2:

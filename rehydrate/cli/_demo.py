@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import sys
 import time
 from typing import Final
@@ -17,13 +18,15 @@ from typing import Final
 import anyio
 
 from rehydrate import Backoff, Retry, Scheduler, current_delivery
-from rehydrate.cli._common import configure_logging, seconds_text
+from rehydrate.cli._common import configure_logging, require_backend, seconds_text
 
 #: How the elements are shared between the three handlers.
 _FLAKY_EVERY: Final = 5
 _DOOMED_EVERY: Final = 20
 _CANCELLED: Final = 5
 _DOOMED_ATTEMPTS: Final = 3
+#: The progress bar's width, when the terminal has room for it.
+_BAR: Final = 24
 
 
 class TransientError(Exception):
@@ -57,16 +60,41 @@ def _build(seconds: float) -> tuple[Scheduler, dict[str, int]]:
     return scheduler, done
 
 
-def _progress_line(scheduler: Scheduler, finished: int, total: int, started: float) -> str:
+def _progress_line(
+    scheduler: Scheduler, finished: int, total: int, started: float, width: int | None = None
+) -> str:
+    """The progress line, at most ``width`` characters (a longer one wraps, and its redraws stack).
+
+    What matters most stays: the bar and the count; then the other figures, dropped from the least
+    telling; then a shorter bar; then the line is cut.
+    """
     stats = scheduler.stats()
-    width = 24
-    filled = int(width * finished / total) if total else width
     p99 = seconds_text(stats.lateness_p99) if stats.lateness_p99 is not None else "-"
-    return (
-        f"[{'#' * filled}{'.' * (width - filled)}] {finished}/{total} done  "
-        f"deliveries {stats.delivered}  retried {stats.retried}  dead {stats.dead_lettered}  "
-        f"in flight {stats.in_flight}  lateness p99 {p99}  {time.monotonic() - started:4.1f}s"
-    )
+    extras = [  # most telling first
+        f"{time.monotonic() - started:4.1f}s",
+        f"dead {stats.dead_lettered}",
+        f"retried {stats.retried}",
+        f"deliveries {stats.delivered}",
+        f"in flight {stats.in_flight}",
+        f"lateness p99 {p99}",
+    ]
+    order = [1, 2, 3, 4, 5, 0]  # shown in this order, the elapsed time last
+
+    def build(bar: int, kept: int) -> str:
+        filled = int(bar * finished / total) if total else bar
+        head = f"[{'#' * filled}{'.' * (bar - filled)}] {finished}/{total} done"
+        return "  ".join([head, *(extras[i] for i in order if i < kept)])
+
+    line = build(_BAR, len(extras))
+    if width is None:
+        return line
+    for kept in range(len(extras), -1, -1):
+        line = build(_BAR, kept)
+        if len(line) <= width:
+            return line
+    bar = max(0, _BAR - (len(line) - width))
+    line = build(bar, 0)
+    return line[: max(0, width)]
 
 
 async def demo(elements: int, seconds: float, rng: random.Random) -> int:
@@ -97,8 +125,10 @@ async def demo(elements: int, seconds: float, rng: random.Random) -> int:
         while True:
             finished = done["emails"] + done["invoices"] + scheduler.stats().dead_lettered
             now = time.monotonic()
-            if terminal:
-                print("\r" + _progress_line(scheduler, finished, total, started), end="", flush=True)
+            if terminal:  # redraw in place: one line, narrower than the terminal, the rest cleared
+                width = shutil.get_terminal_size().columns - 1
+                line = _progress_line(scheduler, finished, total, started, width)
+                print("\r" + line + "\x1b[K", end="", flush=True)
             elif now - last_print >= 1.0 or finished >= total:
                 print(_progress_line(scheduler, finished, total, started), flush=True)
                 last_print = now
@@ -135,4 +165,6 @@ async def demo(elements: int, seconds: float, rng: random.Random) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.verbosity <= 0:  # the failures are the point of the demo: log them only with -v
         configure_logging(args.log_format, -3)
-    return anyio.run(demo, args.elements, args.seconds, random.Random(args.seed), backend=args.backend)
+    return anyio.run(
+        demo, args.elements, args.seconds, random.Random(args.seed), backend=require_backend(args.backend)
+    )

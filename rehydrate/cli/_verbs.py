@@ -3,41 +3,89 @@
 Output is JSON when piped and readable on a terminal. An element that is not there (``pull``,
 ``look`` of an unknown id) prints ``null`` (JSON) or a note on stderr, and exits with status 1 so
 scripts can test for it.
+
+A verb that removes elements never removes what it could not hand over. ``poll`` claims the due
+elements (a lease of :data:`POLL_LEASE`), prints them, and acks them only once the output was
+written and flushed; if writing fails (a closed pipe, a full disk, Ctrl-C) the claims are released
+at once, and if the process dies outright their lease brings them back. ``pull`` and ``xack`` name
+their elements, so they remove them, print them, and put back whatever they removed if writing fails.
+Output is rendered in full before any of it is written (see ``_common.emit``).
+
+Times in JSON output come in two forms with the same stem: ``*_at`` is an ISO 8601 UTC time,
+``*_in`` / ``*_ago`` are seconds from now.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
-from rehydrate._scheduler import DEAD_SUFFIX, Scheduler
-from rehydrate.abc import Store
 from rehydrate.cli._common import (
     CLIError,
-    emit_json,
+    due_text,
+    emit,
+    json_text,
+    plural,
     seconds_text,
     show,
+    show_id,
     table,
     utc_text,
     wants_json,
 )
-from rehydrate.errors import UnknownIdError
+from rehydrate.errors import DuplicateIdError, UnknownIdError
 
-Verb = Callable[[argparse.Namespace, Store], Awaitable[int]]
+if TYPE_CHECKING:
+    from rehydrate._core._dehydrator import Claim, ElementInfo
+    from rehydrate.abc import Store
+
+Verb = Callable[[argparse.Namespace, "Store"], Awaitable[int]]
+
+#: Where a scheduler keeps the dead letters of ``name``: ``name + DEAD_SUFFIX`` (the scheduler's own
+#: constant, repeated here so that a verb does not import the scheduler; a test checks they agree).
+DEAD_SUFFIX: Final = ".dead"
+#: How long ``poll`` holds what it claimed while it prints; what a killed ``poll`` costs in delay.
+POLL_LEASE: Final = 60.0
 
 
 def _missing(args: argparse.Namespace, what: str) -> int:
     if wants_json(args):
-        emit_json(None)
+        emit("null")
     else:
         print(f"rehydrate: {what}", file=sys.stderr)
     return 1
+
+
+def _note(text: str) -> None:
+    """A remark on stderr (never fails: stderr may be a closed pipe too)."""
+    with contextlib.suppress(OSError):
+        emit(text, sys.stderr)
+
+
+async def _put_back(store: Store, name: str, taken: list[tuple[str, Any, ElementInfo | None]]) -> None:
+    """Push back what a verb removed but could not hand over, due when it was due."""
+    clock = getattr(store, "clock", None)
+    now = float(clock()) if callable(clock) else None
+    kept = []
+    for id, element, info in taken:
+        if info is None or await store.info(name, id) is not None:
+            continue  # not removed by us (unknown, not due), or something is there again
+        ttl = 0.0 if now is None else max(0.0, info.due - now)
+        try:
+            await store.push(name, element, ttl=ttl, id=id)
+        except DuplicateIdError:
+            _note(f"rehydrate: could not put back {show_id(id)}: a new element took its id meanwhile")
+        else:
+            kept.append(id)
+    if kept:
+        _note(f"rehydrate: output failed; put back {plural(len(kept), 'element')} into {show_id(name)}")
 
 
 async def push(args: argparse.Namespace, store: Store) -> int:
@@ -45,74 +93,110 @@ async def push(args: argparse.Namespace, store: Store) -> int:
         ttl = max(0.0, (args.at - datetime.now(UTC)).total_seconds())
     else:
         ttl = args.delay
-    if args.replace and args.id is None:
-        raise CLIError("--replace needs --id: the element to replace")
-    id = await store.push(args.name, args.payload, ttl=ttl, id=args.id, replace=args.replace)
+    try:
+        id = await store.push(args.name, args.payload, ttl=ttl, id=args.id, replace=args.replace)
+    except DuplicateIdError:
+        raise CLIError(
+            f"an element with id {args.id!r} is already in {args.name!r} (use --replace to re-defer it)"
+        ) from None
     if wants_json(args):
-        emit_json({"id": id, "ttl": ttl})
+        emit(json_text({"id": id, "ttl": ttl}))
     else:
-        print(f"pushed {id} to {args.name}, due in {seconds_text(ttl)}")
+        emit(f"pushed {show_id(id)} to {show_id(args.name)}, {due_text(ttl)}")
     return 0
 
 
 async def pull(args: argparse.Namespace, store: Store) -> int:
-    return await _one(args, store, "pulled")
+    # ``None`` is also a valid JSON payload: ask whether the id is there, not what it holds.
+    info = await store.info(args.name, args.id)
+    if info is None:
+        return _missing(args, f"no element {args.id!r} in {args.name!r}")
+    element = await store.pull(args.name, args.id)
+    text = json_text(element) if wants_json(args) else show(element)
+    try:
+        emit(text)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await _put_back(store, args.name, [(args.id, element, info)])
+        raise
+    return 0
 
 
 async def look(args: argparse.Namespace, store: Store) -> int:
-    return await _one(args, store, "look")
-
-
-async def _one(args: argparse.Namespace, store: Store, verb: str) -> int:
-    # ``None`` is also a valid JSON payload: ask whether the id is there, not what it holds.
     info = await store.info(args.name, args.id)
-    element = await (store.pull if verb == "pulled" else store.look)(args.name, args.id)
+    element = await store.look(args.name, args.id)
     if info is None and element is None:
         return _missing(args, f"no element {args.id!r} in {args.name!r}")
-    if wants_json(args):
-        emit_json(element)
-    else:
-        print(show(element))
+    emit(json_text(element) if wants_json(args) else show(element))
     return 0
 
 
 async def poll(args: argparse.Namespace, store: Store) -> int:
-    elements = await store.poll(args.name, limit=args.limit)
-    if wants_json(args):
-        emit_json(elements)
-    else:
-        for element in elements:
-            print(show(element))
-        print(f"({len(elements)} due elements removed from {args.name})", file=sys.stderr)
+    claims: list[Claim] = []
+    while args.limit is None or len(claims) < args.limit:
+        batch = await store.claim(
+            args.name, lease=POLL_LEASE, limit=None if args.limit is None else args.limit - len(claims)
+        )
+        if not batch:
+            break
+        claims += batch
+    elements = [claim.element for claim in claims]
+    as_json = wants_json(args)
+    text = json_text(elements) if as_json else "\n".join(show(element) for element in elements)
+    try:
+        if as_json or elements:
+            emit(text)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            for claim in claims:  # due again now, not at the end of the lease
+                await store.reschedule(args.name, claim.id, ttl=0.0, token=claim.token)
+        raise
+    acked = await store.ack(args.name, [(claim.id, claim.token) for claim in claims]) if claims else []
+    if not as_json:
+        _note(f"({plural(len(elements), 'due element')} removed from {show_id(args.name)})")
+    if not all(acked):
+        _note(
+            f"rehydrate: {plural(acked.count(False), 'printed element')} outlived the {POLL_LEASE:g}s lease "
+            "and were claimed again before removal: they will be delivered again"
+        )
+        return 1
     return 0
 
 
 async def xpoll(args: argparse.Namespace, store: Store) -> int:
     ids = await store.xpoll(args.name, limit=args.limit)
     if wants_json(args):
-        emit_json(ids)
-    else:
-        for id in ids:
-            print(id)
+        emit(json_text(ids))
+    elif ids:
+        emit("\n".join(show_id(id) for id in ids))
     return 0
 
 
 async def xack(args: argparse.Namespace, store: Store) -> int:
+    infos = [await store.info(args.name, id) for id in args.ids]
     elements = await store.xack(args.name, *args.ids)
     if wants_json(args):
-        emit_json([{"id": id, "element": e} for id, e in zip(args.ids, elements, strict=True)])
+        text = json_text([{"id": id, "element": e} for id, e in zip(args.ids, elements, strict=True)])
     else:
-        for id, element in zip(args.ids, elements, strict=True):
-            print(f"{id}: {show(element) if element is not None else '(unknown or not due: left alone)'}")
+        text = "\n".join(
+            f"{show_id(id)}: {show(e) if e is not None else '(unknown or not due: left alone)'}"
+            for id, e in zip(args.ids, elements, strict=True)
+        )
+    try:
+        emit(text)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await _put_back(store, args.name, list(zip(args.ids, elements, infos, strict=True)))
+        raise
     return 0
 
 
 async def ttn(args: argparse.Namespace, store: Store) -> int:
     seconds = await store.ttn(args.name)
     if wants_json(args):
-        emit_json(seconds)
+        emit(json_text(seconds))
     else:
-        print("empty" if seconds is None else seconds_text(seconds))
+        emit("empty" if seconds is None else seconds_text(seconds))
     return 0
 
 
@@ -122,9 +206,9 @@ async def update(args: argparse.Namespace, store: Store) -> int:
     except UnknownIdError:
         raise CLIError(f"no element {args.id!r} in {args.name!r} to update") from None
     if wants_json(args):
-        emit_json(old)
+        emit(json_text(old))
     else:
-        print(f"updated {args.id} in {args.name}; it held {show(old)}")
+        emit(f"updated {show_id(args.id)} in {show_id(args.name)}; it held {show(old)}")
     return 0
 
 
@@ -132,6 +216,8 @@ async def update(args: argparse.Namespace, store: Store) -> int:
 
 
 async def _stats_rows(store: Store, only: str | None) -> list[dict[str, Any]]:
+    # ``x.dead`` holds x's dead letters (the scheduler's naming): its count is x's DEAD column, and
+    # ``rehydrate dead x`` lists every element it holds, so the two always agree.
     if only is not None:
         names = [only]
     else:
@@ -139,6 +225,7 @@ async def _stats_rows(store: Store, only: str | None) -> list[dict[str, Any]]:
     rows = []
     for name in names:
         summary = await store.summary(name)
+        now = time.time()
         rows.append(
             {
                 "name": name,
@@ -146,7 +233,8 @@ async def _stats_rows(store: Store, only: str | None) -> list[dict[str, Any]]:
                 "due": summary.due,
                 "claimed": summary.claimed,
                 "dead": await store.size(name + DEAD_SUFFIX),
-                "next_due": summary.ttn,
+                "next_due_in": summary.ttn,
+                "next_due_at": None if summary.ttn is None else utc_text(now + summary.ttn, "milliseconds"),
             }
         )
     return rows
@@ -160,9 +248,9 @@ def _stats_text(rows: list[dict[str, Any]]) -> str:
         headers,
         [
             [
-                r["name"],
+                show_id(r["name"]),
                 *(str(r[key]) for key in ("size", "due", "claimed", "dead")),
-                seconds_text(r["next_due"]),
+                seconds_text(r["next_due_in"]),
             ]
             for r in rows
         ],
@@ -173,7 +261,7 @@ async def stats(args: argparse.Namespace, store: Store) -> int:
     as_json = wants_json(args)
     if not args.watch:
         rows = await _stats_rows(store, args.name)
-        emit_json(rows) if as_json else print(_stats_text(rows))
+        emit(json_text(rows) if as_json else _stats_text(rows))
         return 0
     # --watch: redraw on a terminal, or one JSON line per refresh when piped; Ctrl-C ends it.
     refreshes = 0
@@ -181,14 +269,13 @@ async def stats(args: argparse.Namespace, store: Store) -> int:
     while args.count is None or refreshes < args.count:
         rows = await _stats_rows(store, args.name)
         if as_json:
-            emit_json({"at": time.time(), "dehydrators": rows})
+            emit(json_text({"at": utc_text(time.time(), "milliseconds"), "dehydrators": rows}))
         else:
             stamp = datetime.now(UTC).strftime("%H:%M:%S")
             screen = "\x1b[H\x1b[2J" if sys.stdout.isatty() else ""
-            print(
+            emit(
                 f"{screen}rehydrate stats  {stamp}  every {seconds_text(args.interval)}\n{_stats_text(rows)}"
             )
-        sys.stdout.flush()
         refreshes += 1
         if args.count is not None and refreshes >= args.count:
             break
@@ -197,45 +284,81 @@ async def stats(args: argparse.Namespace, store: Store) -> int:
     return 0
 
 
-async def dead(args: argparse.Namespace, store: Store) -> int:
-    letters = await Scheduler(store).dead_letters(args.name, limit=args.limit)
-    if wants_json(args):
-        emit_json(
-            [
+_RECORD_KEYS: Final = frozenset({"element", "error", "attempts", "failed_at"})
+
+
+async def _dead_letters(store: Store, name: str, limit: int | None) -> list[dict[str, Any]]:
+    """Every element of ``name.dead``: a scheduler's dead-letter records, and anything else pushed
+    there by hand (shown as its element, with no error, attempts or failure time)."""
+    dead = name + DEAD_SUFFIX
+    now = time.time()
+    letters = []
+    for id in await store.ids(dead, limit=limit):
+        record = await store.look(dead, id)
+        if isinstance(record, dict) and record.keys() >= _RECORD_KEYS:
+            failed_at = float(record["failed_at"])
+            letters.append(
                 {
-                    "id": d.id,
-                    "element": d.element,
-                    "error": d.error,
-                    "attempts": d.attempts,
-                    "failed_at": d.failed_at,
+                    "id": id,
+                    "element": record["element"],
+                    "error": str(record["error"]),
+                    "attempts": int(record["attempts"]),
+                    "failed_at": utc_text(failed_at, "milliseconds"),
+                    "failed_ago": max(0.0, now - failed_at),
                 }
-                for d in letters
-            ]
-        )
+            )
+        else:
+            letters.append(
+                {
+                    "id": id,
+                    "element": record,
+                    "error": None,
+                    "attempts": None,
+                    "failed_at": None,
+                    "failed_ago": None,
+                }
+            )
+    return letters
+
+
+async def dead(args: argparse.Namespace, store: Store) -> int:
+    letters = await _dead_letters(store, args.name, args.limit)
+    if wants_json(args):
+        emit(json_text(letters))
         return 0
     if not letters:
-        print(f"no dead letters in {args.name}")
+        emit(f"no dead letters in {show_id(args.name)}")
         return 0
-    rows = [[d.id, str(d.attempts), utc_text(d.failed_at), d.error, show(d.element)] for d in letters]
-    print(table(["ID", "ATTEMPTS", "FAILED AT (UTC)", "ERROR", "ELEMENT"], rows))
+    rows = [
+        [
+            show_id(d["id"]),
+            "-" if d["attempts"] is None else str(d["attempts"]),
+            "-" if d["failed_at"] is None else d["failed_at"][:19],
+            "-" if d["error"] is None else show_id(d["error"]),
+            show(d["element"]),
+        ]
+        for d in letters
+    ]
+    emit(table(["ID", "ATTEMPTS", "FAILED AT (UTC)", "ERROR", "ELEMENT"], rows))
     return 0
 
 
 async def requeue(args: argparse.Namespace, store: Store) -> int:
+    from rehydrate._scheduler import Scheduler
+
     asked = args.ids or None
     moved = await Scheduler(store).requeue(args.name, asked, delay=args.delay)
     missing = [id for id in (asked or []) if id not in set(moved)]
     if wants_json(args):
-        emit_json({"requeued": moved, "missing": missing})
+        emit(json_text({"requeued": moved, "missing": missing}))
     else:
-        print(
-            f"requeued {len(moved)} dead letters into {args.name}"
-            + (f": {', '.join(moved)}" if moved else "")
+        emit(
+            f"requeued {plural(len(moved), 'dead letter')} into {show_id(args.name)}"
+            + (f": {', '.join(show_id(id) for id in moved)}" if moved else "")
         )
         if missing:
-            print(
-                "rehydrate: not requeued (no such dead letter, or the id is live again): "
-                + ", ".join(missing),
-                file=sys.stderr,
+            _note(
+                "rehydrate: not requeued (no such dead letter, not a scheduler's record, or the id is "
+                "live again): " + ", ".join(show_id(id) for id in missing)
             )
     return 1 if missing else 0
