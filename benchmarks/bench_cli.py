@@ -4,6 +4,7 @@ Run from the repository root::
 
     python benchmarks/bench_cli.py            # 20 runs of each command
     python benchmarks/bench_cli.py --n 50
+    python benchmarks/bench_cli.py --against /tmp/old   # and an older checkout, side by side
 
 A shell script pays for a whole process per verb: the interpreter, the imports, the store's open and
 one transaction. Each command runs ``--n`` times as ``python -m rehydrate VERB ... --store
@@ -44,13 +45,14 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _time(command: list[str], env: dict[str, str], ok: tuple[int, ...] = (0,)) -> tuple[float, float]:
+def _time(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     """(wall, CPU) seconds of one run of ``command``: the CPU time is the child's user + system time."""
     cpu = _cpu()
     started = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, cwd=ROOT, check=False)
+    # ``python -m`` puts the working directory first on sys.path: run in the checkout measured.
+    done = subprocess.run(command, env=env, capture_output=True, cwd=env["PYTHONPATH"], check=False)
     elapsed = time.perf_counter() - started
-    if done.returncode not in ok:
+    if done.returncode != 0:
         sys.exit(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.decode(errors='replace')}")
     return elapsed, _cpu() - cpu
 
@@ -59,34 +61,47 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=20, help="runs of each command (default 20)")
     parser.add_argument("--dir", help="where the temporary database goes (default: the system's temp dir)")
+    parser.add_argument(
+        "--against",
+        metavar="CHECKOUT",
+        help="also measure the rehydrate of this source checkout (e.g. an older commit), in the same run",
+    )
     args = parser.parse_args()
     python = sys.executable
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("REHYDRATE_STORE", None)
-    # As installed (pip compiles the modules): bytecode caches are used, and written on the first run.
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    checkouts = {"": ROOT} | ({"against: ": Path(args.against).resolve()} if args.against else {})
+    runs: dict[str, tuple[list[str], dict[str, str]]] = {}
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        url = f"sqlite:///{Path(tmp) / 'bench.db'}"
-        cli = [python, "-m", "rehydrate"]
-        # Elements for look and pull (one pulled per run) and one that is due, for stats and ttn.
-        for id in ["kept", *(f"p{i}" for i in range(args.n))]:
-            _time([*cli, "push", "jobs", "1", "--id", id, "--store", url], env)
-        runs: dict[str, tuple[list[str], tuple[int, ...]]] = {
-            "python -c pass": ([python, "-c", "pass"], (0,)),
-            "floor: import sqlite3, anyio": ([python, "-c", "import sqlite3, anyio"], (0,)),
-            "anyio.run(sleep, 0)": ([python, "-c", "import sqlite3, anyio; anyio.run(anyio.sleep, 0)"], (0,)),
-            "rehydrate push": ([*cli, "push", "jobs", '{"n": 1}', "--delay", "1h", "--store", url], (0,)),
-            "rehydrate look": ([*cli, "look", "jobs", "kept", "--store", url], (0,)),
-            "rehydrate pull": ([*cli, "pull", "jobs", "{i}", "--store", url], (0,)),
-            "rehydrate ttn": ([*cli, "ttn", "jobs", "--store", url], (0,)),
-            "rehydrate stats": ([*cli, "stats", "--store", url], (0,)),
-        }
+        for prefix, root in checkouts.items():
+            env = {**os.environ, "PYTHONPATH": str(root)}  # also the working directory (see _time)
+            env.pop("REHYDRATE_STORE", None)
+            # As installed (pip compiles the modules): bytecode caches are used, written by the first run.
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            url = f"sqlite:///{Path(tmp) / f'bench{len(runs)}.db'}"
+            cli = [python, "-m", "rehydrate"]
+            # Elements for look and pull (one pulled per run) and one that is due, for stats and ttn.
+            for id in ["kept", *(f"p{i}" for i in range(args.n))]:
+                _time([*cli, "push", "jobs", "1", "--id", id, "--store", url], env)
+            if not prefix:
+                runs["python -c pass"] = ([python, "-c", "pass"], env)
+                runs["floor: import sqlite3, anyio"] = ([python, "-c", "import sqlite3, anyio"], env)
+                runs["anyio.run(sleep, 0)"] = (
+                    [python, "-c", "import sqlite3, anyio; anyio.run(anyio.sleep, 0)"],
+                    env,
+                )
+            for verb, rest in [
+                ("push", ["jobs", '{"n": 1}', "--delay", "1h"]),
+                ("look", ["jobs", "kept"]),
+                ("pull", ["jobs", "{i}"]),
+                ("ttn", ["jobs"]),
+                ("stats", []),
+            ]:
+                runs[f"{prefix}rehydrate {verb}"] = ([*cli, verb, *rest, "--store", url], env)
         walls: dict[str, list[float]] = {label: [] for label in runs}
         cpus: dict[str, list[float]] = {label: [] for label in runs}
         for i in range(args.n):
-            for label, (command, ok) in runs.items():
+            for label, (command, env) in runs.items():
                 argv = [part.replace("{i}", f"p{i}") for part in command]
-                wall, cpu = _time(argv, env, ok)
+                wall, cpu = _time(argv, env)
                 walls[label].append(wall)
                 cpus[label].append(cpu)
     floor = "floor: import sqlite3, anyio"

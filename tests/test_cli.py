@@ -271,7 +271,7 @@ def test_stats_watch(cli: CLI) -> None:
 def test_stats_watch_interval_has_a_minimum(capsys: pytest.CaptureFixture[str]) -> None:
     """``--interval 0`` redrew 1,000 times a second: below 100ms is a malformed command line."""
     with pytest.raises(SystemExit) as exit:
-        run(["--store", "memory://", "stats", "--watch", "--interval", "0"])
+        run(["--store", "memory://", "stats", "--watch", "--interval", "0", "--count", "3"])
     assert exit.value.code == 2
     assert "it must be at least 100ms" in capsys.readouterr().err
 
