@@ -665,7 +665,7 @@ def test_dead_and_stats_agree_on_name_dead(cli: CLI) -> None:
 
 
 def test_dead_suffix_is_the_schedulers() -> None:
-    from rehydrate._scheduler import DEAD_SUFFIX
+    from rehydrate._runner import DEAD_SUFFIX
     from rehydrate.cli._verbs import DEAD_SUFFIX as CLI_DEAD_SUFFIX
 
     assert CLI_DEAD_SUFFIX == DEAD_SUFFIX

@@ -185,7 +185,8 @@ def open_from(args: argparse.Namespace, *, create: bool | None = None) -> Store:
     """
     url = store_url(args)
     if create is None:
-        create = getattr(getattr(args, "verb", None), "__name__", None) in _CREATORS
+        verb = getattr(args, "verb", None)  # the verb's name (the function's, where one is given)
+        create = (verb if isinstance(verb, str) else getattr(verb, "__name__", None)) in _CREATORS
     store = open_store(url, create=create)
     if url.startswith("memory:") and not getattr(args, "quiet_memory", False):
         warn(args, "memory:// lives only as long as this command; use sqlite:// or redis:// to keep elements")

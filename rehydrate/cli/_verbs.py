@@ -43,7 +43,7 @@ from rehydrate.cli._common import (
 from rehydrate.errors import DuplicateIdError, UnknownIdError
 
 if TYPE_CHECKING:
-    from rehydrate._core._dehydrator import Claim, ElementInfo
+    from rehydrate._core._records import Claim, ElementInfo
     from rehydrate.abc import Store
 
 Verb = Callable[[argparse.Namespace, "Store"], Awaitable[int]]
