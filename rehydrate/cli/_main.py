@@ -137,8 +137,10 @@ def build_parser(*, store_verb: bool = False) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="rehydrate",
         description="Delayed delivery, reliably: run and inspect dehydrators.",
-        epilog="The options above work before or after the command. 'rehydrate COMMAND --help' for more; "
-        "'rehydrate completion bash|zsh|fish' for shell completion.",
+        epilog=_wrap(
+            "The options above work before or after the command. 'rehydrate COMMAND --help' for more; "
+            "'rehydrate completion bash|zsh|fish' for shell completion."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"rehydrate {__version__}")
     # Options that work on both sides of the command: the command's own copy has a dest of its own
