@@ -451,8 +451,10 @@ def _run_verb(args: argparse.Namespace, store: Store | None = None) -> int:
 
     try:
         return anyio.run(body)
-    except KeyboardInterrupt:  # stats --watch ends with Ctrl-C
-        return 0
+    except KeyboardInterrupt:
+        if args.verb == "stats":  # stats --watch ends with Ctrl-C
+            return 0
+        raise  # 130; poll has released its claims, pull and xack put back what they took
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
