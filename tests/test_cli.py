@@ -602,7 +602,7 @@ def test_backend_trio_without_trio(argv: list[str]) -> None:
     )
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        "rehydrate: error: --backend trio needs trio, which is not installed: pip install 'rehydrate[trio]'"
+        "rehydrate: error: --backend trio needs trio: pip install 'rehydrate[trio]'"
     ]
 
 
