@@ -542,8 +542,10 @@ def test_processes_give_up_when_no_child_can_start(tmp_path: Path) -> None:
     single = start(tmp_path, "papp:scheduler", "--store", url)
     _, single_err = single.communicate(timeout=30)
     assert single.returncode == 1
-    (line,) = [line for line in single_err.splitlines() if line.startswith("rehydrate: error:")]
-    reason = line.removeprefix("rehydrate: error: ")
+    # With --log-format json, the command's error line is a JSON line too (logger rehydrate.cli).
+    (reason,) = [
+        e["event"] for e in map(json.loads, single_err.splitlines()) if e.get("logger") == "rehydrate.cli"
+    ]
     assert "could not be opened" in reason
 
     parent = start(tmp_path, "papp:scheduler", "--store", url, "--processes", "2")
@@ -555,9 +557,9 @@ def test_processes_give_up_when_no_child_can_start(tmp_path: Path) -> None:
         raise AssertionError(f"still restarting children after 30 s: {err[-2000:]}") from None
     assert parent.returncode == 1
     assert "Traceback" not in err
-    errors = [line for line in err.splitlines() if not line.startswith("{")]
-    assert errors == [f"rehydrate: error: worker processes failed to start 3 times in a row: {reason}"]
-    logs = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    logs = [json.loads(line) for line in err.splitlines()]
+    errors = [e["event"] for e in logs if e.get("logger") == "rehydrate.cli"]
+    assert errors == [f"worker processes failed to start 3 times in a row: {reason}"]
     failed = [e for e in logs if e["event"].startswith("worker process failed to start")]
     assert {e["error"] for e in failed} == {reason}
     assert failed[-1]["event"] == "worker process failed to start; giving up"
