@@ -168,8 +168,8 @@ async def measure(
     lateness = sorted(stamps.seen[i] - (before[i] + delays[i]) for i in range(n_late))
 
     # The due instant: the lateness phase's enqueue rate says how long M defers take; give them
-    # 1.5 times that, plus a second.
-    due = time.time() + 1.5 * n_tp * late_enqueue_s / n_late + 1.0
+    # twice that, plus a second (defers to one instant can be slower than spread ones).
+    due = time.time() + 2.0 * n_tp * late_enqueue_s / n_late + 1.0
 
     async def tp_one(i: int) -> None:
         await enqueue_at(TP_BASE + i, due)

@@ -126,7 +126,7 @@ def run_one(
                 stderr=subprocess.PIPE,
                 stdin=subprocess.DEVNULL,
                 text=True,
-                env={**os.environ, "PEERS_STAMPS": str(stamps), "PYTHONPATH": str(ROOT)},
+                env={**os.environ, "PEERS_STAMPS": str(stamps)},
                 start_new_session=True,  # its worker shares its process group: a time-out ends both
             )
             limit = 2 * args.wait + 2 * args.spread + 300
@@ -136,6 +136,10 @@ def run_one(
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.communicate()
                 return {"error": f"no result within {limit:.0f} s: stopped"}
+            except BaseException:  # Ctrl-C: end the run and its worker too
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                raise
         finally:
             if server is not None:
                 server.cleanup()
@@ -227,10 +231,10 @@ def main() -> int:
         parser.error(
             f"unknown system(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(SYSTEMS)}"
         )
-    args.repeat = args.repeat or (1 if args.quick else 3)
-    args.n_late = args.n_late or (200 if args.quick else 2000)
-    args.n_tp = args.n_tp or (1000 if args.quick else 10_000)
-    args.wait = args.wait or (120.0 if args.quick else 300.0)
+    defaults = {"repeat": (1, 3), "n_late": (200, 2000), "n_tp": (1000, 10_000), "wait": (120.0, 300.0)}
+    for key, (quick, full) in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, quick if args.quick else full)
     if min(args.repeat, args.n_late, args.n_tp) < 1 or args.spread <= 0 or args.wait <= 0:
         parser.error("--repeat, --n-late, --n-tp, --spread and --wait must be positive")
 
@@ -255,6 +259,8 @@ def main() -> int:
             log(f"{name}: cannot be installed here: {exc}")
             results[name].append({"error": f"not installed: {exc}"})
 
+    # A SIGTERM ends the run in progress (its worker too) and the throwaway server, like Ctrl-C.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     started = datetime.now(UTC)
     load_before = os.getloadavg()
     for round_ in range(args.repeat):
