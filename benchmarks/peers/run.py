@@ -168,6 +168,11 @@ def ratio(value: float, base: float | None) -> str:
     return f" ({r:.2f}x)" if r < 10 else f" ({r:,.0f}x)"
 
 
+def medians_of(results: dict[str, list[dict[str, Any]]]) -> set[str]:
+    """The systems with at least one good run."""
+    return {name for name, runs in results.items() if any("error" not in r for r in runs)}
+
+
 def table(results: dict[str, list[dict[str, Any]]], order: list[str], n_tp: int) -> list[str]:
     rows = [
         f"| system | p50 lateness | p99 | max | jobs/s, {n_tp:,} due at once | enqueue/s, one at a time | runs |",
@@ -295,7 +300,9 @@ def main() -> int:
     print("versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
     print(
         f"{args.n_late:,} jobs with delays uniform over 0-{args.spread:g} s for lateness; {args.n_tp:,} due at "
-        f"one instant for jobs/s and enqueue/s; medians of {args.repeat} round(s); ratios to {BASELINE}\n"
+        f"one instant for jobs/s and enqueue/s; medians of {args.repeat} round(s)"
+        + (f"; (ratios) to {BASELINE}" if BASELINE in medians_of(results) else "")
+        + "\n"
     )
     for row in table(results, chosen, args.n_tp):
         print(row)
