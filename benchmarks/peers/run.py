@@ -229,6 +229,7 @@ def main() -> int:
     parser.add_argument("--wait", type=float, help="longest wait for one phase's jobs, s (default 300)")
     parser.add_argument("--server", choices=["redis", "valkey", "auto"], default="auto")
     parser.add_argument("--reinstall", action="store_true", help="make the peers' environments anew")
+    parser.add_argument("--json", metavar="FILE", help="also write every run's figures to FILE")
     args = parser.parse_args()
     chosen = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in SYSTEMS]
@@ -306,6 +307,10 @@ def main() -> int:
     )
     for row in table(results, chosen, args.n_tp):
         print(row)
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"command": sys.argv, "started": started.isoformat(), "runs": results})
+        )
     failed = [n for n in chosen if not any("error" not in r for r in results[n])]
     return 1 if failed else 0
 
