@@ -7,8 +7,9 @@ absolute wall time) and prints one JSON line for ``run.py``.
 * **Lateness**: N jobs (2,000) with delays uniform over [0, spread) s (3 s), deferred one by one
   with the library's normal call (awaited where it is async). Lateness = the wall time at the
   job's first line minus (the wall time just before its enqueue call + its delay).
-* **Throughput**: M jobs (10,000) all due at one wall-clock instant, which is set far enough
-  ahead that every enqueue is done before it (checked: ``overrun`` says if not). jobs/s = M /
+* **Throughput**: M jobs (10,000) all due at one wall-clock instant, set far enough ahead that
+  every enqueue is done before it (twice the time the lateness phase's rate predicts, plus a
+  second; ``overrun_s`` says by how much it was not). jobs/s = M /
   (the start of the last job - the due instant): the time a team waits, after the instant, until
   the last of them has started; any polling interval counts.
 * **Enqueue/s**: the same M defers, one at a time (``producers`` at once for a concurrent row),
