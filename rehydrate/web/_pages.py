@@ -1,0 +1,505 @@
+"""Server-rendered HTML: every value escaped, every link relative (so the app works under any mount).
+
+All pages live at the app's root level (``./``, ``elements?name=...``), so one relative form of
+each link is right wherever the app is mounted. The one script is inline, carries the response's
+CSP nonce, and does two things: it applies the server-sent samples to the page, and it submits
+the action forms with ``fetch`` so the page does not reload (without it the forms still work).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from html import escape
+from typing import Any
+from urllib.parse import urlencode
+
+from rehydrate._core._dehydrator import ElementInfo
+from rehydrate._scheduler import DeadLetter
+from rehydrate.web._history import Point
+
+__all__ = [
+    "dead_page",
+    "element_page",
+    "elements_page",
+    "error_page",
+    "login_page",
+    "overview_page",
+    "relative",
+]
+
+_STYLE = """
+:root{--fg:#1d232a;--muted:#5c6670;--line:#d9dee3;--bg:#f6f8fa;--accent:#0b6bcb;--bad:#b42318;--ok:#1a7f37}
+*{box-sizing:border-box}body{margin:0;font:14px/1.45 system-ui,sans-serif;color:var(--fg);background:#fff}
+header{display:flex;gap:1em;align-items:baseline;padding:.6em 1.2em;background:var(--fg);color:#fff}
+header a{color:#fff;font-weight:600;text-decoration:none}header .crumb{color:#c9d1d9}
+#status{margin-left:auto;font-size:12px;color:#c9d1d9}#status.down{color:#ffb4a8}
+main{padding:1em 1.2em;max-width:1200px}h1{font-size:18px;margin:.2em 0 .6em}
+table{border-collapse:collapse;width:100%;margin:.4em 0 1em}
+th,td{text-align:left;padding:.35em .6em;border-bottom:1px solid var(--line);vertical-align:middle}
+th{font-size:12px;text-transform:uppercase;letter-spacing:.03em;color:var(--muted);background:var(--bg)}
+td.n{text-align:right;font-variant-numeric:tabular-nums}th.n{text-align:right}
+td code,pre{font:12px/1.4 ui-monospace,monospace}pre{background:var(--bg);padding:.8em;overflow:auto}
+a{color:var(--accent)}.muted{color:var(--muted)}.bad{color:var(--bad)}.overdue{color:var(--bad);font-weight:600}
+form.act{display:inline}button{font:inherit;font-size:12px;padding:.2em .6em;cursor:pointer;
+border:1px solid var(--line);border-radius:4px;background:#fff}button:hover{border-color:var(--accent)}
+button.danger:hover{border-color:var(--bad);color:var(--bad)}
+svg.spark{display:block}svg.spark polyline{fill:none;stroke:var(--accent);stroke-width:1.5}
+svg.spark.late polyline{stroke:var(--bad)}.pager{display:flex;gap:1em;align-items:center}
+#notice{min-height:1.4em}#notice.ok{color:var(--ok)}#notice.bad{color:var(--bad)}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:.2em 1em}dt{color:var(--muted)}dd{margin:0}
+footer{padding:1em 1.2em;color:var(--muted);font-size:12px;max-width:1200px}
+"""
+
+_SCRIPT = r"""
+(() => {
+  const hist = {};
+  const keep = %(keep)d;
+  const fmtSeconds = (s) => {
+    if (s === null || s === undefined) return '-';
+    const a = Math.abs(s);
+    const t = a < 1 ? (a * 1000).toFixed(0) + 'ms' : a < 120 ? a.toFixed(1) + 's'
+      : a < 7200 ? (a / 60).toFixed(1) + 'm' : a < 172800 ? (a / 3600).toFixed(1) + 'h'
+      : (a / 86400).toFixed(1) + 'd';
+    return s === 0 ? 'now' : s < 0 ? t + ' overdue' : 'in ' + t;
+  };
+  const fmt = {
+    next_due: fmtSeconds,
+    left_rate: (r) => (r * 60).toFixed(r * 60 < 10 ? 1 : 0) + '/min',
+    oldest_due: (s) => s > 0 ? fmtSeconds(-s) : '-',
+  };
+  const status = document.getElementById('status');
+  const spark = (svg, points, key) => {
+    const w = +svg.getAttribute('width'), h = +svg.getAttribute('height');
+    const vals = points.map((p) => p[key] || 0);
+    const max = Math.max(...vals, key === 'left_rate' ? 1 / 60 : 1);
+    const step = w / Math.max(keep - 1, 1);
+    const x0 = w - (vals.length - 1) * step;
+    svg.querySelector('polyline').setAttribute('points',
+      vals.map((v, i) => (x0 + i * step).toFixed(1) + ',' + (h - 1 - (v / max) * (h - 2)).toFixed(1))
+        .join(' '));
+    svg.querySelector('title').textContent = key === 'left_rate'
+      ? 'left per minute, last ' + vals.length + ' samples; peak ' + (max * 60).toFixed(1) + '/min'
+      : 'oldest due element waiting, last ' + vals.length + ' samples; peak ' + max.toFixed(1) + 's';
+  };
+  const addRow = (name) => {
+    const body = document.querySelector('#overview tbody');
+    const tpl = document.getElementById('row-template');
+    if (!body || !tpl) return;
+    const row = tpl.content.firstElementChild.cloneNode(true);
+    row.dataset.name = name;
+    const q = new URLSearchParams({name: name}).toString();
+    row.querySelector('a.name').textContent = name;
+    row.querySelector('a.name').href = 'elements?' + q;
+    row.querySelector('a.dead').href = 'dead?' + q;
+    row.querySelectorAll('[data-k]').forEach((el) => { el.dataset.live = name; });
+    body.appendChild(row);
+    const empty = document.getElementById('empty');
+    if (empty) empty.remove();
+  };
+  const show = (name, point) => {
+    const h = hist[name];
+    document.querySelectorAll('[data-live]').forEach((el) => {
+      if (el.dataset.live !== name) return;
+      const k = el.dataset.k;
+      if (el.tagName.toLowerCase() === 'svg') { spark(el, h, k); return; }
+      const v = point[k];
+      el.textContent = fmt[k] ? fmt[k](v) : String(v);
+      if (k === 'next_due') el.classList.toggle('overdue', v !== null && v < 0);
+    });
+  };
+  const apply = (dehydrators, full) => {
+    const names = Object.keys(dehydrators);
+    for (const name of names) {
+      if (full) hist[name] = dehydrators[name];
+      else (hist[name] = hist[name] || []).push(dehydrators[name]);
+      if (hist[name].length > keep) hist[name].splice(0, hist[name].length - keep);
+      if (!document.querySelector('#overview tr[data-name="' + CSS.escape(name) + '"]')) addRow(name);
+      const h = hist[name];
+      if (h.length) show(name, h[h.length - 1]);
+    }
+    document.querySelectorAll('#overview tr[data-name]').forEach((row) => {
+      if (!names.includes(row.dataset.name)) row.remove();
+    });
+  };
+  const stamp = (at) => new Date(at * 1000).toLocaleTimeString();
+  if (window.EventSource) {
+    const source = new EventSource('events');
+    source.addEventListener('history', (e) => {
+      const d = JSON.parse(e.data); apply(d.dehydrators, true);
+      status.textContent = 'live · ' + stamp(d.at); status.className = '';
+    });
+    source.addEventListener('sample', (e) => {
+      const d = JSON.parse(e.data); apply(d.dehydrators, false);
+      status.textContent = 'live · ' + stamp(d.at); status.className = '';
+    });
+    source.addEventListener('trouble', (e) => {
+      status.textContent = 'store trouble: ' + JSON.parse(e.data).error; status.className = 'down';
+    });
+    source.onerror = () => { status.textContent = 'reconnecting…'; status.className = 'down'; };
+  }
+  const notice = document.getElementById('notice');
+  document.addEventListener('submit', async (ev) => {
+    const form = ev.target;
+    if (!form.matches('form.act')) return;
+    ev.preventDefault();
+    if (form.dataset.confirm && !window.confirm(form.dataset.confirm)) return;
+    let reply, body;
+    try {
+      reply = await fetch(form.getAttribute('action'), {
+        method: 'POST', body: new URLSearchParams(new FormData(form)),
+        headers: {'Accept': 'application/json'}, credentials: 'same-origin',
+      });
+      body = await reply.json();
+    } catch (err) { body = {error: String(err)}; }
+    notice.textContent = body.message || body.error || '';
+    notice.className = reply && reply.ok ? 'ok' : 'bad';
+    if (!(reply && reply.ok)) return;
+    const then = form.dataset.then;
+    if (then === 'row') form.closest('tr').remove();
+    else if (then === 'rows') document.querySelectorAll('tr[data-row]').forEach((r) => r.remove());
+    else if (then === 'due') {
+      const row = form.closest('tr');
+      row.querySelector('.due').textContent = 'now';
+      row.querySelector('.state').textContent = 'due';
+    } else if (body.next) window.location.assign(body.next);
+  });
+})();
+"""
+
+
+def relative(page: str, **params: object) -> str:
+    """A link to one of the app's pages, relative to the app's root (``page`` has no slash)."""
+    shown = {key: value for key, value in params.items() if value is not None}
+    return (page or "./") + ("?" + urlencode(shown) if shown else "")
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value == 0:
+        return "now"
+    a = abs(value)
+    if a < 1:
+        text = f"{a * 1000:.0f}ms"
+    elif a < 120:
+        text = f"{a:.1f}s"
+    elif a < 7200:
+        text = f"{a / 60:.1f}m"
+    elif a < 172800:
+        text = f"{a / 3600:.1f}h"
+    else:
+        text = f"{a / 86400:.1f}d"
+    return f"{text} overdue" if value < 0 else f"in {text}"
+
+
+def _preview(element: Any, width: int = 120) -> str:
+    try:
+        text = json.dumps(element, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):
+        text = repr(element)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _pretty(element: Any) -> str:
+    try:
+        return json.dumps(element, ensure_ascii=False, indent=2, sort_keys=True)
+    except (TypeError, ValueError):
+        return repr(element)
+
+
+def _layout(
+    *, title: str, body: str, nonce: str, keep: int, crumbs: Sequence[tuple[str, str]] = (), live: bool = True
+) -> str:
+    trail = "".join(f' <span class="crumb">/</span> <a href="{escape(h)}">{escape(t)}</a>' for t, h in crumbs)
+    return (
+        "<!doctype html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)} · rehydrate</title><style>{_STYLE}</style></head><body>"
+        f'<header><a href="./">rehydrate</a>{trail}'
+        f'<span id="status">{"connecting…" if live else ""}</span></header>'
+        f'<main><div id="notice" role="status"></div>{body}</main>'
+        "<footer>Counts come from the store at each sample. <b>Left/min</b>: elements that left a "
+        "dehydrator between two samples (acked, cancelled or dead-lettered), counted by id while it "
+        "holds at most 10,000 elements, else its net fall in size (a lower bound). <b>Oldest due</b>: how "
+        "long the earliest due element has waited, a floor on lateness; per-delivery lateness needs "
+        "worker heartbeats.</footer>"
+        + (f'<script nonce="{escape(nonce)}">{_SCRIPT % {"keep": keep}}</script>' if live else "")
+        + "</body></html>"
+    )
+
+
+def _button(
+    action: str,
+    label: str,
+    *,
+    csrf: str,
+    fields: dict[str, str],
+    then: str = "",
+    confirm: str = "",
+    danger: bool = False,
+) -> str:
+    hidden = "".join(
+        f'<input type="hidden" name="{escape(k)}" value="{escape(v)}">'
+        for k, v in {"csrf": csrf, **fields}.items()
+    )
+    attributes = f' data-then="{escape(then)}"' if then else ""
+    attributes += f' data-confirm="{escape(confirm)}"' if confirm else ""
+    css = ' class="danger"' if danger else ""
+    return (
+        f'<form class="act" method="post" action="{escape(action)}"{attributes}>{hidden}'
+        f'<button type="submit"{css}>{escape(label)}</button></form>'
+    )
+
+
+def _spark(name: str | None, key: str, *, late: bool = False) -> str:
+    live = f' data-live="{escape(name)}"' if name is not None else ""
+    css = "spark late" if late else "spark"
+    return (
+        f'<svg class="{css}" width="140" height="28" data-k="{key}"{live} role="img">'
+        '<title></title><polyline points=""></polyline></svg>'
+    )
+
+
+def _stat_cells(name: str | None, point: Point | None) -> str:
+    live = f' data-live="{escape(name)}"' if name is not None else ""
+
+    def cell(key: str, text: str, css: str = "n") -> str:
+        return f'<td class="{css}" data-k="{key}"{live}>{escape(text)}</td>'
+
+    p = point
+    next_css = "n overdue" if p is not None and p.next_due is not None and p.next_due < 0 else "n"
+    return (
+        cell("size", str(p.size) if p else "")
+        + cell("due", str(p.due) if p else "")
+        + cell("claimed", str(p.claimed) if p else "")
+        + (
+            f'<td class="n"><a class="dead" href="{escape(relative("dead", name=name))}">'
+            f'<span data-k="dead"{live}>{p.dead if p else ""}</span></a></td>'
+            if name is not None
+            else '<td class="n"><a class="dead" href=""><span data-k="dead"></span></a></td>'
+        )
+        + cell("next_due", _seconds(p.next_due) if p else "", next_css)
+        + cell("left_rate", f"{p.left_rate * 60:.1f}/min" if p else "")
+        + f"<td>{_spark(name, 'left_rate')}</td>"
+        + cell("oldest_due", _seconds(-p.oldest_due) if p and p.oldest_due > 0 else "-")
+        + f"<td>{_spark(name, 'oldest_due', late=True)}</td>"
+    )
+
+
+_STAT_HEADERS = (
+    '<th class="n">size</th><th class="n">due now</th><th class="n">in flight</th>'
+    '<th class="n">dead letters</th><th class="n">next due</th><th class="n">left</th>'
+    '<th>left/min, last minutes</th><th class="n">oldest due</th><th>oldest due, last minutes</th>'
+)
+
+
+def overview_page(*, latest: dict[str, Point], nonce: str, keep: int) -> str:
+    rows = "".join(
+        f'<tr data-name="{escape(name)}">'
+        f'<td><a class="name" href="{escape(relative("elements", name=name))}">'
+        f"{escape(name)}</a></td>{_stat_cells(name, point)}</tr>"
+        for name, point in latest.items()
+    )
+    empty = "" if latest else '<p id="empty" class="muted">No dehydrator holds elements yet.</p>'
+    body = (
+        "<h1>Dehydrators</h1>"
+        f'<table id="overview"><thead><tr><th>name</th>{_STAT_HEADERS}</tr></thead>'
+        f"<tbody>{rows}</tbody></table>"
+        f"{empty}"
+        '<template id="row-template"><tr><td><a class="name" href=""></a></td>'
+        f"{_stat_cells(None, None)}</tr></template>"
+    )
+    return _layout(title="Dehydrators", body=body, nonce=nonce, keep=keep)
+
+
+def _summary_table(name: str, point: Point | None) -> str:
+    return (
+        f'<table id="overview"><thead><tr>{_STAT_HEADERS}</tr></thead>'
+        f'<tbody><tr data-name="{escape(name)}">{_stat_cells(name, point)}</tr></tbody></table>'
+    )
+
+
+def _pager(page: str, name: str, offset: int, limit: int, shown: int, total: int) -> str:
+    parts = [f'<span class="muted">{offset + 1 if shown else 0}-{offset + shown} of {total}</span>']
+    if offset > 0:
+        parts.insert(
+            0,
+            f'<a href="{escape(relative(page, name=name, offset=max(0, offset - limit), limit=limit))}">'
+            "← earlier</a>",
+        )
+    if offset + shown < total:
+        parts.append(
+            f'<a href="{escape(relative(page, name=name, offset=offset + limit, limit=limit))}">later →</a>'
+        )
+    return f'<div class="pager">{"".join(parts)}</div>'
+
+
+def _state(info: ElementInfo, now: float) -> str:
+    if info.claimed:
+        return "in flight" if info.due > now else "lease expired"
+    return "due" if info.due <= now else "waiting"
+
+
+def elements_page(
+    *,
+    name: str,
+    rows: Sequence[tuple[ElementInfo, Any]],
+    now: float,
+    offset: int,
+    limit: int,
+    total: int,
+    point: Point | None,
+    csrf: str,
+    nonce: str,
+    keep: int,
+) -> str:
+    lines = []
+    for i, (info, element) in enumerate(rows):
+        fields = {"name": name, "id": info.id}
+        actions = (
+            _button("run-now", "run now", csrf=csrf, fields=fields, then="due")
+            + " "
+            + _button(
+                "cancel",
+                "cancel",
+                csrf=csrf,
+                fields=fields,
+                then="row",
+                confirm=f"Cancel {info.id}?",
+                danger=True,
+            )
+        )
+        lines.append(
+            f'<tr data-row="{escape(info.id)}"><td class="n muted">{offset + i + 1}</td>'
+            f'<td><a href="{escape(relative("element", name=name, id=info.id))}">'
+            f"<code>{escape(info.id)}</code></a></td>"
+            f'<td class="n due">{escape(_seconds(info.due - now))}</td><td class="n">{info.attempt}</td>'
+            f'<td class="state">{_state(info, now)}</td><td><code>{escape(_preview(element))}</code></td>'
+            f"<td>{actions}</td></tr>"
+        )
+    table = (
+        '<table id="elements"><thead><tr><th class="n">#</th><th>id</th><th class="n">due</th>'
+        '<th class="n">attempt</th><th>state</th><th>payload</th><th></th></tr></thead>'
+        f"<tbody>{''.join(lines)}</tbody></table>"
+        if lines
+        else '<p class="muted">No elements.</p>'
+    )
+    body = (
+        f'<h1>{escape(name)} <span class="muted">elements in due order</span></h1>'
+        f"{_summary_table(name, point)}"
+        f'<p><a href="{escape(relative("dead", name=name))}">dead letters of {escape(name)}</a></p>'
+        f"{_pager('elements', name, offset, limit, len(lines), total)}{table}"
+        f"{_pager('elements', name, offset, limit, len(lines), total) if lines else ''}"
+    )
+    return _layout(
+        title=name, body=body, nonce=nonce, keep=keep, crumbs=[(name, relative("elements", name=name))]
+    )
+
+
+def element_page(
+    *, name: str, info: ElementInfo, element: Any, now: float, csrf: str, nonce: str, keep: int
+) -> str:
+    fields = {"name": name, "id": info.id}
+    body = (
+        f'<h1><code>{escape(info.id)}</code> <span class="muted">in {escape(name)}</span></h1>'
+        "<dl>"
+        f"<dt>state</dt><dd>{_state(info, now)}</dd>"
+        f"<dt>due</dt><dd>{escape(_seconds(info.due - now))}</dd>"
+        f"<dt>filed for</dt><dd>{escape(_seconds(info.ttl).removeprefix('in '))} "
+        f'<span class="muted">(its last TTL or lease)</span></dd>'
+        f"<dt>attempt</dt><dd>{info.attempt}</dd>"
+        f"<dt>claimed</dt><dd>{'yes' if info.claimed else 'no'}</dd>"
+        "</dl><h2>payload</h2>"
+        f"<pre>{escape(_pretty(element))}</pre><p>"
+        + _button("run-now", "run now", csrf=csrf, fields=fields)
+        + " "
+        + _button("cancel", "cancel", csrf=csrf, fields=fields, confirm=f"Cancel {info.id}?", danger=True)
+        + "</p>"
+    )
+    crumbs = [(name, relative("elements", name=name)), (info.id, relative("element", name=name, id=info.id))]
+    return _layout(title=f"{info.id} in {name}", body=body, nonce=nonce, keep=keep, crumbs=crumbs)
+
+
+def dead_page(
+    *,
+    name: str,
+    letters: Sequence[DeadLetter],
+    offset: int,
+    limit: int,
+    total: int,
+    point: Point | None,
+    csrf: str,
+    nonce: str,
+    keep: int,
+) -> str:
+    from datetime import UTC, datetime
+
+    lines = []
+    for i, letter in enumerate(letters):
+        fields = {"name": name, "id": letter.id}
+        failed = (
+            datetime.fromtimestamp(letter.failed_at, UTC).isoformat(timespec="seconds")
+            if letter.failed_at
+            else "-"
+        )
+        actions = (
+            _button("requeue", "requeue", csrf=csrf, fields=fields, then="row")
+            + " "
+            + _button(
+                "delete",
+                "delete",
+                csrf=csrf,
+                fields=fields,
+                then="row",
+                confirm=f"Delete {letter.id} for good?",
+                danger=True,
+            )
+        )
+        lines.append(
+            f'<tr data-row="{escape(letter.id)}"><td class="n muted">{offset + i + 1}</td>'
+            f"<td><code>{escape(letter.id)}</code></td><td>{escape(failed)}</td>"
+            f'<td class="n">{letter.attempts}</td>'
+            f'<td class="bad"><code>{escape(_preview(letter.error, 160))}</code></td>'
+            f"<td><code>{escape(_preview(letter.element))}</code></td><td>{actions}</td></tr>"
+        )
+    requeue_all = _button(
+        "requeue",
+        f"requeue all {total}",
+        csrf=csrf,
+        fields={"name": name, "all": "1"},
+        then="rows",
+        confirm=f"Requeue every dead letter of {name}?",
+    )
+    table = (
+        '<table id="dead"><thead><tr><th class="n">#</th><th>id</th><th>failed at (UTC)</th>'
+        '<th class="n">attempts</th><th>last error</th><th>payload</th><th></th></tr></thead>'
+        f"<tbody>{''.join(lines)}</tbody></table>"
+        if lines
+        else '<p class="muted">No dead letters.</p>'
+    )
+    body = (
+        f'<h1>{escape(name)} <span class="muted">dead letters, oldest first</span></h1>'
+        f"{_summary_table(name, point)}<p>{requeue_all if lines else ''}</p>"
+        f"{_pager('dead', name, offset, limit, len(lines), total)}{table}"
+    )
+    crumbs = [(name, relative("elements", name=name)), ("dead letters", relative("dead", name=name))]
+    return _layout(title=f"dead letters of {name}", body=body, nonce=nonce, keep=keep, crumbs=crumbs)
+
+
+def error_page(*, status: int, message: str, nonce: str, keep: int) -> str:
+    body = (
+        f'<h1>{status}</h1><p class="bad">{escape(message)}</p>'
+        '<p><a href="./">back to the dehydrators</a></p>'
+    )
+    return _layout(title=str(status), body=body, nonce=nonce, keep=keep, live=False)
+
+
+def login_page(*, message: str, nonce: str, keep: int) -> str:
+    body = (
+        f'<h1>Token needed</h1><p class="bad">{escape(message)}</p>'
+        '<form method="post" action="login"><label>token <input type="password" name="token" '
+        'autocomplete="current-password" autofocus></label> <button type="submit">open</button></form>'
+    )
+    return _layout(title="token needed", body=body, nonce=nonce, keep=keep, live=False)

@@ -1,0 +1,563 @@
+"""The dashboard's ASGI app in this process (httpx), against the memory and SQLite stores.
+
+Every action, the token, the CSRF refusals, bad ids, paging, live samples (the event stream, read
+through the ASGI interface itself) and ``/metrics`` parsed with prometheus_client's parser.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from rehydrate import Retry, Scheduler
+from rehydrate.abc import Store
+from rehydrate.stores import MemoryStore, SQLiteStore
+from rehydrate.testing import FakeClock
+from rehydrate.web import app
+from rehydrate.web._history import History, Reading
+from rehydrate.web._security import Guard, is_loopback_host, origin_refusal
+
+pytestmark = pytest.mark.anyio
+
+LOCAL = "http://127.0.0.1:8000"
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    clock = FakeClock(1000.0)
+    opened: Store = (
+        MemoryStore(clock=clock) if request.param == "memory" else SQLiteStore(tmp_path / "s.db", clock=clock)
+    )
+    async with opened:
+        yield opened
+
+
+def client(asgi: Any, base: str = LOCAL, **kwargs: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url=base, **kwargs)
+
+
+async def make_dead(store: Store, name: str, ids: list[str]) -> None:
+    """Dead letters made by a real scheduler whose handler always fails (one attempt each)."""
+    scheduler = Scheduler(store)
+
+    @scheduler.handler(name, retry=Retry(attempts=1))
+    async def fail(element: object) -> None:
+        raise ValueError(f"cannot handle {element!r}")
+
+    async with scheduler:
+        for id in ids:
+            await scheduler.defer(name, {"n": id}, id=id)
+        # The dead letter lands after the handler has raised, and nothing signals it: look again.
+        with anyio.fail_after(10):
+            while await store.size(name + ".dead") < len(ids):  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+
+
+async def csrf_of(http: httpx.AsyncClient, page: str) -> str:
+    response = await http.get(page)
+    assert response.status_code == 200, response.text
+    found = re.search(r'name="csrf" value="([^"]+)"', response.text)
+    assert found, "the page has no action form"
+    return found.group(1)
+
+
+async def post(http: httpx.AsyncClient, action: str, csrf: str | None, **fields: str) -> httpx.Response:
+    data = dict(fields) if csrf is None else {"csrf": csrf, **fields}
+    return await http.post(action, data=data, headers={"Accept": "application/json"})
+
+
+# -- pages -------------------------------------------------------------------------------------
+
+
+async def test_overview_matches_the_stores_summary(store: Store) -> None:
+    for i in range(3):
+        await store.push("mail", {"i": i}, ttl=i * 10)
+    await store.push("sms", "x", ttl=5)
+    await make_dead(store, "sms", ["broken"])
+    async with client(app(store)) as http:
+        page = await http.get("/")
+        assert page.status_code == 200
+        assert 'href="elements?name=mail"' in page.text
+        assert 'href="dead?name=sms"' in page.text
+        assert "Content-Security-Policy" in page.headers
+        assert "nonce-" in page.headers["Content-Security-Policy"]
+        data = (await http.get("/", headers={"Accept": "application/json"})).json()
+    assert sorted(data) == ["mail", "sms"]  # sms.dead folds into sms
+    for name in data:
+        summary = await store.summary(name)
+        assert (data[name]["size"], data[name]["due"], data[name]["claimed"]) == (
+            summary.size,
+            summary.due,
+            summary.claimed,
+        )
+    assert data["sms"]["dead"] == 1
+    assert data["mail"]["dead"] == 0
+    assert data["mail"]["next_due"] == 0.0  # one is due now, for no time yet
+
+
+async def test_elements_in_due_order_paged(store: Store) -> None:
+    ids = [await store.push("jobs", {"i": i}, ttl=100 - i, id=f"e{i}") for i in range(7)]
+    in_order = list(reversed(ids))
+    async with client(app(store)) as http:
+        first = (await http.get("/elements?name=jobs&limit=3", headers={"Accept": "application/json"})).json()
+        second = (
+            await http.get("/elements?name=jobs&offset=3&limit=3", headers={"Accept": "application/json"})
+        ).json()
+        last = (
+            await http.get("/elements?name=jobs&offset=6&limit=3", headers={"Accept": "application/json"})
+        ).json()
+        text = (await http.get("/elements?name=jobs&offset=3&limit=3")).text
+    assert [e["id"] for e in first["elements"]] == in_order[:3]
+    assert [e["id"] for e in second["elements"]] == in_order[3:6]
+    assert [e["id"] for e in last["elements"]] == in_order[6:]
+    assert first["total"] == 7
+    assert "4-6 of 7" in text
+    assert 'href="elements?name=jobs&amp;offset=0&amp;limit=3"' in text  # earlier
+    assert 'href="elements?name=jobs&amp;offset=6&amp;limit=3"' in text  # later
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("", "missing name"),
+        ("name=jobs&offset=-1", "offset must be between 0"),
+        ("name=jobs&limit=0", "limit must be between 1 and 500"),
+        ("name=jobs&limit=many", "limit must be a whole number, got 'many'"),
+    ],
+)
+async def test_bad_paging_is_a_400_that_says_why(store: Store, query: str, message: str) -> None:
+    async with client(app(store)) as http:
+        response = await http.get(f"/elements?{query}")
+    assert response.status_code == 400
+    assert message in html.unescape(response.text)
+
+
+async def test_one_element_payload_and_info_escaped(store: Store) -> None:
+    await store.push("jobs", {"html": "<script>alert(1)</script>"}, ttl=30, id="a<b>")
+    async with client(app(store)) as http:
+        page = await http.get("/element", params={"name": "jobs", "id": "a<b>"})
+        missing = await http.get("/element", params={"name": "jobs", "id": "nope"})
+    assert page.status_code == 200
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+    assert "<script>alert" not in page.text
+    assert "a&lt;b&gt;" in page.text
+    assert "waiting" in page.text
+    assert "in 30.0s" in page.text
+    assert missing.status_code == 404
+    assert "no element 'nope' in 'jobs'" in html.unescape(missing.text)
+
+
+async def test_dead_letters_listed_oldest_first(store: Store) -> None:
+    await make_dead(store, "jobs", ["d1", "d2", "d3"])
+    async with client(app(store)) as http:
+        listing = (await http.get("/dead?name=jobs&limit=2", headers={"Accept": "application/json"})).json()
+        text = (await http.get("/dead?name=jobs")).text
+    assert listing["total"] == 3
+    assert len(listing["dead"]) == 2
+    assert set(listing["dead"]) <= {"d1", "d2", "d3"}
+    assert "cannot handle" in text
+    assert "requeue all 3" in text
+
+
+# -- actions -----------------------------------------------------------------------------------
+
+
+async def test_requeue_one_dead_letter(store: Store) -> None:
+    await make_dead(store, "jobs", ["d1", "d2"])
+    async with client(app(store)) as http:
+        csrf = await csrf_of(http, "/dead?name=jobs")
+        done = await post(http, "requeue", csrf, name="jobs", id="d1")
+        again = await post(http, "requeue", csrf, name="jobs", id="d1")
+    assert done.status_code == 200, done.text
+    assert done.json()["message"] == "requeued d1 into jobs, due now"
+    assert await store.look("jobs", "d1") == {"n": "d1"}
+    assert await store.look("jobs.dead", "d1") is None
+    assert await store.size("jobs.dead") == 1
+    assert again.status_code == 404
+    assert "no dead letter 'd1' in 'jobs'" in again.json()["error"]
+
+
+async def test_requeue_refuses_a_dead_letter_whose_id_is_live(store: Store) -> None:
+    await make_dead(store, "jobs", ["x"])
+    await store.push("jobs", "a new x", ttl=60, id="x")
+    async with client(app(store)) as http:
+        csrf = await csrf_of(http, "/dead?name=jobs")
+        refused = await post(http, "requeue", csrf, name="jobs", id="x")
+    assert refused.status_code == 409
+    assert "live again" in refused.json()["error"]
+    assert await store.size("jobs.dead") == 1
+    assert await store.look("jobs", "x") == "a new x"
+
+
+async def test_requeue_all_dead_letters(store: Store) -> None:
+    await make_dead(store, "jobs", ["d1", "d2", "d3"])
+    async with client(app(store)) as http:
+        csrf = await csrf_of(http, "/dead?name=jobs")
+        done = await post(http, "requeue", csrf, name="jobs", all="1")
+    assert done.status_code == 200
+    assert done.json()["message"] == "requeued 3 dead letters into jobs"
+    assert await store.size("jobs.dead") == 0
+    assert sorted(await store.ids("jobs")) == ["d1", "d2", "d3"]
+
+
+async def test_delete_a_dead_letter(store: Store) -> None:
+    await make_dead(store, "jobs", ["d1"])
+    async with client(app(store)) as http:
+        csrf = await csrf_of(http, "/dead?name=jobs")
+        done = await post(http, "delete", csrf, name="jobs", id="d1")
+        again = await post(http, "delete", csrf, name="jobs", id="d1")
+    assert done.status_code == 200
+    assert await store.size("jobs.dead") == 0
+    assert await store.size("jobs") == 0
+    assert again.status_code == 404
+    assert "no dead letter 'd1'" in again.json()["error"]
+
+
+async def test_cancel_an_element(store: Store) -> None:
+    await store.push("jobs", "payload", ttl=60, id="j1")
+    async with client(app(store)) as http:
+        csrf = await csrf_of(http, "/elements?name=jobs")
+        done = await post(http, "cancel", csrf, name="jobs", id="j1")
+        again = await post(http, "cancel", csrf, name="jobs", id="j1")
+    assert done.status_code == 200
+    assert done.json()["next"] == "elements?name=jobs"
+    assert await store.look("jobs", "j1") is None
+    assert again.status_code == 404
+    assert "no element 'j1' in 'jobs'" in again.json()["error"]
+
+
+async def test_run_an_element_now(store: Store) -> None:
+    await store.push("jobs", "later", ttl=3600, id="j1")
+    async with client(app(store)) as http:
+        csrf = await csrf_of(http, "/elements?name=jobs")
+        done = await post(http, "run-now", csrf, name="jobs", id="j1")
+        missing = await post(http, "run-now", csrf, name="jobs", id="nope")
+    assert done.status_code == 200, done.text
+    assert await store.xpoll("jobs") == ["j1"]
+    assert await store.ttn("jobs") == 0.0
+    assert missing.status_code == 404
+
+
+async def test_run_now_refuses_an_element_in_flight(store: Store) -> None:
+    await store.push("jobs", "busy", ttl=0, id="j1")
+    (claim,) = await store.claim("jobs", lease=30)
+    async with client(app(store)) as http:
+        csrf = await csrf_of(http, "/elements?name=jobs")
+        refused = await post(http, "run-now", csrf, name="jobs", id="j1")
+    assert refused.status_code == 409
+    assert "in flight" in refused.json()["error"]
+    assert await store.ack("jobs", [("j1", claim.token)]) == [True]  # the worker's claim is untouched
+
+
+async def test_an_action_without_javascript_redirects_back(store: Store) -> None:
+    await make_dead(store, "jobs", ["d1"])
+    async with client(app(store)) as http:
+        csrf = await csrf_of(http, "/dead?name=jobs")
+        response = await http.post("requeue", data={"csrf": csrf, "name": "jobs", "id": "d1"})
+    assert response.status_code == 303
+    assert response.headers["location"] == "dead?name=jobs"
+
+
+# -- CSRF --------------------------------------------------------------------------------------
+
+
+async def test_csrf_refusals(store: Store) -> None:
+    await store.push("jobs", "keep me", ttl=60, id="j1")
+    async with client(app(store)) as http:
+        csrf = await csrf_of(http, "/elements?name=jobs")
+        missing = await post(http, "cancel", None, name="jobs", id="j1")
+        wrong = await post(http, "cancel", csrf[:-2] + "xx", name="jobs", id="j1")
+        cross_origin = await http.post(
+            "cancel",
+            data={"csrf": csrf, "name": "jobs", "id": "j1"},
+            headers={"Origin": "http://evil.example", "Accept": "application/json"},
+        )
+        cross_site = await http.post(
+            "cancel",
+            data={"csrf": csrf, "name": "jobs", "id": "j1"},
+            headers={"Sec-Fetch-Site": "cross-site", "Accept": "application/json"},
+        )
+        not_a_form = await http.post("cancel", json={"csrf": csrf, "name": "jobs", "id": "j1"})
+    async with client(app(store)) as stranger:  # no session cookie at all
+        no_session = await post(stranger, "cancel", csrf, name="jobs", id="j1")
+    assert (missing.status_code, "missing CSRF token") == (403, missing.json()["error"].split(":")[0])
+    assert wrong.status_code == 403
+    assert "wrong CSRF token" in wrong.json()["error"]
+    assert cross_origin.status_code == 403
+    assert "Origin 'http://evil.example'" in cross_origin.json()["error"]
+    assert cross_site.status_code == 403
+    assert "Sec-Fetch-Site: cross-site" in cross_site.json()["error"]
+    assert not_a_form.status_code == 415
+    assert no_session.status_code == 403
+    assert "missing session" in no_session.json()["error"]
+    assert await store.look("jobs", "j1") == "keep me"  # nothing was cancelled
+
+
+async def test_a_same_origin_browser_post_passes(store: Store) -> None:
+    await store.push("jobs", "x", ttl=60, id="j1")
+    async with client(app(store)) as http:
+        csrf = await csrf_of(http, "/elements?name=jobs")
+        done = await http.post(
+            "cancel",
+            data={"csrf": csrf, "name": "jobs", "id": "j1"},
+            headers={"Origin": LOCAL, "Sec-Fetch-Site": "same-origin", "Accept": "application/json"},
+        )
+    assert done.status_code == 200, done.text
+
+
+# -- the token ---------------------------------------------------------------------------------
+
+
+async def test_the_token(store: Store) -> None:
+    await store.push("jobs", "x", ttl=60, id="j1")
+    board = app(store, token=TOKEN)
+    async with client(board, "http://jobs.example.com") as http:
+        missing = await http.get("/")
+        assert missing.status_code == 401
+        assert "needs its token" in missing.text
+        assert missing.headers["www-authenticate"].startswith("Bearer")
+        wrong = await http.get("/?token=nope")
+        assert wrong.status_code == 403
+        wrong_header = await http.get("/metrics", headers={"Authorization": "Bearer nope"})
+        assert wrong_header.status_code == 403
+        assert (await http.get("/elements?name=jobs")).status_code == 401
+        # The token in the URL becomes a session cookie, and leaves the address bar.
+        traded = await http.get("/elements?name=jobs&token=" + TOKEN)
+        assert traded.status_code == 303
+        assert traded.headers["location"] == "elements?name=jobs"
+        cookie = traded.headers["set-cookie"]
+        assert "HttpOnly" in cookie
+        assert "SameSite=strict" in cookie
+        assert "Path=/" in cookie
+        assert (await http.get("/elements?name=jobs")).status_code == 200
+        csrf = await csrf_of(http, "/elements?name=jobs")
+        assert (await post(http, "cancel", csrf, name="jobs", id="j1")).status_code == 200
+    async with client(board, "http://jobs.example.com") as script:
+        bearer = await script.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert bearer.status_code == 200
+        login = await script.post("login", data={"token": "nope"})
+        assert login.status_code == 403
+        login = await script.post("login", data={"token": TOKEN})
+        assert login.status_code == 303
+        assert (await script.get("/")).status_code == 200
+    async with client(app(store, token="another token"), "http://jobs.example.com") as other:
+        other.cookies.set("rehydrate_dashboard", cookie.split(";")[0].split("=", 1)[1])
+        assert (await other.get("/")).status_code == 401  # a session of another token is not one
+
+
+async def test_without_a_token_only_loopback_is_served(store: Store) -> None:
+    board = app(store)
+    async with client(board, "http://jobs.example.com") as http:
+        response = await http.get("/")
+    assert response.status_code == 403
+    assert "no token" in response.text
+    remote = httpx.ASGITransport(app=board, client=("203.0.113.9", 5555))
+    async with httpx.AsyncClient(transport=remote, base_url=LOCAL) as http:
+        assert (await http.get("/")).status_code == 403
+    async with client(board, "http://localhost:8000") as http:
+        assert (await http.get("/")).status_code == 200
+
+
+async def test_mounted_under_a_prefix(store: Store) -> None:
+    await make_dead(store, "jobs", ["d1"])
+    outer = Starlette(routes=[Mount("/jobs", app=app(store))])
+    async with client(outer) as http:
+        bare = await http.get("/jobs")
+        assert bare.status_code in (301, 307, 308)
+        assert bare.headers["location"].endswith("/jobs/")
+        page = await http.get("/jobs/")
+        assert 'href="dead?name=jobs"' in page.text  # relative: resolves under /jobs/
+        assert "Path=/jobs/" in page.headers["set-cookie"]
+        csrf = await csrf_of(http, "/jobs/dead?name=jobs")
+        done = await http.post("/jobs/requeue", data={"csrf": csrf, "name": "jobs", "id": "d1"})
+        assert done.status_code == 303
+        assert done.headers["location"] == "dead?name=jobs"
+    assert await store.size("jobs.dead") == 0
+
+
+# -- live samples ------------------------------------------------------------------------------
+
+
+async def read_events(asgi: Any, path: str, count: int) -> list[tuple[str, Any]]:
+    """Drive the ASGI app directly: read ``count`` server-sent events, then disconnect."""
+    events: list[tuple[str, Any]] = []
+    buffer = ""
+    enough = anyio.Event()
+    status: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        if not hasattr(receive, "sent"):
+            receive.sent = True  # type: ignore[attr-defined]
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await enough.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal buffer
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+        elif message["type"] == "http.response.body":
+            buffer += message.get("body", b"").decode()
+            while "\n\n" in buffer:
+                block, buffer = buffer.split("\n\n", 1)
+                lines = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+                if "event" in lines:
+                    events.append((lines["event"], json.loads(lines["data"])))
+            if len(events) >= count:
+                enough.set()
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"127.0.0.1:8000")],
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8000),
+    }
+    with anyio.fail_after(10):
+        await asgi(scope, receive, send)
+    assert status == [200]
+    return events
+
+
+async def test_events_stream_history_then_samples(store: Store) -> None:
+    await store.push("jobs", "a", ttl=0, id="a")
+    board = app(store, sample_interval=0.05)
+    events = await read_events(board, "/events", 3)
+    (kind, first), *rest = events
+    assert kind == "history"
+    assert [p["size"] for p in first["dehydrators"]["jobs"]] == [1]
+    assert [k for k, _ in rest] == ["sample", "sample"]
+    assert all(later["at"] > first["at"] for _, later in rest)
+    assert rest[-1][1]["dehydrators"]["jobs"]["size"] == 1
+
+
+def test_history_derives_throughput_and_lateness() -> None:
+    history = History(keep=3)
+    history.add(
+        100.0, [Reading(name="j", size=3, due=3, claimed=0, dead=0, next_due=-4.0, ids=frozenset("abc"))]
+    )
+    point = history.add(
+        102.0, [Reading(name="j", size=3, due=1, claimed=0, dead=1, next_due=-1.5, ids=frozenset("cde"))]
+    )["j"]
+    assert (point.left_rate, point.arrived_rate, point.exact) == (1.0, 1.0, True)  # a, b left; d, e came
+    assert point.oldest_due == 1.5
+    # Too big to list: the net fall in size, a lower bound.
+    point = history.add(104.0, [Reading(name="j", size=1, due=0, claimed=1, dead=1, next_due=5.0)])["j"]
+    assert (point.left_rate, point.arrived_rate, point.exact, point.oldest_due) == (1.0, 0.0, False, 0.0)
+    history.add(106.0, [Reading(name="j", size=1, due=0, claimed=1, dead=1, next_due=3.0)])
+    assert len(history.points()["j"]) == 3  # keep
+    history.add(108.0, [])
+    assert history.points() == {}  # an emptied dehydrator is dropped
+    with pytest.raises(ValueError, match="forward in time"):
+        history.add(107.0, [])
+
+
+# -- /metrics ----------------------------------------------------------------------------------
+
+
+def gauges(text: str) -> dict[str, dict[str, float]]:
+    values: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            values.setdefault(sample.name, {})[sample.labels.get("name", "")] = sample.value
+    return values
+
+
+async def test_metrics_match_the_stores_summary(store: Store) -> None:
+    clock = store.clock
+    assert isinstance(clock, FakeClock)
+    await store.push("mail", "a", ttl=0, id="a")
+    clock.advance(7)  # "a" is now 7 s overdue
+    await store.push("mail", "b", ttl=5, id="b")
+    await store.push("mail", "c", ttl=1, id="c")
+    await store.claim("mail", lease=60, limit=1)
+    await store.push("sms", "later", ttl=42, id="s")
+    await make_dead(store, "calls", ["x", "y"])
+    async with client(app(store)) as http:
+        response = await http.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    values = gauges(response.text)
+    for name in ("mail", "sms", "calls"):
+        summary = await store.summary(name)
+        assert values["rehydrate_size"][name] == summary.size
+        assert values["rehydrate_due"][name] == summary.due
+        assert values["rehydrate_in_flight"][name] == summary.claimed
+        assert values["rehydrate_dead_letters"][name] == await store.size(name + ".dead")
+    assert values["rehydrate_in_flight"]["mail"] == 1
+    assert values["rehydrate_dead_letters"]["calls"] == 2
+    assert values["rehydrate_next_due_seconds"]["sms"] == pytest.approx(42, abs=0.01)
+    assert values["rehydrate_next_due_seconds"]["mail"] == pytest.approx(1, abs=0.01)  # "c", not yet due
+    assert "calls" not in values["rehydrate_next_due_seconds"]  # empty: no next due
+    assert values["rehydrate_store_up"][""] == 1.0
+
+
+async def test_metrics_say_how_long_the_oldest_due_element_waited(store: Store) -> None:
+    clock = store.clock
+    assert isinstance(clock, FakeClock)
+    await store.push("mail", "a", ttl=0, id="a")
+    await store.push("mail", "b", ttl=3, id="b")
+    clock.advance(10)
+    async with client(app(store)) as http:
+        values = gauges((await http.get("/metrics")).text)
+    assert values["rehydrate_next_due_seconds"]["mail"] == pytest.approx(-10, abs=0.01)
+    assert values["rehydrate_due"]["mail"] == 2
+
+
+# -- pieces ------------------------------------------------------------------------------------
+
+
+def test_app_validates_its_arguments() -> None:
+    store = MemoryStore()
+    with pytest.raises(TypeError, match=r"store must be a rehydrate\.abc\.Store"):
+        app("memory://")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="token must be a non-empty str"):
+        app(store, token="  ")
+    with pytest.raises(ValueError, match="secret must be bytes"):
+        app(store, secret=b"short")
+    with pytest.raises(ValueError, match="sample_interval must be more than 0"):
+        app(store, sample_interval=0)
+    with pytest.raises(ValueError, match="page_size must be an int from 1 to 500"):
+        app(store, page_size=0)
+
+
+def test_loopback_and_origin_rules() -> None:
+    assert all(is_loopback_host(h) for h in ("127.0.0.1", "localhost", "::1", "[::1]", "127.9.9.9"))
+    assert not any(is_loopback_host(h) for h in ("0.0.0.0", "::", "10.0.0.1", "example.com", ""))
+    assert origin_refusal(origin=None, fetch_site=None, host="a:1") is None
+    assert origin_refusal(origin="http://a:1", fetch_site="same-origin", host="a:1") is None
+    assert origin_refusal(origin="null", fetch_site=None, host="a:1") is not None
+    assert origin_refusal(origin="http://a:2", fetch_site=None, host="a:1") is not None
+    assert origin_refusal(origin=None, fetch_site="same-site", host="a:1") is not None
+
+
+def test_sessions_cannot_be_forged() -> None:
+    guard = Guard("t")
+    session = guard.new_session(authenticated=True)
+    cookie = guard.cookie(session)
+    assert guard.session(cookie) == session
+    sid, _, mac = cookie.split(".")
+    assert guard.session(f"{sid}.0.{mac}") is None  # flipping the flag breaks the signature
+    assert guard.session("garbage") is None
+    assert Guard("t").session(cookie) is None  # another app's secret
+    assert guard.csrf_matches(session, guard.csrf(session))
+    assert not guard.csrf_matches(guard.new_session(authenticated=True), guard.csrf(session))
