@@ -33,6 +33,7 @@ from rehydrate.cli._common import (
     positive_int,
     unicode_text,
 )
+from rehydrate.cli._dashboard import TOKEN_ENV, port
 from rehydrate.errors import RehydrateError
 
 if TYPE_CHECKING:
@@ -275,6 +276,31 @@ def build_parser(*, store_verb: bool = False) -> argparse.ArgumentParser:
     )
     migrate.add_argument("--store", metavar="URL", help=f"the store (default: ${_common.STORE_ENV})")
     migrate.add_argument("--check", action="store_true", help="only check; create nothing")
+
+    dashboard = command(
+        "dashboard",
+        "serve a web dashboard and /metrics (Prometheus) for a store",
+        "A live web page of every dehydrator (counts, charts, elements, dead letters, and actions: "
+        "requeue, delete, cancel, run now) and /metrics for Prometheus, served by Hypercorn until "
+        f"SIGTERM/SIGINT. Beyond loopback it needs a token (--token or ${TOKEN_ENV}). Needs the web "
+        "extra: pip install 'rehydrate[web]'.",
+        _exits("stopped by a signal", "an error (one line on stderr)"),
+        "rehydrate.cli._dashboard:run",
+    )
+    dashboard.add_argument(
+        "--store",
+        metavar="URL",
+        help=f"memory://, sqlite:///path.db, redis://host:6379/0 (default: ${_common.STORE_ENV})",
+    )
+    dashboard.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    dashboard.add_argument("--port", type=port, default=8000, help="port to listen on (default 8000)")
+    dashboard.add_argument("--token", help=f"required of every visitor (default: ${TOKEN_ENV})")
+    dashboard.add_argument(
+        "--backend",
+        choices=["asyncio", "trio"],
+        default="asyncio",
+        help="event loop (default asyncio; trio needs pip install 'rehydrate[trio]')",
+    )
 
     # -- ReDe's verbs ----------------------------------------------------------------------------
     def verb(name: str, help: str, description: str, epilog: str) -> _Parser:

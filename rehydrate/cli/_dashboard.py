@@ -1,0 +1,106 @@
+"""``rehydrate dashboard``: serve :func:`rehydrate.web.app` with Hypercorn until SIGINT/SIGTERM.
+
+Hypercorn because it serves ASGI on asyncio *and* trio (``--backend``), as the rest of rehydrate
+runs; the web stack is imported only inside :func:`run`, so the other commands start without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+from typing import Final
+
+import anyio
+import structlog
+
+from rehydrate.cli import _common
+from rehydrate.cli._common import CLIError
+
+__all__ = ["TOKEN_ENV", "port", "run"]
+
+#: Where the token comes from when ``--token`` is not given.
+TOKEN_ENV: Final = "REHYDRATE_DASHBOARD_TOKEN"
+
+log = structlog.get_logger("rehydrate.cli")
+
+
+def port(text: str) -> int:
+    """A TCP port from the command line."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: expected a whole number") from None
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: it must be from 1 to 65535")
+    return value
+
+
+def _bind(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from hypercorn.config import Config
+
+        from rehydrate import web
+        from rehydrate.web._security import is_loopback_host
+    except ModuleNotFoundError as exc:
+        raise CLIError(f"the dashboard needs {exc.name}: pip install 'rehydrate[web]'") from None
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    if token is None and not is_loopback_host(args.host):
+        raise CLIError(
+            f"refusing to serve the dashboard on {args.host} without a token: give --token or set "
+            f"{TOKEN_ENV} (or listen on 127.0.0.1)"
+        )
+    if args.backend == "trio":
+        try:
+            import trio  # noqa: F401
+        except ModuleNotFoundError:
+            raise CLIError("--backend trio needs trio: pip install 'rehydrate[trio]'") from None
+    config = Config()
+    config.bind = [_bind(args.host, args.port)]
+    config.accesslog = None
+    config.loglevel = "WARNING"  # our own line says where it listens
+    config.graceful_timeout = 2.0  # live pages keep a stream open: do not wait long for them
+    _common.store_url(args)  # a missing --store is a one-line error before anything starts
+
+    async def serve() -> int:
+        async with _common.open_from(args) as store:
+            board = web.app(store, token=token)
+            stop = anyio.Event()
+            async with anyio.create_task_group() as tg:
+
+                async def on_signal() -> None:
+                    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                        async for _ in signals:
+                            stop.set()
+                            return
+
+                tg.start_soon(on_signal)
+                shown = f"[{args.host}]" if ":" in args.host else args.host
+                log.info(
+                    "dashboard listening",
+                    url=f"http://{shown}:{args.port}/",
+                    metrics=f"http://{shown}:{args.port}/metrics",
+                    token="required" if token else "none (loopback only)",
+                    backend=args.backend,
+                )
+                try:
+                    if args.backend == "trio":
+                        from hypercorn.trio import serve as serve_trio
+
+                        await serve_trio(board, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+                    else:
+                        from hypercorn.asyncio import serve as serve_asyncio
+
+                        await serve_asyncio(board, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+                except OSError as exc:
+                    raise CLIError(f"cannot listen on {config.bind[0]}: {exc.strerror or exc}") from None
+                tg.cancel_scope.cancel()
+        log.info("dashboard stopped")
+        return 0
+
+    result: int = anyio.run(serve, backend=args.backend)
+    return result
