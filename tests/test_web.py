@@ -452,9 +452,10 @@ async def test_events_stream_history_then_samples(store: Store) -> None:
 
 def test_history_derives_throughput_and_lateness() -> None:
     history = History(keep=3)
-    history.add(
+    first = history.add(
         100.0, [Reading(name="j", size=3, due=3, claimed=0, dead=0, next_due=-4.0, ids=frozenset("abc"))]
-    )
+    )["j"]
+    assert (first.left_rate, first.arrived_rate, first.oldest_due) == (None, None, 4.0)  # no rate yet
     point = history.add(
         102.0, [Reading(name="j", size=3, due=1, claimed=0, dead=1, next_due=-1.5, ids=frozenset("cde"))]
     )["j"]

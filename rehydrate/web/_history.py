@@ -57,9 +57,9 @@ class Point:
     dead: int
     next_due: float | None
     oldest_due: float
-    #: Elements that left / arrived per second since the previous sample.
-    left_rate: float
-    arrived_rate: float
+    #: Elements that left / arrived per second since the previous sample (``None`` at the first one).
+    left_rate: float | None
+    arrived_rate: float | None
     #: Whether the rates were counted from id sets (``True``) or are net size changes (a lower bound).
     exact: bool
 
@@ -101,8 +101,10 @@ class History:
         for reading in readings:
             seen.add(reading.name)
             previous = self._last.get(reading.name)
+            left: float | None
+            arrived: float | None
             if previous is None:
-                left = arrived = 0.0
+                left = arrived = None
                 exact = reading.ids is not None
             else:
                 left, arrived, exact = _rates(previous[1], reading, at - previous[0])

@@ -65,16 +65,17 @@ _SCRIPT = r"""
   };
   const fmt = {
     next_due: fmtSeconds,
-    left_rate: (r) => (r * 60).toFixed(r * 60 < 10 ? 1 : 0) + '/min',
+    left_rate: (r) => r === null ? '-' : (r * 60).toFixed(r * 60 < 10 ? 1 : 0) + '/min',
     oldest_due: (s) => s > 0 ? fmtSeconds(-s) : '-',
   };
   const status = document.getElementById('status');
   const spark = (svg, points, key) => {
     const w = +svg.getAttribute('width'), h = +svg.getAttribute('height');
-    const vals = points.map((p) => p[key] || 0);
+    const vals = points.filter((p) => p[key] !== null).map((p) => p[key]);
     const max = Math.max(...vals, key === 'left_rate' ? 1 / 60 : 1);
-    const step = w / Math.max(keep - 1, 1);
-    const x0 = w - (vals.length - 1) * step;
+    // Until the history fills, the points spread over the whole width (the title says how many).
+    const step = w / Math.max(vals.length - 1, 1);
+    const x0 = 0;
     svg.querySelector('polyline').setAttribute('points',
       vals.map((v, i) => (x0 + i * step).toFixed(1) + ',' + (h - 1 - (v / max) * (h - 2)).toFixed(1))
         .join(' '));
@@ -281,7 +282,7 @@ def _stat_cells(name: str | None, point: Point | None) -> str:
             else '<td class="n"><a class="dead" href=""><span data-k="dead"></span></a></td>'
         )
         + cell("next_due", _seconds(p.next_due) if p else "", next_css)
-        + cell("left_rate", f"{p.left_rate * 60:.1f}/min" if p else "")
+        + cell("left_rate", f"{p.left_rate * 60:.1f}/min" if p and p.left_rate is not None else "-")
         + f"<td>{_spark(name, 'left_rate')}</td>"
         + cell("oldest_due", _seconds(-p.oldest_due) if p and p.oldest_due > 0 else "-")
         + f"<td>{_spark(name, 'oldest_due', late=True)}</td>"
