@@ -50,6 +50,7 @@ SUBMODULES = {
     "rehydrate.serializers": {"JSONSerializer", "MsgpackSerializer", "PickleSerializer", "get_serializer"},
     "rehydrate.stores": {"MemoryStore", "PostgresStore", "RedisStore", "SQLiteStore", "open_store"},
     "rehydrate.testing": {"FakeClock"},
+    "rehydrate.web": {"app"},
 }
 
 

@@ -8,20 +8,28 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
-from collections.abc import AsyncIterator
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import pytest
+import structlog
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from rehydrate import Retry, Scheduler
 from rehydrate.abc import Store
+from rehydrate.cli._main import run
 from rehydrate.stores import MemoryStore, SQLiteStore
 from rehydrate.testing import FakeClock
 from rehydrate.web import app
@@ -562,3 +570,116 @@ def test_sessions_cannot_be_forged() -> None:
     assert Guard("t").session(cookie) is None  # another app's secret
     assert guard.csrf_matches(session, guard.csrf(session))
     assert not guard.csrf_matches(guard.new_session(authenticated=True), guard.csrf(session))
+
+
+# -- rehydrate dashboard -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def _reset_logging() -> Iterator[None]:
+    """The command configures structlog for the process; give the other tests their default back."""
+    yield
+    structlog.reset_defaults()
+
+
+@pytest.mark.usefixtures("_reset_logging")
+@pytest.mark.parametrize(
+    ("argv", "code", "message"),
+    [
+        (["--host", "0.0.0.0"], 1, "refusing to serve the dashboard on 0.0.0.0 without a token"),
+        (["--host", "192.0.2.1"], 1, "give --token or set REHYDRATE_DASHBOARD_TOKEN"),
+        (["--port", "70000"], 2, "invalid port '70000': it must be from 1 to 65535"),
+        (["--port", "web"], 2, "invalid port 'web': expected a whole number"),
+    ],
+)
+def test_dashboard_mistakes_print_one_line(
+    argv: list[str],
+    code: int,
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("REHYDRATE_DASHBOARD_TOKEN", raising=False)
+    full = ["dashboard", "--store", "memory://", *argv]
+    if code == 2:
+        with pytest.raises(SystemExit) as exit:
+            run(full)
+        got = exit.value.code
+    else:
+        got = run(full)
+    err = capsys.readouterr().err
+    assert got == code
+    assert len(err.strip().splitlines()) == 1, err
+    assert message in err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _serve(db: Path, port: int, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rehydrate",
+            "dashboard",
+            "--store",
+            f"sqlite:///{db}",
+            "--port",
+            str(port),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _get(url: str, **kwargs: Any) -> httpx.Response:
+    """GET, retried while the server is still starting (bounded)."""
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            return httpx.get(url, timeout=5, **kwargs)
+        except httpx.ConnectError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_dashboard_serves_with_the_token_from_the_environment_until_sigterm(
+    tmp_path: Path, backend: str
+) -> None:
+    port = _free_port()
+    server = _serve(tmp_path / "s.db", port, "--backend", backend, env={"REHYDRATE_DASHBOARD_TOKEN": TOKEN})
+    try:
+        assert _get(f"http://127.0.0.1:{port}/").status_code == 401
+        metrics = _get(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert metrics.status_code == 200
+        assert "rehydrate_store_up 1.0" in metrics.text
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=20)
+    assert server.returncode == 0, err
+    assert "dashboard listening" in err
+    assert f"http://127.0.0.1:{port}/" in err
+    assert "token=required" in err
+    assert "dashboard stopped" in err
+
+
+def test_dashboard_on_a_busy_port_says_so(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        server = _serve(tmp_path / "s.db", port)
+        _, err = server.communicate(timeout=30)
+    assert server.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in err.splitlines()[-1]
+    assert "Traceback" not in err

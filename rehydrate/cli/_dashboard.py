@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 from typing import Final
 
 import anyio
@@ -59,12 +60,19 @@ def run(args: argparse.Namespace) -> int:
             import trio  # noqa: F401
         except ModuleNotFoundError:
             raise CLIError("--backend trio needs trio: pip install 'rehydrate[trio]'") from None
+    _common.store_url(args)  # a missing --store is a one-line error before anything starts
+    # Listen here, then hand the socket to Hypercorn: a busy port is one line, not a lifespan traceback.
+    where = _bind(args.host, args.port)
+    try:
+        family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+        listener = socket.create_server((args.host, args.port), family=family)
+    except OSError as exc:
+        raise CLIError(f"cannot listen on {where}: {exc.strerror or exc}") from None
     config = Config()
-    config.bind = [_bind(args.host, args.port)]
+    config.bind = [f"fd://{listener.detach()}"]
     config.accesslog = None
     config.loglevel = "WARNING"  # our own line says where it listens
     config.graceful_timeout = 2.0  # live pages keep a stream open: do not wait long for them
-    _common.store_url(args)  # a missing --store is a one-line error before anything starts
 
     async def serve() -> int:
         async with _common.open_from(args) as store:
@@ -87,17 +95,14 @@ def run(args: argparse.Namespace) -> int:
                     token="required" if token else "none (loopback only)",
                     backend=args.backend,
                 )
-                try:
-                    if args.backend == "trio":
-                        from hypercorn.trio import serve as serve_trio
+                if args.backend == "trio":
+                    from hypercorn.trio import serve as serve_trio
 
-                        await serve_trio(board, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
-                    else:
-                        from hypercorn.asyncio import serve as serve_asyncio
+                    await serve_trio(board, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+                else:
+                    from hypercorn.asyncio import serve as serve_asyncio
 
-                        await serve_asyncio(board, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
-                except OSError as exc:
-                    raise CLIError(f"cannot listen on {config.bind[0]}: {exc.strerror or exc}") from None
+                    await serve_asyncio(board, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
                 tg.cancel_scope.cancel()
         log.info("dashboard stopped")
         return 0
