@@ -38,7 +38,7 @@ main{padding:1em 1.2em;max-width:1200px}h1{font-size:18px;margin:.2em 0 .6em}
 table{border-collapse:collapse;width:100%;margin:.4em 0 1em}
 th,td{text-align:left;padding:.35em .6em;border-bottom:1px solid var(--line);vertical-align:middle}
 th{font-size:12px;text-transform:uppercase;letter-spacing:.03em;color:var(--muted);background:var(--bg)}
-td.n{text-align:right;font-variant-numeric:tabular-nums}th.n{text-align:right}
+td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}td.acts,td.state{white-space:nowrap}th.n{text-align:right}
 td code,pre{font:12px/1.4 ui-monospace,monospace}pre{background:var(--bg);padding:.8em;overflow:auto}
 a{color:var(--accent)}.muted{color:var(--muted)}.bad{color:var(--bad)}.overdue{color:var(--bad);font-weight:600}
 form.act{display:inline}button{font:inherit;font-size:12px;padding:.2em .6em;cursor:pointer;
@@ -202,6 +202,10 @@ def _preview(element: Any, width: int = 120) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def _pretty(element: Any) -> str:
     try:
         return json.dumps(element, ensure_ascii=False, indent=2, sort_keys=True)
@@ -359,18 +363,17 @@ def elements_page(
     lines = []
     for i, (info, element) in enumerate(rows):
         fields = {"name": name, "id": info.id}
+        running = _state(info, now) == "in flight"  # a worker has it now: running it again is refused
         actions = (
-            _button("run-now", "run now", csrf=csrf, fields=fields, then="due")
-            + " "
-            + _button(
-                "cancel",
-                "cancel",
-                csrf=csrf,
-                fields=fields,
-                then="row",
-                confirm=f"Cancel {info.id}?",
-                danger=True,
-            )
+            "" if running else _button("run-now", "run now", csrf=csrf, fields=fields, then="due") + " "
+        ) + _button(
+            "cancel",
+            "cancel",
+            csrf=csrf,
+            fields=fields,
+            then="row",
+            confirm=f"Cancel {info.id}?",
+            danger=True,
         )
         lines.append(
             f'<tr data-row="{escape(info.id)}"><td class="n muted">{offset + i + 1}</td>'
@@ -378,7 +381,7 @@ def elements_page(
             f"<code>{escape(info.id)}</code></a></td>"
             f'<td class="n due">{escape(_seconds(info.due - now))}</td><td class="n">{info.attempt}</td>'
             f'<td class="state">{_state(info, now)}</td><td><code>{escape(_preview(element))}</code></td>'
-            f"<td>{actions}</td></tr>"
+            f'<td class="acts">{actions}</td></tr>'
         )
     table = (
         '<table id="elements"><thead><tr><th class="n">#</th><th>id</th><th class="n">due</th>'
@@ -407,15 +410,18 @@ def element_page(
         f'<h1><code>{escape(info.id)}</code> <span class="muted">in {escape(name)}</span></h1>'
         "<dl>"
         f"<dt>state</dt><dd>{_state(info, now)}</dd>"
-        f"<dt>due</dt><dd>{escape(_seconds(info.due - now))}</dd>"
+        f"<dt>{'lease ends' if info.claimed else 'due'}</dt><dd>{escape(_seconds(info.due - now))}</dd>"
         f"<dt>filed for</dt><dd>{escape(_seconds(info.ttl).removeprefix('in '))} "
         f'<span class="muted">(its last TTL or lease)</span></dd>'
         f"<dt>attempt</dt><dd>{info.attempt}</dd>"
         f"<dt>claimed</dt><dd>{'yes' if info.claimed else 'no'}</dd>"
         "</dl><h2>payload</h2>"
         f"<pre>{escape(_pretty(element))}</pre><p>"
-        + _button("run-now", "run now", csrf=csrf, fields=fields)
-        + " "
+        + (
+            ""
+            if _state(info, now) == "in flight"
+            else _button("run-now", "run now", csrf=csrf, fields=fields) + " "
+        )
         + _button("cancel", "cancel", csrf=csrf, fields=fields, confirm=f"Cancel {info.id}?", danger=True)
         + "</p>"
     )
@@ -462,8 +468,8 @@ def dead_page(
             f'<tr data-row="{escape(letter.id)}"><td class="n muted">{offset + i + 1}</td>'
             f"<td><code>{escape(letter.id)}</code></td><td>{escape(failed)}</td>"
             f'<td class="n">{letter.attempts}</td>'
-            f'<td class="bad"><code>{escape(_preview(letter.error, 160))}</code></td>'
-            f"<td><code>{escape(_preview(letter.element))}</code></td><td>{actions}</td></tr>"
+            f'<td class="bad"><code>{escape(_clip(letter.error, 160))}</code></td>'
+            f'<td><code>{escape(_preview(letter.element))}</code></td><td class="acts">{actions}</td></tr>'
         )
     requeue_all = _button(
         "requeue",
