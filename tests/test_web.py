@@ -683,3 +683,26 @@ def test_dashboard_on_a_busy_port_says_so(tmp_path: Path) -> None:
     assert server.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in err.splitlines()[-1]
     assert "Traceback" not in err
+
+
+async def test_a_store_that_cannot_be_read(tmp_path: Path) -> None:
+    """/metrics still answers (``rehydrate_store_up 0``), the live stream says why, pages say 500."""
+    store = SQLiteStore(tmp_path / "s.db")
+    board = app(store, sample_interval=0.05)
+    async with store:
+        await store.push("jobs", "x", ttl=0)
+        async with client(board) as http:
+            assert gauges((await http.get("/metrics")).text)["rehydrate_size"]["jobs"] == 1
+    # The store is closed under the app's feet.
+    with structlog.testing.capture_logs() as logs:
+        async with client(board) as http:
+            values = gauges((await http.get("/metrics")).text)
+            page = await http.get("/elements?name=jobs")
+        events = await read_events(board, "/events", 1)
+    assert values["rehydrate_store_up"][""] == 0.0
+    assert "rehydrate_size" not in values
+    assert page.status_code == 500
+    assert "is not open" in html.unescape(page.text)
+    assert events[0][0] == "trouble"
+    assert "is not open" in events[0][1]["error"]
+    assert any(entry["event"] == "dashboard could not read the store for /metrics" for entry in logs)

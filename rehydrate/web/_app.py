@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 import anyio
+import structlog
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
@@ -26,6 +27,7 @@ from rehydrate.errors import (
     StoreUnavailableError,
 )
 from rehydrate.web import _metrics, _pages
+from rehydrate.web._history import Reading
 from rehydrate.web._sampling import Sampler, dehydrator_names, read
 from rehydrate.web._security import (
     COOKIE,
@@ -37,6 +39,8 @@ from rehydrate.web._security import (
 )
 
 __all__ = ["app"]
+
+log = structlog.get_logger("rehydrate.web")
 
 #: Largest form body an action accepts.
 _MAX_FORM = 64 * 1024
@@ -420,12 +424,14 @@ class _Dashboard:
     # -- machines --------------------------------------------------------------------------------
 
     async def metrics(self, request: Request, session: Session | None) -> Response:
+        readings: list[Reading] | None
         try:
             readings = [
                 await read(self.store, name, id_set_limit=0) for name in await dehydrator_names(self.store)
             ]
-        except StoreUnavailableError:
-            return Response(_metrics.exposition(None), media_type=_metrics.CONTENT_TYPE)
+        except RehydrateError as exc:  # still answer: rehydrate_store_up 0 is worth an alert
+            log.warning("dashboard could not read the store for /metrics", error=repr(exc))
+            readings = None
         return Response(_metrics.exposition(readings), media_type=_metrics.CONTENT_TYPE)
 
     async def events(self, request: Request, session: Session | None) -> Response:
