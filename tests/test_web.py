@@ -34,6 +34,7 @@ from rehydrate.stores import MemoryStore, SQLiteStore
 from rehydrate.testing import FakeClock
 from rehydrate.web import app
 from rehydrate.web._history import History, Reading
+from rehydrate.web._sampling import Sampler
 from rehydrate.web._security import Guard, is_loopback_host, origin_refusal
 
 pytestmark = pytest.mark.anyio
@@ -341,6 +342,9 @@ async def test_the_token(store: Store) -> None:
         wrong_header = await http.get("/metrics", headers={"Authorization": "Bearer nope"})
         assert wrong_header.status_code == 403
         assert (await http.get("/elements?name=jobs")).status_code == 401
+        events = await http.get("/events")
+        assert events.status_code == 401
+        assert "needs its token" in events.json()["error"]
         # The token in the URL becomes a session cookie, and leaves the address bar.
         traded = await http.get("/elements?name=jobs&token=" + TOKEN)
         assert traded.status_code == 303
@@ -478,6 +482,23 @@ def test_history_derives_throughput_and_lateness() -> None:
     assert history.points() == {}  # an emptied dehydrator is dropped
     with pytest.raises(ValueError, match="forward in time"):
         history.add(107.0, [])
+
+
+async def test_the_sampler_reads_the_store_once_per_interval(store: Store) -> None:
+    """However many pages watch, the store is read at most once per interval."""
+    now = [100.0]
+    sampler = Sampler(store, interval=2.0, keep=10, now=lambda: now[0])
+    await store.push("jobs", "a", ttl=0, id="a")
+    await sampler.refresh()
+    await store.push("jobs", "b", ttl=0, id="b")
+    await sampler.refresh()  # too soon: the first sample stands
+    assert [p.size for p in sampler.history.points()["jobs"]] == [1]
+    assert sampler.due_in() == 2.0
+    now[0] = 102.0
+    await sampler.refresh()
+    points = sampler.history.points()["jobs"]
+    assert [p.size for p in points] == [1, 2]
+    assert (points[-1].arrived_rate, points[-1].left_rate) == (0.5, 0.0)  # one new id in 2 s
 
 
 # -- /metrics ----------------------------------------------------------------------------------
