@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -17,8 +18,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from rehydrate._core import _validate
-from rehydrate._scheduler import DEAD_SUFFIX, Scheduler
+from rehydrate import Scheduler
 from rehydrate.abc import Store
 from rehydrate.errors import (
     InvalidArgumentError,
@@ -28,7 +28,7 @@ from rehydrate.errors import (
 )
 from rehydrate.web import _metrics, _pages
 from rehydrate.web._history import Reading
-from rehydrate.web._sampling import Sampler, dehydrator_names, read
+from rehydrate.web._sampling import DEAD_SUFFIX, Sampler, dehydrator_names, read
 from rehydrate.web._security import (
     COOKIE,
     Guard,
@@ -58,11 +58,13 @@ class _Refusal(Exception):
         self.headers = headers or {}
 
 
-def _positive(value: object, name: str, *, low: float = 0) -> float:
-    checked = _validate.seconds(value, name)
-    if checked <= low:
-        raise InvalidArgumentError(f"{name} must be more than {low}, got {value!r}")
-    return checked
+def _positive(value: object, name: str) -> float:
+    """A finite number of seconds above zero."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise InvalidTypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidArgumentError(f"{name} must be more than 0 and finite, got {value!r}")
+    return float(value)
 
 
 def _int_param(request: Request, key: str, default: int, low: int, high: int) -> int:

@@ -14,8 +14,7 @@ from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
-from rehydrate._core._dehydrator import ElementInfo
-from rehydrate._scheduler import DeadLetter
+from rehydrate import DeadLetter, ElementInfo
 from rehydrate.web._history import Point
 
 __all__ = [

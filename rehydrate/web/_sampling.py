@@ -13,7 +13,7 @@ from rehydrate.abc import Store
 from rehydrate.errors import RehydrateError
 from rehydrate.web._history import ID_SET_LIMIT, History, Point, Reading
 
-__all__ = ["Sampler", "dehydrator_names", "next_due", "read"]
+__all__ = ["DEAD_SUFFIX", "Sampler", "dehydrator_names", "next_due", "read"]
 
 log = structlog.get_logger("rehydrate.web")
 
