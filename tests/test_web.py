@@ -677,6 +677,11 @@ def _get(url: str, **kwargs: Any) -> httpx.Response:
 def test_dashboard_serves_with_the_token_from_the_environment_until_sigterm(
     tmp_path: Path, backend: str
 ) -> None:
+    async def fill() -> None:
+        async with SQLiteStore(tmp_path / "s.db") as store:
+            await store.push("jobs", "x", ttl=60)
+
+    anyio.run(fill)
     port = _free_port()
     server = _serve(tmp_path / "s.db", port, "--backend", backend, env={"REHYDRATE_DASHBOARD_TOKEN": TOKEN})
     try:
@@ -684,6 +689,7 @@ def test_dashboard_serves_with_the_token_from_the_environment_until_sigterm(
         metrics = _get(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
         assert metrics.status_code == 200
         assert "rehydrate_store_up 1.0" in metrics.text
+        assert 'rehydrate_size{name="jobs"} 1.0' in metrics.text
     finally:
         server.send_signal(signal.SIGTERM)
         _, err = server.communicate(timeout=20)
