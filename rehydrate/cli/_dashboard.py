@@ -1,7 +1,8 @@
 """``rehydrate dashboard``: serve :func:`rehydrate.web.app` with Hypercorn until SIGINT/SIGTERM.
 
 Hypercorn because it serves ASGI on asyncio *and* trio (``--backend``), as the rest of rehydrate
-runs; the web stack is imported only inside :func:`run`, so the other commands start without it.
+runs. This module is cheap to import (the parser takes :func:`port` from it); the event loop and
+the web stack are imported inside :func:`run`, so the other commands start without them.
 """
 
 from __future__ import annotations
@@ -12,9 +13,6 @@ import signal
 import socket
 from typing import Final
 
-import anyio
-import structlog
-
 from rehydrate.cli import _common
 from rehydrate.cli._common import CLIError
 
@@ -22,8 +20,6 @@ __all__ = ["TOKEN_ENV", "port", "run"]
 
 #: Where the token comes from when ``--token`` is not given.
 TOKEN_ENV: Final = "REHYDRATE_DASHBOARD_TOKEN"
-
-log = structlog.get_logger("rehydrate.cli")
 
 
 def port(text: str) -> int:
@@ -42,6 +38,10 @@ def _bind(host: str, port: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    import anyio
+    import structlog
+
+    log = structlog.get_logger("rehydrate.cli")
     try:
         from hypercorn.config import Config
 
