@@ -580,13 +580,24 @@ def test_loopback_and_origin_rules() -> None:
     assert origin_refusal(origin=None, fetch_site="same-site", host="a:1") is not None
 
 
+def test_sessions_end() -> None:
+    now = [1_000_000.0]
+    guard = Guard("t", lifetime=3600, now=lambda: now[0])
+    cookie = guard.cookie(guard.new_session(authenticated=True))
+    now[0] += 3600
+    assert guard.session(cookie) is not None
+    now[0] += 1
+    assert guard.session(cookie) is None
+
+
 def test_sessions_cannot_be_forged() -> None:
     guard = Guard("t")
     session = guard.new_session(authenticated=True)
     cookie = guard.cookie(session)
     assert guard.session(cookie) == session
-    sid, _, mac = cookie.split(".")
-    assert guard.session(f"{sid}.0.{mac}") is None  # flipping the flag breaks the signature
+    sid, _, issued, mac = cookie.split(".")
+    assert guard.session(f"{sid}.0.{issued}.{mac}") is None  # flipping the flag breaks the signature
+    assert guard.session(f"{sid}.1.{int(issued) + 3600}.{mac}") is None  # and so does a younger date
     assert guard.session("garbage") is None
     assert Guard("t").session(cookie) is None  # another app's secret
     assert guard.csrf_matches(session, guard.csrf(session))

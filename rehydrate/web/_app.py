@@ -147,6 +147,7 @@ class _Dashboard:
             COOKIE,
             self.guard.cookie(session),
             path=request.scope.get("root_path", "").rstrip("/") + "/",
+            max_age=int(self.guard.lifetime),
             httponly=True,
             samesite="strict",
             secure=request.url.scheme == "https",

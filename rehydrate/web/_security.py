@@ -19,6 +19,8 @@ import hashlib
 import hmac
 import ipaddress
 import secrets
+import time
+from collections.abc import Callable
 
 import attrs
 
@@ -68,10 +70,12 @@ def origin_refusal(*, origin: str | None, fetch_site: str | None, host: str | No
 
 @attrs.frozen(kw_only=True)
 class Session:
-    """A visitor: its id (CSRF tokens derive from it) and whether it has shown the token."""
+    """A visitor: its id (CSRF tokens derive from it), whether it has shown the token, and since when."""
 
     id: str
     authenticated: bool
+    #: Unix time (whole seconds) the session began; it ends :attr:`Guard.lifetime` seconds later.
+    issued: int = 0
 
 
 @attrs.frozen
@@ -80,6 +84,9 @@ class Guard:
 
     token: str | None
     secret: bytes = attrs.field(factory=lambda: secrets.token_bytes(32), repr=False)
+    #: How long a session lasts, in seconds: a stolen cookie is not good forever.
+    lifetime: float = 12 * 3600.0
+    now: Callable[[], float] = attrs.field(default=time.time, repr=False)
 
     def _mac(self, purpose: str, value: str) -> str:
         key = self.secret + hashlib.sha256((self.token or "").encode()).digest()
@@ -91,20 +98,26 @@ class Guard:
         return hmac.compare_digest(given.encode(), self.token.encode())
 
     def new_session(self, *, authenticated: bool) -> Session:
-        return Session(id=_b64(secrets.token_bytes(18)), authenticated=authenticated)
+        return Session(id=_b64(secrets.token_bytes(18)), authenticated=authenticated, issued=int(self.now()))
 
     def cookie(self, session: Session) -> str:
-        flag = "1" if session.authenticated else "0"
-        return f"{session.id}.{flag}.{self._mac('session', session.id + flag)}"
+        signed = f"{session.id}.{'1' if session.authenticated else '0'}.{session.issued}"
+        return f"{signed}.{self._mac('session', signed)}"
 
     def session(self, cookie: str | None) -> Session | None:
-        """The session a cookie carries, or ``None`` if it is absent, forged, or from another secret."""
-        if not cookie or cookie.count(".") != 2:
+        """The session a cookie carries; ``None`` if absent, forged, from another secret, or too old."""
+        if not cookie or cookie.count(".") != 3:
             return None
-        id, flag, mac = cookie.split(".")
-        if flag not in ("0", "1") or not hmac.compare_digest(mac, self._mac("session", id + flag)):
+        signed, mac = cookie.rsplit(".", 1)
+        id, flag, issued = signed.split(".")
+        if flag not in ("0", "1") or not issued.isdigit():
             return None
-        return Session(id=id, authenticated=flag == "1")
+        if not hmac.compare_digest(mac, self._mac("session", signed)):
+            return None
+        age = self.now() - int(issued)
+        if not -60 <= age <= self.lifetime:  # a minute of clock skew between processes sharing a secret
+            return None
+        return Session(id=id, authenticated=flag == "1", issued=int(issued))
 
     def csrf(self, session: Session) -> str:
         return self._mac("csrf", session.id)
