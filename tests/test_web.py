@@ -744,3 +744,15 @@ async def test_a_store_that_cannot_be_read(tmp_path: Path) -> None:
     assert events[0][0] == "trouble"
     assert "is not open" in events[0][1]["error"]
     assert any(entry["event"] == "dashboard could not read the store for /metrics" for entry in logs)
+
+
+async def test_the_sampler_waits_a_round_when_the_store_fails(tmp_path: Path) -> None:
+    """A store that cannot be read is tried once per interval, not in a tight loop of warnings."""
+    store = SQLiteStore(tmp_path / "s.db")
+    async with store:
+        await store.push("jobs", "x", ttl=0)
+    sampler = Sampler(store, interval=0.2, keep=10)  # the store is closed now
+    with structlog.testing.capture_logs() as logs, anyio.move_on_after(0.5):
+        await sampler.run()
+    warnings = [entry for entry in logs if entry["event"] == "dashboard could not sample the store"]
+    assert 1 <= len(warnings) <= 3, len(warnings)

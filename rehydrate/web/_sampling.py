@@ -77,20 +77,29 @@ class Sampler:
         self.interval = interval
         self.history = History(keep=keep)
         self._now = now
-        self._lock = anyio.Lock()
-        #: Set whenever a sample lands; replaced by a fresh event each time (pages wait on it).
-        self.sampled = anyio.Event()
+        # Made on first use, inside the event loop (the app may be built before one runs).
+        self._lock: anyio.Lock | None = None
+        self._sampled: anyio.Event | None = None
+
+    @property
+    def sampled(self) -> anyio.Event:
+        """Set when the next sample lands (a fresh event after each one): live pages wait on it."""
+        if self._sampled is None:
+            self._sampled = anyio.Event()
+        return self._sampled
 
     async def sample(self) -> dict[str, Point]:
         """Read every dehydrator now and add the readings to the history."""
         readings = [await read(self.store, name) for name in await dehydrator_names(self.store)]
         points = self.history.add(max(self._now(), (self.history.sampled_at or 0) + 1e-6), readings)
-        event, self.sampled = self.sampled, anyio.Event()
+        event, self._sampled = self.sampled, anyio.Event()
         event.set()
         return points
 
     async def refresh(self) -> None:
         """Sample unless a sample younger than the interval exists (one reader at a time)."""
+        if self._lock is None:
+            self._lock = anyio.Lock()
         async with self._lock:
             last = self.history.sampled_at
             if last is None or self._now() - last >= self.interval * 0.9:
@@ -106,6 +115,8 @@ class Sampler:
         while True:
             try:
                 await self.refresh()
-            except RehydrateError as exc:  # a store that is down: say so, and try next round
+            except RehydrateError as exc:  # a store that is down: say so, and try a round later
                 log.warning("dashboard could not sample the store", error=repr(exc))
+                await anyio.sleep(self.interval)
+                continue
             await anyio.sleep(max(self.due_in(), 0.05))
