@@ -568,6 +568,7 @@ def test_app_validates_its_arguments() -> None:
         app(store, sample_interval=0)
     with pytest.raises(ValueError, match="page_size must be an int from 1 to 500"):
         app(store, page_size=0)
+    assert callable(app(store, token="t", secret=b"0123456789abcdef"))  # built before any event loop runs
 
 
 def test_loopback_and_origin_rules() -> None:
