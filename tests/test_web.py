@@ -757,3 +757,37 @@ async def test_the_sampler_waits_a_round_when_the_store_fails(tmp_path: Path) ->
         await sampler.run()
     warnings = [entry for entry in logs if entry["event"] == "dashboard could not sample the store"]
     assert 1 <= len(warnings) <= 3, len(warnings)
+
+
+async def test_on_redis_too(request: pytest.FixtureRequest) -> None:
+    """The dashboard needs nothing but the store contract: the Redis store, briefly, end to end."""
+    from rehydrate.stores import RedisStore
+    from tests.redis_server import drop_prefix, shared_server_url
+
+    url = shared_server_url(request.config)
+    prefix = f"rhweb-{os.urandom(6).hex()}"
+    try:
+        async with RedisStore.from_url(url, prefix=prefix) as store:
+            await store.push("mail", "a", ttl=0, id="a")
+            await store.push("mail", "b", ttl=600, id="b")
+            await make_dead(store, "calls", ["x", "y"])
+            async with client(app(store)) as http:
+                values = gauges((await http.get("/metrics")).text)
+                overview = (await http.get("/", headers={"Accept": "application/json"})).json()
+                listing = (
+                    await http.get("/elements?name=mail", headers={"Accept": "application/json"})
+                ).json()
+                csrf = await csrf_of(http, "/dead?name=calls")
+                done = await post(http, "requeue", csrf, name="calls", id="x")
+            assert values["rehydrate_size"] == {"mail": 2, "calls": 0}
+            assert values["rehydrate_dead_letters"] == {"mail": 0, "calls": 2}
+            assert (
+                values["rehydrate_next_due_seconds"]["mail"] <= 0
+            )  # "a" is due, for how long the clock says
+            assert (overview["mail"]["size"], overview["calls"]["dead"]) == (2, 2)
+            assert [e["id"] for e in listing["elements"]] == ["a", "b"]
+            assert done.status_code == 200
+            assert await store.look("calls", "x") == {"n": "x"}
+            assert await store.ids("calls.dead") == ["y"]
+    finally:
+        await drop_prefix(url, prefix)
