@@ -197,7 +197,13 @@ def test_a_browser_sees_live_numbers_and_requeues_a_dead_letter(
         try:
             page = browser.new_page(viewport={"width": 1360, "height": 520})
             page.set_default_timeout(20_000)
+            errors: list[str] = []  # a CSP violation (a script or style without its nonce) lands here
+            page.on(
+                "console", lambda message: errors.append(message.text) if message.type == "error" else None
+            )
             page.goto(url)
+            header = page.evaluate("() => getComputedStyle(document.querySelector('header')).backgroundColor")
+            assert header == "rgb(29, 35, 42)"  # the inline stylesheet applied
             mail = page.locator('#overview tr[data-name="mail"]')
             mail.wait_for()
             page.locator('#overview tr[data-name="payments"]').wait_for()
@@ -240,5 +246,6 @@ def test_a_browser_sees_live_numbers_and_requeues_a_dead_letter(
                 """() => document.querySelector('tr[data-name="payments"] [data-k="dead"]')"""
                 ".textContent === '2'"
             )
+            assert errors == []
         finally:
             browser.close()

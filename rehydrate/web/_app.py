@@ -229,7 +229,8 @@ class _Dashboard:
     def _harden(response: Response, nonce: str) -> Response:
         headers = response.headers
         headers["Content-Security-Policy"] = (
-            f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; connect-src 'self'; "
+            f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
+            "connect-src 'self'; "
             "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
         )
         headers["X-Content-Type-Options"] = "nosniff"

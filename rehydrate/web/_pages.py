@@ -220,7 +220,9 @@ def _layout(
         "<!doctype html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{escape(title)} · rehydrate</title><style>{_STYLE}</style></head><body>"
+        '<link rel="icon" href="data:,">'  # no /favicon.ico request, which a mounted app may not serve
+        f"<title>{escape(title)} · rehydrate</title>"
+        f'<style nonce="{escape(nonce)}">{_STYLE}</style></head><body>'
         f'<header><a href="./">rehydrate</a>{trail}'
         f'<span id="status">{"connecting…" if live else ""}</span></header>'
         f'<main><div id="notice" role="status"></div>{body}</main>'
