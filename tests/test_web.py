@@ -791,3 +791,17 @@ async def test_on_redis_too(request: pytest.FixtureRequest) -> None:
             assert await store.ids("calls.dead") == ["y"]
     finally:
         await drop_prefix(url, prefix)
+
+
+def test_a_rate_that_is_only_a_lower_bound_says_so() -> None:
+    from rehydrate.web._history import Point
+    from rehydrate.web._pages import overview_page
+
+    def point(exact: bool) -> Point:
+        return Point(
+            at=1.0, size=20_000, due=0, claimed=0, dead=0, next_due=1.0, oldest_due=0.0,
+            left_rate=0.5, arrived_rate=0.0, exact=exact,
+        )  # fmt: skip
+
+    assert ">≥ 30.0/min<" in overview_page(latest={"big": point(False)}, nonce="n", keep=10)
+    assert ">30.0/min<" in overview_page(latest={"big": point(True)}, nonce="n", keep=10)

@@ -104,7 +104,8 @@ _SCRIPT = r"""
       const k = el.dataset.k;
       if (el.tagName.toLowerCase() === 'svg') { spark(el, h, k); return; }
       const v = point[k];
-      el.textContent = fmt[k] ? fmt[k](v) : String(v);
+      el.textContent = (k === 'left_rate' && v !== null && !point.exact ? '≥ ' : '')  // a lower bound
+        + (fmt[k] ? fmt[k](v) : String(v));
       if (k === 'next_due') el.classList.toggle('overdue', v !== null && v < 0);
     });
   };
@@ -268,6 +269,12 @@ def _spark(name: str | None, key: str, *, late: bool = False) -> str:
     )
 
 
+def _left(point: Point | None) -> str:
+    if point is None or point.left_rate is None:
+        return "-"
+    return ("" if point.exact else "≥ ") + f"{point.left_rate * 60:.1f}/min"  # inexact: a lower bound
+
+
 def _stat_cells(name: str | None, point: Point | None) -> str:
     live = f' data-live="{escape(name)}"' if name is not None else ""
 
@@ -287,7 +294,7 @@ def _stat_cells(name: str | None, point: Point | None) -> str:
             else '<td class="n"><a class="dead" href=""><span data-k="dead"></span></a></td>'
         )
         + cell("next_due", _seconds(p.next_due) if p else "", next_css)
-        + cell("left_rate", f"{p.left_rate * 60:.1f}/min" if p and p.left_rate is not None else "-")
+        + cell("left_rate", _left(p))
         + f"<td>{_spark(name, 'left_rate')}</td>"
         + cell("oldest_due", _seconds(-p.oldest_due) if p and p.oldest_due > 0 else "-")
         + f"<td>{_spark(name, 'oldest_due', late=True)}</td>"
