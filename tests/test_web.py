@@ -168,6 +168,15 @@ async def test_one_element_payload_and_info_escaped(store: Store) -> None:
     assert "no element 'nope' in 'jobs'" in html.unescape(missing.text)
 
 
+async def test_a_huge_payload_is_cut_short(store: Store) -> None:
+    await store.push("jobs", "x" * 300_000, ttl=30, id="big")
+    async with client(app(store)) as http:
+        page = await http.get("/element?name=jobs&id=big")
+    assert page.status_code == 200
+    assert "100,002 more characters not shown" in page.text  # 300,000 and two quotes, less 200,000
+    assert len(page.text) < 220_000
+
+
 async def test_dead_letters_listed_oldest_first(store: Store) -> None:
     await make_dead(store, "jobs", ["d1", "d2", "d3"])
     async with client(app(store)) as http:

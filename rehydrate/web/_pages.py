@@ -206,11 +206,18 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+#: The most of one payload a page shows (a browser chokes on megabytes of text).
+_PAYLOAD_CHARS = 200_000
+
+
 def _pretty(element: Any) -> str:
     try:
-        return json.dumps(element, ensure_ascii=False, indent=2, sort_keys=True)
+        text = json.dumps(element, ensure_ascii=False, indent=2, sort_keys=True)
     except (TypeError, ValueError):
-        return repr(element)
+        text = repr(element)
+    if len(text) > _PAYLOAD_CHARS:
+        return text[:_PAYLOAD_CHARS] + f"\n… ({len(text) - _PAYLOAD_CHARS:,} more characters not shown)"
+    return text
 
 
 def _layout(
