@@ -133,6 +133,7 @@ async def test_elements_in_due_order_paged(store: Store) -> None:
     assert [e["id"] for e in last["elements"]] == in_order[6:]
     assert first["total"] == 7
     assert "4-6 of 7" in text
+    assert '<form method="get" action="element"><input type="hidden" name="name" value="jobs">' in text
     assert 'href="elements?name=jobs&amp;offset=0&amp;limit=3"' in text  # earlier
     assert 'href="elements?name=jobs&amp;offset=6&amp;limit=3"' in text  # later
 

@@ -246,6 +246,13 @@ def test_a_browser_sees_live_numbers_and_requeues_a_dead_letter(
                 """() => document.querySelector('tr[data-name="payments"] [data-k="dead"]')"""
                 ".textContent === '2'"
             )
+            # The requeued element is back in payments: find it by its id, and see its payload.
+            page.goto(url + "elements?name=payments")
+            page.get_by_label("id").fill(first)
+            page.get_by_role("button", name="look").click()
+            page.wait_for_url("**/element?name=payments&id=*")
+            assert '"invoice"' in page.locator("pre").inner_text()
+            assert page.locator("dd").first.inner_text() == "due"
             assert errors == []
         finally:
             browser.close()

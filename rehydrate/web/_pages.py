@@ -409,6 +409,9 @@ def elements_page(
         f'<h1>{escape(name)} <span class="muted">elements in due order</span></h1>'
         f"{_summary_table(name, point)}"
         f'<p><a href="{escape(relative("dead", name=name))}">dead letters of {escape(name)}</a></p>'
+        # Straight to one element by its id (a GET: nothing changes).
+        f'<form method="get" action="element"><input type="hidden" name="name" value="{escape(name)}">'
+        '<label>id <input name="id" required></label> <button type="submit">look</button></form>'
         f"{_pager('elements', name, offset, limit, len(lines), total)}{table}"
         f"{_pager('elements', name, offset, limit, len(lines), total) if lines else ''}"
     )
