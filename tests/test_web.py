@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -769,38 +770,55 @@ async def test_the_sampler_waits_a_round_when_the_store_fails(tmp_path: Path) ->
     assert 1 <= len(warnings) <= 3, len(warnings)
 
 
-async def test_on_redis_too(request: pytest.FixtureRequest) -> None:
-    """The dashboard needs nothing but the store contract: the Redis store, briefly, end to end."""
-    from rehydrate.stores import RedisStore
-    from tests.redis_server import drop_prefix, shared_server_url
+@asynccontextmanager
+async def shared_store(kind: str, config: pytest.Config) -> AsyncIterator[Store]:
+    """A fresh Redis or PostgreSQL store on the test session's server, emptied afterwards."""
+    if kind == "redis":
+        from rehydrate.stores import RedisStore
+        from tests.redis_server import drop_prefix
+        from tests.redis_server import shared_server_url as redis_url
 
-    url = shared_server_url(request.config)
-    prefix = f"rhweb-{os.urandom(6).hex()}"
-    try:
-        async with RedisStore.from_url(url, prefix=prefix) as store:
-            await store.push("mail", "a", ttl=0, id="a")
-            await store.push("mail", "b", ttl=600, id="b")
-            await make_dead(store, "calls", ["x", "y"])
-            async with client(app(store)) as http:
-                values = gauges((await http.get("/metrics")).text)
-                overview = (await http.get("/", headers={"Accept": "application/json"})).json()
-                listing = (
-                    await http.get("/elements?name=mail", headers={"Accept": "application/json"})
-                ).json()
-                csrf = await csrf_of(http, "/dead?name=calls")
-                done = await post(http, "requeue", csrf, name="calls", id="x")
-            assert values["rehydrate_size"] == {"mail": 2, "calls": 0}
-            assert values["rehydrate_dead_letters"] == {"mail": 0, "calls": 2}
-            assert (
-                values["rehydrate_next_due_seconds"]["mail"] <= 0
-            )  # "a" is due, for how long the clock says
-            assert (overview["mail"]["size"], overview["calls"]["dead"]) == (2, 2)
-            assert [e["id"] for e in listing["elements"]] == ["a", "b"]
-            assert done.status_code == 200
-            assert await store.look("calls", "x") == {"n": "x"}
-            assert await store.ids("calls.dead") == ["y"]
-    finally:
-        await drop_prefix(url, prefix)
+        url, prefix = redis_url(config), f"rhweb-{os.urandom(6).hex()}"
+        try:
+            async with RedisStore.from_url(url, prefix=prefix) as store:
+                yield store
+        finally:
+            await drop_prefix(url, prefix)
+        return
+    from tests.pg_server import shared_server_url as pg_url
+    from tests.pg_server import skip_without_server
+
+    skip_without_server()
+    from rehydrate.stores import PostgresStore
+
+    async with PostgresStore.from_url(pg_url(config), table=f"rhweb_{os.urandom(6).hex()}") as store:
+        try:
+            yield store
+        finally:
+            await store._drop_for_tests()
+
+
+@pytest.mark.parametrize("kind", ["redis", "postgresql"])
+async def test_on_the_shared_stores_too(kind: str, request: pytest.FixtureRequest) -> None:
+    """The dashboard needs nothing but the store contract: Redis and PostgreSQL, briefly, end to end."""
+    async with shared_store(kind, request.config) as store:
+        await store.push("mail", "a", ttl=0, id="a")
+        await store.push("mail", "b", ttl=600, id="b")
+        await make_dead(store, "calls", ["x", "y"])
+        async with client(app(store)) as http:
+            values = gauges((await http.get("/metrics")).text)
+            overview = (await http.get("/", headers={"Accept": "application/json"})).json()
+            listing = (await http.get("/elements?name=mail", headers={"Accept": "application/json"})).json()
+            csrf = await csrf_of(http, "/dead?name=calls")
+            done = await post(http, "requeue", csrf, name="calls", id="x")
+        assert values["rehydrate_size"] == {"mail": 2, "calls": 0}
+        assert values["rehydrate_dead_letters"] == {"mail": 0, "calls": 2}
+        assert values["rehydrate_next_due_seconds"]["mail"] <= 0  # "a" is due, for how long the clock says
+        assert (overview["mail"]["size"], overview["calls"]["dead"]) == (2, 2)
+        assert [e["id"] for e in listing["elements"]] == ["a", "b"]
+        assert done.status_code == 200
+        assert await store.look("calls", "x") == {"n": "x"}
+        assert await store.ids("calls.dead") == ["y"]
 
 
 def test_a_rate_that_is_only_a_lower_bound_says_so() -> None:
