@@ -31,12 +31,16 @@ from starlette.routing import Mount
 from rehydrate import Retry, Scheduler
 from rehydrate.abc import Store
 from rehydrate.cli._main import run
-from rehydrate.stores import MemoryStore, SQLiteStore
+from rehydrate.stores import MemoryStore, PostgresStore, RedisStore, SQLiteStore
 from rehydrate.testing import FakeClock
 from rehydrate.web import app
 from rehydrate.web._history import History, Reading
 from rehydrate.web._sampling import Sampler
 from rehydrate.web._security import Guard, is_loopback_host, origin_refusal
+from tests.pg_server import shared_server_url as pg_url
+from tests.pg_server import skip_without_server
+from tests.redis_server import drop_prefix
+from tests.redis_server import shared_server_url as redis_url
 
 pytestmark = pytest.mark.anyio
 
@@ -774,10 +778,6 @@ async def test_the_sampler_waits_a_round_when_the_store_fails(tmp_path: Path) ->
 async def shared_store(kind: str, config: pytest.Config) -> AsyncIterator[Store]:
     """A fresh Redis or PostgreSQL store on the test session's server, emptied afterwards."""
     if kind == "redis":
-        from rehydrate.stores import RedisStore
-        from tests.redis_server import drop_prefix
-        from tests.redis_server import shared_server_url as redis_url
-
         url, prefix = redis_url(config), f"rhweb-{os.urandom(6).hex()}"
         try:
             async with RedisStore.from_url(url, prefix=prefix) as store:
@@ -785,12 +785,7 @@ async def shared_store(kind: str, config: pytest.Config) -> AsyncIterator[Store]
         finally:
             await drop_prefix(url, prefix)
         return
-    from tests.pg_server import shared_server_url as pg_url
-    from tests.pg_server import skip_without_server
-
     skip_without_server()
-    from rehydrate.stores import PostgresStore
-
     async with PostgresStore.from_url(pg_url(config), table=f"rhweb_{os.urandom(6).hex()}") as store:
         try:
             yield store
