@@ -2,7 +2,8 @@
 
 * ``memory://``: in this process, the embedded default;
 * ``sqlite:///path/to/file.db``: durable, shared by the processes of one machine;
-* ``redis://host:6379/0`` (``rediss://`` for TLS): shared by many machines; Valkey too.
+* ``redis://host:6379/0`` (``rediss://`` for TLS): shared by many machines; Valkey too;
+  ``redis+sentinel://host:26379/service/0`` for a Sentinel-managed primary.
 * ``postgresql://user:password@host:5432/db`` (also ``postgres://``): shared by many machines.
 
 The SQLite and Redis stores are imported only when asked for, so their dependencies stay optional.
@@ -31,6 +32,8 @@ _SCHEMES: dict[str, tuple[str, str]] = {
     "sqlite": ("rehydrate.stores._sqlite", "SQLiteStore"),
     "redis": ("rehydrate.stores._redis", "RedisStore"),
     "rediss": ("rehydrate.stores._redis", "RedisStore"),
+    "redis+sentinel": ("rehydrate.stores._redis", "RedisStore"),
+    "rediss+sentinel": ("rehydrate.stores._redis", "RedisStore"),
     "postgresql": ("rehydrate.stores._postgres", "PostgresStore"),
     "postgres": ("rehydrate.stores._postgres", "PostgresStore"),
 }

@@ -48,7 +48,7 @@ from rehydrate.errors import (
 )
 from rehydrate.serializers import JSONSerializer
 from rehydrate.stores._base import Converter, StoreBase, as_bool, as_float, as_int, as_str, url_options
-from rehydrate.stores._redis_client import SCRIPTS, Backend, RedisRefusedError, redact
+from rehydrate.stores._redis_client import SCRIPTS, Backend, RedisRefusedError, SentinelTarget, redact
 from rehydrate.stores._subscription import EventSubscription
 
 if TYPE_CHECKING:
@@ -136,6 +136,20 @@ def _int_option(value: object, name: str, low: int, high: int) -> int:
     return value
 
 
+def as_duration(text: str) -> float:
+    """Seconds, or milliseconds with ``ms`` (``replica_timeout=100ms``), or seconds with ``s``."""
+    lowered = text.strip().lower()
+    scale = 1.0
+    if lowered.endswith("ms"):
+        lowered, scale = lowered[:-2], 0.001
+    elif lowered.endswith("s"):
+        lowered = lowered[:-1]
+    try:
+        return float(lowered) * scale
+    except ValueError:
+        raise ValueError("expected seconds (0.1, 0.1s) or milliseconds (100ms)") from None
+
+
 #: The options a Redis URL's query may carry: the constructor's, and coredis's TLS options
 #: (``rediss://`` only), which stay in the URL for the client to read.
 _URL_OPTIONS: Final[dict[str, Converter]] = {
@@ -147,6 +161,8 @@ _URL_OPTIONS: Final[dict[str, Converter]] = {
     "retries": as_int,
     "retry_backoff": as_float,
     "batch_size": as_int,
+    "min_replicas": as_int,
+    "replica_timeout": as_duration,
 }
 _TLS_OPTIONS: Final[dict[str, Converter]] = {
     "ssl_ca_certs": as_str,
@@ -157,28 +173,70 @@ _TLS_OPTIONS: Final[dict[str, Converter]] = {
 }
 
 
+_SENTINEL_SCHEMES: Final = ("redis+sentinel", "rediss+sentinel")
+
+
+def _is_sentinel(url: str) -> bool:
+    return urlsplit(url).scheme.lower() in _SENTINEL_SCHEMES
+
+
+def _sentinel_target(url: str) -> SentinelTarget:
+    """``redis+sentinel://[[user]:password@]host:26379[,host2:26380]/service_name[/db]``."""
+    parts = urlsplit(url)
+    shown = redact(url)
+    hosts = parts.netloc.rpartition("@")[2]
+    sentinels: list[tuple[str, int]] = []
+    for item in hosts.split(","):
+        host, colon, port = item.strip().rpartition(":")
+        if not colon:
+            host, port = item.strip(), "26379"
+        host = host.strip("[]")
+        if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+            raise InvalidArgumentError(
+                f"bad sentinel address {item!r} in {shown!r}: expected host:port, several joined by commas"
+            )
+        sentinels.append((host, int(port)))
+    path = [piece for piece in parts.path.split("/") if piece]
+    if not path or len(path) > 2:
+        raise InvalidArgumentError(
+            f"a Sentinel URL names the service and optionally the database "
+            f"(redis+sentinel://host:26379/mymaster/0), not {parts.path!r} in {shown!r}"
+        )
+    db = path[1] if len(path) == 2 else "0"
+    if not (db.isascii() and db.isdigit()):
+        raise InvalidArgumentError(f"the database in a Sentinel URL is a number, not {db!r} in {shown!r}")
+    return SentinelTarget(sentinels=tuple(sentinels), service=path[0], db=int(db))
+
+
 def _check_url(url: str) -> None:
     """Refuse what coredis would misread silently or with a traceback: scheme, port, database."""
     parts = urlsplit(url)
     shown = redact(url)
-    if parts.scheme.lower() not in ("redis", "rediss"):
-        raise InvalidArgumentError(f"a Redis URL starts with redis:// or rediss://, not {shown!r}")
-    try:
-        parts.port  # noqa: B018 - urlsplit checks the port when asked for it
-    except ValueError as exc:
-        raise InvalidArgumentError(f"bad port in the Redis URL {shown!r}: {exc}") from None
-    db = parts.path.removeprefix("/")
-    if db and not (db.isascii() and db.isdigit()):
+    scheme = parts.scheme.lower()
+    if scheme not in ("redis", "rediss", *_SENTINEL_SCHEMES):
         raise InvalidArgumentError(
-            f"the database in a Redis URL is a number (redis://host:6379/0), not {db!r} in {shown!r}"
+            f"a Redis URL starts with redis://, rediss://, redis+sentinel:// or rediss+sentinel://, "
+            f"not {shown!r}"
         )
+    if scheme in _SENTINEL_SCHEMES:
+        _sentinel_target(url)
+    else:
+        try:
+            parts.port  # noqa: B018 - urlsplit checks the port when asked for it
+        except ValueError as exc:
+            raise InvalidArgumentError(f"bad port in the Redis URL {shown!r}: {exc}") from None
+        db = parts.path.removeprefix("/")
+        if db and not (db.isascii() and db.isdigit()):
+            raise InvalidArgumentError(
+                f"the database in a Redis URL is a number (redis://host:6379/0), not {db!r} in {shown!r}"
+            )
     for key, _ in parse_qsl(parts.query, keep_blank_values=True):
         if key not in _TLS_OPTIONS:
             raise InvalidArgumentError(
                 f"unknown option {key!r} in {shown!r}; pass store options as arguments, "
                 f"and only {', '.join(sorted(_TLS_OPTIONS))} in the URL"
             )
-        if parts.scheme.lower() != "rediss":
+        if not scheme.startswith("rediss"):
             raise InvalidArgumentError(f"{key} is a TLS option: use rediss:// in {shown!r}")
 
 
@@ -191,7 +249,16 @@ class RedisStore(StoreBase):
 
     ``url`` is ``redis://[[user]:password@]host[:port][/db]``; ``rediss://`` connects with TLS
     (coredis reads ``ssl_*`` options from the query string). ``cluster=True`` connects to a Redis
-    Cluster: all keys of one dehydrator share a hash tag, so every script runs on one node.
+    Cluster: all keys of one dehydrator share a hash tag, so every script runs on one node; when a
+    master fails or a slot moves, the client refreshes its slot map and the call is retried.
+    ``redis+sentinel://[[user]:password@]host:26379[,host2:26380]/service[/db]`` (or
+    ``rediss+sentinel://``) asks those sentinels where the primary of ``service`` is, and asks
+    again after a failover (the password is the data nodes'; the sentinels are reached without).
+
+    ``min_replicas=n`` makes every script that writes wait (``WAIT``) until ``n`` replicas have
+    it, at most ``replica_timeout`` seconds, and raise
+    :class:`~rehydrate.errors.StoreUnavailableError` otherwise: a write that returned then
+    survives a failover to one of those replicas. The write is not undone on the primary.
 
     Elements are stored as bytes by ``serializer`` (a name or a
     :class:`~rehydrate.abc.Serializer`; JSON by default); a dehydrator remembers which serializer
@@ -223,6 +290,8 @@ class RedisStore(StoreBase):
         retries: int = 5,
         retry_backoff: float = 0.1,
         batch_size: int = _BATCH,
+        min_replicas: int = 0,
+        replica_timeout: float = 0.1,
         client_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(url, str):
@@ -243,14 +312,27 @@ class RedisStore(StoreBase):
         connect = _validate.seconds(connect_timeout, "connect_timeout")
         if timeout <= 0 or connect <= 0:
             raise InvalidArgumentError("timeout and connect_timeout must be positive")
+        min_replicas = _int_option(min_replicas, "min_replicas", 0, 100)
+        replica_wait = _validate.seconds(replica_timeout, "replica_timeout")
+        if replica_wait <= 0:
+            raise InvalidArgumentError("replica_timeout must be positive")
+        _validate.flag(cluster, "cluster")
+        sentinel = _sentinel_target(url) if _is_sentinel(url) else None
+        if sentinel is not None and cluster:
+            raise InvalidArgumentError("a Sentinel URL names one primary: cluster=True does not apply")
+        if client_options is not None and not isinstance(client_options, Mapping):
+            raise InvalidTypeError(f"client_options must be a mapping, not {type(client_options).__name__}")
         self._backend = Backend(
             url,
-            cluster=bool(cluster),
+            cluster=cluster,
             timeout=timeout,
             connect_timeout=connect,
             retries=retries,
             backoff=backoff,
             options=client_options or {},
+            sentinel=sentinel,
+            min_replicas=min_replicas,
+            replica_timeout=replica_wait,
         )
         self.clock: _ServerClock = _ServerClock()
         self._keys_cache: dict[str, list[str]] = {}
@@ -262,10 +344,10 @@ class RedisStore(StoreBase):
         """``redis://host:port/db`` or ``rediss://...``; ``options`` are the constructor's keywords.
 
         ``prefix``, ``cluster``, ``serializer``, ``timeout``, ``connect_timeout``, ``retries``,
-        ``retry_backoff`` and ``batch_size`` may also be query parameters
-        (``redis://host/0?prefix=billing&cluster=1``), so a URL alone (``rehydrate --store``) can
-        say everything; not both ways. ``rediss://`` URLs may carry the client's TLS options
-        (``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_cert_reqs``,
+        ``retry_backoff``, ``batch_size``, ``min_replicas`` and ``replica_timeout`` (seconds, or
+        ``100ms``) may also be query parameters (``redis://host/0?prefix=billing&cluster=1``), so
+        a URL alone (``rehydrate --store``) can say everything; not both ways. ``rediss://`` URLs
+        may carry the client's TLS options (``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_cert_reqs``,
         ``ssl_check_hostname``). Any other option is refused. ``create`` is accepted and moot:
         Redis keys come and go with their elements.
         """

@@ -9,20 +9,23 @@ client would change this module alone.
 from __future__ import annotations
 
 import hashlib
+import ssl
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import anyio
+import anyio.abc
+import attrs
 
 from rehydrate.errors import RehydrateError, StoreNotOpenError, StoreUnavailableError
 
 if TYPE_CHECKING:
     import coredis
 
-__all__ = ["SCRIPTS", "Backend", "RedisRefusedError", "Script", "redact"]
+__all__ = ["SCRIPTS", "Backend", "RedisRefusedError", "Script", "SentinelTarget", "redact"]
 
 _SCRIPT_NAMES: Final = (
     "look",
@@ -79,22 +82,60 @@ class RedisRefusedError(RehydrateError):
 
 
 #: Replies that mean "not now" rather than "never": retried like a lost connection.
-_BUSY_REPLIES: Final = ("BUSY", "MASTERDOWN", "NOREPLICAS", "OOM")
+_BUSY_REPLIES: Final = ("BUSY", "MASTERDOWN", "NOREPLICAS", "OOM", "LOADING", "TRYAGAIN", "CLUSTERDOWN")
+
+#: Scripts that only read: they never wait for replicas (``min_replicas``).
+_READ_ONLY: Final = frozenset({"look", "range", "size", "summary", "time", "ttn"})
+
+
+@attrs.frozen
+class SentinelTarget:
+    """Where Sentinel says the primary is: the sentinels, the service's name, and the database."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int
 
 
 # -- the client seam -------------------------------------------------------------------------------
 
 
+def _tls_context(query: str) -> ssl.SSLContext:
+    """The TLS context of a ``rediss+sentinel://`` URL's ``ssl_*`` options (coredis reads them
+    itself from other URLs)."""
+    options = dict(parse_qsl(query))
+    context = ssl.create_default_context(cafile=options.get("ssl_ca_certs"))
+    if "ssl_certfile" in options:
+        context.load_cert_chain(options["ssl_certfile"], options.get("ssl_keyfile"))
+    if options.get("ssl_check_hostname", "").lower() in ("0", "false", "no", "off"):
+        context.check_hostname = False
+    if options.get("ssl_cert_reqs", "").lower() in ("none", "cert_none"):
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+async def _close_layout(client: Any) -> None:
+    """Close the error stream of coredis's cluster layout, which coredis 6.9 leaves open (a
+    ``ResourceWarning`` for every cluster client closed). Looked up defensively: a later coredis
+    may close it itself, or name it otherwise."""
+    layout = getattr(getattr(client, "connection_pool", None), "cluster_layout", None)
+    streams = getattr(layout, "_error_stream", None)
+    if isinstance(streams, tuple):
+        for stream in streams:
+            close = getattr(stream, "close", None)
+            if callable(close):
+                close()
+
+
 def redact(url: str) -> str:
-    """The URL without its password, for messages."""
+    """The URL without its password, for messages (also with several hosts, as Sentinel URLs have)."""
     parts = urlsplit(url)
-    if parts.password is None:
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    if not at or ":" not in userinfo:
         return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit(parts._replace(netloc=user + host))
+    user = userinfo.split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{hosts}"))
 
 
 class Backend:
@@ -116,21 +157,29 @@ class Backend:
         retries: int,
         backoff: float,
         options: Mapping[str, Any],
+        sentinel: SentinelTarget | None = None,
+        min_replicas: int = 0,
+        replica_timeout: float = 0.1,
     ) -> None:
         self.url = url
         self.cluster = cluster
+        self.sentinel = sentinel
         self._timeout = timeout
         self._connect_timeout = connect_timeout
         self._retries = retries
         self._backoff = backoff
         self._options = dict(options)
+        self._min_replicas = min_replicas
+        self._replica_ms = max(1, round(replica_timeout * 1000))
         self._client: coredis.Redis[bytes] | coredis.RedisCluster[bytes] | None = None
         self._stack: AsyncExitStack | None = None
         self._transient: tuple[type[BaseException], ...] = ()
         self._no_script: type[BaseException] = Exception
         self._response_error: type[BaseException] = Exception
+        self._redis_error: type[BaseException] = Exception
         self._refused: tuple[type[BaseException], ...] = ()
         self._garbled: type[BaseException] = Exception
+        self._unreplicated: type[BaseException] = Exception
 
     @property
     def is_open(self) -> bool:
@@ -140,7 +189,7 @@ class Backend:
         try:
             import coredis
             import coredis.exceptions as ce
-            from coredis.retry import NoRetryPolicy
+            from coredis.retry import ConstantRetryPolicy, NoRetryPolicy
         except ImportError as exc:  # pragma: no cover - depends on the environment
             from rehydrate.errors import UnsupportedStoreError
 
@@ -150,8 +199,11 @@ class Backend:
         self._transient = (
             ce.ConnectionError,
             ce.ReadOnlyError,
-            ce.ClusterDownError,
-            ce.TryAgainError,
+            # A slot moving or a master failing over: MOVED/ASK/TRYAGAIN that outlasted coredis's
+            # own redirections end as ClusterError ("Maximum retries exhausted."); a Sentinel
+            # that does not know the primary yet, as SentinelError.
+            ce.RedisClusterError,
+            ce.SentinelError,
             TimeoutError,
             OSError,
             anyio.BrokenResourceError,
@@ -160,36 +212,88 @@ class Backend:
         )
         self._no_script = ce.NoScriptError
         self._response_error = ce.ResponseError
+        self._redis_error = ce.RedisError
         self._refused = (ce.AuthenticationError, ce.AuthorizationError)
         self._garbled = ce.InvalidResponse
+        self._unreplicated = ce.ReplicationError
+        # On a cluster coredis must see connection errors through its retry policy: that is how
+        # it learns that a master died and refreshes its slot map (with NoRetryPolicy it never
+        # did, and the store kept calling the dead node). It retries twice, quickly; the store's
+        # own retries (with backoff) come on top.
+        policy = (
+            ConstantRetryPolicy(
+                (ce.ConnectionError, ce.ClusterDownError, TimeoutError),
+                retries=2,
+                delay=min(self._backoff, 0.1),
+            )
+            if self.cluster
+            else NoRetryPolicy()
+        )
         options: dict[str, Any] = {
             "decode_responses": False,
-            "retry_policy": NoRetryPolicy(),
+            "retry_policy": policy,
             "stream_timeout": self._timeout,
             "connect_timeout": self._connect_timeout,
             **self._options,
         }
-        client: coredis.Redis[bytes] | coredis.RedisCluster[bytes]
-        if self.cluster:
-            from coredis.connection import TCPLocation
-
-            # Given as a TCPLocation: coredis 6.9's from_url would warn about its own dict form.
-            parts = urlsplit(self.url)
-            options.setdefault(
-                "startup_nodes", [TCPLocation(parts.hostname or "localhost", parts.port or 6379)]
-            )
-            client = coredis.RedisCluster.from_url(self.url, **options)
-        else:
-            client = coredis.Redis.from_url(self.url, **options)
         stack = AsyncExitStack()
+        client: coredis.Redis[bytes] | coredis.RedisCluster[bytes]
         try:
+            if self.sentinel is not None:
+                client = await self._sentinel_client(coredis, stack, options)
+            elif self.cluster:
+                from coredis.connection import TCPLocation
+
+                # Given as a TCPLocation: coredis 6.9's from_url would warn about its own dict form.
+                parts = urlsplit(self.url)
+                options.setdefault(
+                    "startup_nodes", [TCPLocation(parts.hostname or "localhost", parts.port or 6379)]
+                )
+                client = coredis.RedisCluster.from_url(self.url, **options)
+                stack.push_async_callback(_close_layout, client)
+            else:
+                client = coredis.Redis.from_url(self.url, **options)
             await stack.enter_async_context(client)
         except (ce.RedisError, OSError, TimeoutError) as exc:
+            await stack.aclose()
             hint = " (cluster=1 needs a Redis Cluster)" if isinstance(exc, ce.RedisClusterError) else ""
             raise StoreUnavailableError(
                 f"Redis at {redact(self.url)} could not be opened{hint}: {type(exc).__name__}: {exc}"
             ) from exc
         self._client, self._stack = client, stack
+
+    async def _sentinel_client(
+        self, coredis: Any, stack: AsyncExitStack, options: dict[str, Any]
+    ) -> coredis.Redis[bytes]:
+        """A client for the primary Sentinel names; each new connection asks the sentinels again,
+        and connections to a primary that was replaced are dropped, so failovers are followed."""
+        from coredis.connection import TCPLocation
+
+        assert self.sentinel is not None
+        parts = urlsplit(self.url)
+        node_options = {**options, "db": self.sentinel.db}
+        if parts.password:
+            node_options["password"] = parts.password
+        if parts.username:
+            node_options["username"] = parts.username
+        if parts.scheme.lower().startswith("rediss"):
+            node_options.setdefault("ssl_context", _tls_context(parts.query))
+        retry_policy = node_options.pop("retry_policy")
+        node_options.pop("decode_responses", None)
+        sentinel_options = {
+            "connect_timeout": self._connect_timeout,
+            "stream_timeout": self._connect_timeout,
+        }
+        manager = coredis.Sentinel(
+            [TCPLocation(host, port) for host, port in self.sentinel.sentinels],
+            sentinel_kwargs=sentinel_options,
+            retry_policy=retry_policy,
+            decode_responses=False,
+            **node_options,
+        )
+        await stack.enter_async_context(manager)
+        client: coredis.Redis[bytes] = manager.primary_for(self.sentinel.service)
+        return client  # type: ignore[no-any-return]
 
     async def aclose(self) -> None:
         stack, self._stack, self._client = self._stack, None, None
@@ -219,13 +323,21 @@ class Backend:
     async def _retry(self, exc: BaseException, attempt: int, retries: int | None = None) -> int:
         """After a failed attempt: raise if it cannot or may not be retried, else wait; the next attempt.
 
-        ``retries`` overrides the store's (``open`` makes one attempt: a wrong URL fails fast).
+        Every exception of the client ends here, so none escapes as anything but a
+        :class:`~rehydrate.errors.RehydrateError`. ``retries`` overrides the store's (``open``
+        makes one attempt: a wrong URL fails fast).
         """
         if isinstance(exc, self._refused):
             raise StoreUnavailableError(f"Redis at {redact(self.url)} refused this client: {exc}") from exc
         if isinstance(exc, self._garbled):
             raise StoreUnavailableError(
                 f"{redact(self.url)} does not answer as a Redis server: {exc}"
+            ) from exc
+        if isinstance(exc, self._unreplicated):
+            # The write is on the primary but not on enough replicas: retrying would not tell more.
+            raise StoreUnavailableError(
+                f"Redis at {redact(self.url)}: fewer than {self._min_replicas} replica(s) confirmed "
+                f"the write within {self._replica_ms} ms (min_replicas); it may be lost in a failover"
             ) from exc
         transient = isinstance(exc, self._transient) or (
             isinstance(exc, self._response_error) and str(exc).startswith(_BUSY_REPLIES)
@@ -236,6 +348,15 @@ class Backend:
             raise self._unavailable(exc, attempt) from exc
         await anyio.sleep(self._delay(attempt))
         return attempt + 1
+
+    async def _evalsha(
+        self, client: Any, script: Script, keys: Sequence[str], args: Sequence[str | bytes | int]
+    ) -> Any:
+        if self._min_replicas and script.name not in _READ_ONLY:
+            # coredis sends WAIT on the same connection right after the script.
+            with client.ensure_replication(self._min_replicas, self._replica_ms):
+                return await client.evalsha(script.sha, keys=keys, args=args)
+        return await client.evalsha(script.sha, keys=keys, args=args)
 
     async def eval(
         self,
@@ -248,18 +369,19 @@ class Backend:
     ) -> Any:
         """Run ``script``; a retried attempt (after a lost connection) sends ``retry_args`` if given.
 
-        ``retries`` overrides the store's number of retries.
+        ``retries`` overrides the store's number of retries. With ``min_replicas``, a script
+        that writes waits for that many replicas to confirm it.
         """
         client = self._get()
         attempt = 1
         while True:
             try:
                 try:
-                    return await client.evalsha(script.sha, keys=keys, args=args)
+                    return await self._evalsha(client, script, keys, args)
                 except self._no_script:
                     await client.script_load(script.source)
-                    return await client.evalsha(script.sha, keys=keys, args=args)
-            except (*self._transient, self._response_error, self._garbled) as exc:
+                    return await self._evalsha(client, script, keys, args)
+            except (*self._transient, self._redis_error) as exc:
                 attempt = await self._retry(exc, attempt, retries)
                 if retry_args is not None:
                     args = retry_args
@@ -267,7 +389,8 @@ class Backend:
     async def eval_many(
         self, calls: Sequence[tuple[Script, Sequence[str], Sequence[str | bytes | int]]]
     ) -> list[Any]:
-        """Run several scripts in one round trip (a pipeline, not a transaction); their replies in order.
+        """Run several read-only scripts in one round trip (a pipeline, not a transaction); their
+        replies in order.
 
         Calls the server answered NOSCRIPT did not run: their scripts are loaded and they run again.
         """
@@ -277,17 +400,18 @@ class Backend:
         attempt = 1
         while todo:
             try:
-                async with client.pipeline(transaction=False, raise_on_error=False) as pipe:
-                    requests = [
-                        pipe.evalsha(calls[i][0].sha, keys=calls[i][1], args=calls[i][2]) for i in todo
-                    ]
-                replies = [await request for request in requests]
-            except self._no_script:
-                # A cluster pipeline raises it rather than returning it: load the scripts, go again.
-                for source in {calls[i][0].source for i in todo}:
-                    await client.script_load(source)
-                continue
-            except (*self._transient, self._response_error, self._garbled) as exc:
+                try:
+                    async with client.pipeline(transaction=False, raise_on_error=False) as pipe:
+                        requests = [
+                            pipe.evalsha(calls[i][0].sha, keys=calls[i][1], args=calls[i][2]) for i in todo
+                        ]
+                    replies = [await request for request in requests]
+                except self._no_script:
+                    # A cluster pipeline raises it rather than returning it: load the scripts, go again.
+                    for source in {calls[i][0].source for i in todo}:
+                        await client.script_load(source)
+                    continue
+            except (*self._transient, self._redis_error) as exc:
                 attempt = await self._retry(exc, attempt)
                 continue
             missing: list[int] = []
@@ -295,11 +419,15 @@ class Backend:
                 if isinstance(reply, self._no_script):
                     missing.append(i)
                 elif isinstance(reply, BaseException):
-                    raise RedisRefusedError(str(reply)) from reply
+                    attempt = await self._retry(reply, attempt)
+                    missing.append(i)
                 else:
                     results[i] = reply
             for source in {calls[i][0].source for i in missing}:
-                await client.script_load(source)
+                try:
+                    await client.script_load(source)
+                except (*self._transient, self._redis_error) as exc:
+                    attempt = await self._retry(exc, attempt)
             todo = missing
         return results
 
@@ -307,28 +435,57 @@ class Backend:
     async def listen(self, channel: str, notify: Callable[[], None]) -> AsyncIterator[None]:
         """Call ``notify`` for every message on ``channel`` while the block runs.
 
-        The subscription is confirmed on entry. A dropped connection is re-established by coredis;
-        the new subscription's confirmation also calls ``notify``, since messages may have been
+        The subscription is confirmed on entry (retried like any call, then
+        :class:`~rehydrate.errors.StoreUnavailableError`). A dropped connection is re-established
+        by coredis, or else here, for as long as the block runs (a master failing over, a node
+        restarting); every new subscription also calls ``notify``, since messages may have been
         missed meanwhile (a spurious wake-up is allowed, a missed one is not).
         """
         client = self._get()
-        async with client.pubsub(channels=[channel]) as pubsub, anyio.create_task_group() as tg:
+        failure: list[BaseException] = []
 
-            async def read() -> None:
-                confirmed = False
-                while True:
-                    message = await pubsub.get_message()
-                    if message is None:
-                        continue
-                    if message["type"] == "message":
-                        notify()
-                    elif message["type"] == "subscribe":
-                        if confirmed:
+        async def keep(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+            attempt = 1
+            started = False
+            while True:
+                try:
+                    async with client.pubsub(channels=[channel]) as pubsub:
+                        confirmed = False
+                        if started:
                             notify()
-                        confirmed = True
+                        else:
+                            started = True
+                            task_status.started()
+                        attempt = 1
+                        while True:
+                            message = await pubsub.get_message()
+                            if message is None:
+                                continue
+                            if message["type"] == "message":
+                                notify()
+                            elif message["type"] == "subscribe":
+                                if confirmed:
+                                    notify()
+                                confirmed = True
+                except (*self._transient, self._redis_error) as exc:
+                    if not started:
+                        try:
+                            attempt = await self._retry(exc, attempt)
+                        except RehydrateError as error:
+                            failure.append(error)
+                            task_status.started()
+                            return
+                    else:
+                        notify()
+                        await anyio.sleep(self._delay(min(attempt, 6)))
+                        attempt += 1
 
-            tg.start_soon(read)
-            try:
-                yield
-            finally:
-                tg.cancel_scope.cancel()
+        async with anyio.create_task_group() as tg:
+            await tg.start(keep)
+            if not failure:
+                try:
+                    yield
+                finally:
+                    tg.cancel_scope.cancel()
+        if failure:
+            raise failure[0]
