@@ -173,9 +173,12 @@ class RedisServer:
         cluster: bool = False,
         tls: bool = False,
         extra_args: tuple[str, ...] = (),
+        own_all_slots: bool = True,
     ) -> None:
         self.kind, self.binary = pick_server(kind)
         self.cluster = cluster
+        #: A cluster node serves every slot alone; False leaves slots to whoever builds a cluster.
+        self.own_all_slots = own_all_slots
         self.tls = tls
         self.port = port or _free_port(cluster)
         if self.port == 6379:
@@ -250,7 +253,7 @@ class RedisServer:
                 self.stop(kill=True)
                 raise RuntimeError(f"{self.kind} server did not answer PING within {timeout} s")
             time.sleep(0.01)
-        if self.cluster:
+        if self.cluster and self.own_all_slots:
             _command(self.port, "CLUSTER", "ADDSLOTSRANGE", "0", "16383")
             while b"cluster_state:ok" not in _command(self.port, "CLUSTER", "INFO"):
                 if time.monotonic() > deadline:
