@@ -347,9 +347,9 @@ class RedisStore(StoreBase):
         ``retry_backoff``, ``batch_size``, ``min_replicas`` and ``replica_timeout`` (seconds, or
         ``100ms``) may also be query parameters (``redis://host/0?prefix=billing&cluster=1``), so
         a URL alone (``rehydrate --store``) can say everything; not both ways. ``rediss://`` URLs
-        may carry the client's TLS options (``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_cert_reqs``,
-        ``ssl_check_hostname``). Any other option is refused. ``create`` is accepted and moot:
-        Redis keys come and go with their elements.
+        may carry the client's TLS options (``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``,
+        ``ssl_cert_reqs``, ``ssl_check_hostname``). Any other option is refused. ``create`` is
+        accepted and moot: Redis keys come and go with their elements.
         """
         if not isinstance(url, str):
             raise InvalidTypeError(f"url must be a str, not {type(url).__name__}")

@@ -8,6 +8,7 @@ client would change this module alone.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ssl
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -19,6 +20,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 import anyio
 import anyio.abc
 import attrs
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from rehydrate.errors import RehydrateError, StoreNotOpenError, StoreUnavailableError
 
@@ -113,6 +115,53 @@ def _tls_context(query: str) -> ssl.SSLContext:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context
+
+
+@functools.cache
+def _sentinel_pool() -> type[Any]:
+    """coredis's Sentinel pool, whose connections close their buffers when they cannot connect
+    (its connection class is fixed in the pool's code, not an attribute)."""
+    from coredis.connection._sentinel import SentinelManagedConnection
+    from coredis.pool import SentinelConnectionPool
+
+    connection_class = _closing(SentinelManagedConnection)
+
+    class Pool(SentinelConnectionPool):
+        async def _construct_connection(self) -> Any:
+            location = await (self.get_primary_location() if self.is_primary else self.get_replica())
+            return connection_class(location, self.service_name, self.is_primary, **self.connection_kwargs)
+
+    return Pool
+
+
+@functools.cache
+def _closing(connection_class: type[Any]) -> type[Any]:
+    """``connection_class`` that closes its buffers when it cannot connect.
+
+    coredis 6.9 creates a connection's memory streams in its constructor and closes them only
+    once connected: every refused attempt (a node that died, during a failover) left six streams
+    to the garbage collector, each a ``ResourceWarning``.
+    """
+
+    class Closing(connection_class):  # type: ignore[misc]
+        async def _connect(self) -> Any:
+            try:
+                return await super()._connect()
+            except BaseException:
+                for value in list(vars(self).values()):
+                    if isinstance(value, MemoryObjectSendStream | MemoryObjectReceiveStream):
+                        value.close()
+                raise
+
+    Closing.__name__ = Closing.__qualname__ = f"Closing{connection_class.__name__}"
+    return Closing
+
+
+def _close_failed_connections(client: Any) -> None:
+    pool = getattr(client, "connection_pool", None)
+    connection_class = getattr(pool, "connection_class", None)
+    if isinstance(connection_class, type):
+        pool.connection_class = _closing(connection_class)  # type: ignore[union-attr]
 
 
 async def _close_layout(client: Any) -> None:
@@ -253,6 +302,7 @@ class Backend:
                 stack.push_async_callback(_close_layout, client)
             else:
                 client = coredis.Redis.from_url(self.url, **options)
+            _close_failed_connections(client)
             await stack.enter_async_context(client)
         except (ce.RedisError, OSError, TimeoutError) as exc:
             await stack.aclose()
@@ -292,7 +342,9 @@ class Backend:
             **node_options,
         )
         await stack.enter_async_context(manager)
-        client: coredis.Redis[bytes] = manager.primary_for(self.sentinel.service)
+        client: coredis.Redis[bytes] = manager.primary_for(
+            self.sentinel.service, connection_pool_class=_sentinel_pool()
+        )
         return client  # type: ignore[no-any-return]
 
     async def aclose(self) -> None:
