@@ -137,3 +137,22 @@ async def test_a_sentinel_that_knows_no_such_service_is_unavailable(sentinel: Se
     with pytest.raises(StoreUnavailableError, match=r"No primary found for 'nosuchservice'"):
         async with store:
             pass
+
+
+async def test_sentinel_store_follows_a_graceful_failover(sentinel: SentinelSet) -> None:
+    """``SENTINEL FAILOVER`` demotes a live primary: connections to it must not stay."""
+    prefix = f"rhsen-{uuid.uuid4().hex[:8]}"
+    url = f"{sentinel.url}?prefix={prefix}&retries=8&retry_backoff=0.1"
+    async with open_store(url) as store:
+        await store.push("d", "before", ttl=0, id="a")
+        old = sentinel.current_primary()
+        assert admin(sentinel.sentinel_ports[0], "SENTINEL", "FAILOVER", "rhservice") == "OK"
+        with anyio.fail_after(20):
+            while sentinel.current_primary() is old:
+                await anyio.sleep(0.05)
+        for i in range(20):  # every write lands on the new primary, none fails for good
+            await store.push("d", i, ttl=0, id=f"after-{i}")
+            await anyio.sleep(0.05)
+        assert await store.size("d") == 21
+    await anyio.to_thread.run_sync(sentinel.wait_healthy)
+    await drop_prefix(f"redis://127.0.0.1:{sentinel.current_primary().port}/0", prefix)
