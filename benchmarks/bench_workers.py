@@ -217,7 +217,7 @@ def compare_cluster(args: argparse.Namespace) -> int:
         cluster.stop()
 
     def med(what: str, key: str, i: int | None = None) -> float:
-        return statistics.median(r[key] if i is None else r[key][i] for r in runs[what])
+        return float(statistics.median(r[key] if i is None else r[key][i] for r in runs[what]))
 
     print(f"\n{'what':<44} {'single':>10} {'cluster':>10} {'cluster/single':>15}")
     rows = [

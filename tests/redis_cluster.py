@@ -14,7 +14,7 @@ import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Final
+from typing import BinaryIO, Final
 
 import pytest
 
@@ -41,8 +41,8 @@ SERVICE: Final = "rhservice"
 # -- a little RESP, enough for admin commands ------------------------------------------------------
 
 
-def _read_reply(f: socket.SocketIO | object) -> object:
-    line = f.readline()  # type: ignore[attr-defined]
+def _read_reply(f: BinaryIO) -> object:
+    line = f.readline()
     if not line:
         raise ConnectionError("connection closed")
     kind, rest = line[:1], line[1:-2]
@@ -56,7 +56,7 @@ def _read_reply(f: socket.SocketIO | object) -> object:
         n = int(rest)
         if n < 0:
             return None
-        data = f.read(n + 2)  # type: ignore[attr-defined]
+        data = f.read(n + 2)
         return data[:-2].decode()
     if kind == b"*":
         n = int(rest)
@@ -198,7 +198,7 @@ class Cluster:
             ranges = fields["slots"]
             assert isinstance(ranges, list)
             if any(int(a) <= slot <= int(b) for a, b in zip(ranges[::2], ranges[1::2], strict=True)):
-                for entry in fields["nodes"]:  # type: ignore[union-attr]
+                for entry in fields["nodes"]:
                     node = dict(zip(entry[::2], entry[1::2], strict=True))
                     if node["role"] == "master" and node["health"] == "online":
                         return self.by_port(int(node["port"]))

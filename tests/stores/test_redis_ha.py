@@ -184,7 +184,7 @@ class Load:
         for worker in self.workers:
             if worker.poll() is None:
                 worker.send_signal(signal.SIGTERM)
-        codes = []
+        codes: list[int | None] = []
         for worker in self.workers:
             try:
                 codes.append(worker.wait(15))
