@@ -160,9 +160,8 @@ class Cluster:
             for node in self.nodes:
                 if node.process is None or "cluster_state:ok" not in str(admin(node.port, "CLUSTER", "INFO")):
                     return False
-            roles = [str(admin(n.port, "ROLE")) for n in self.nodes]
             masters = [n for n in self.nodes if self.role(n.port) == "master"]
-            if len(masters) != 3 or not roles:
+            if len(masters) != 3:
                 return False
             for master in masters:
                 info = str(admin(master.port, "INFO", "replication"))
@@ -272,7 +271,7 @@ class SentinelSet:
 
         def healthy() -> bool:
             primary = self.current_primary()
-            if primary.process is None or self_role(primary.port) != "master":
+            if primary.process is None or Cluster.role(primary.port) != "master":
                 return False
             info = str(admin(primary.port, "INFO", "replication"))
             if "connected_slaves:1" not in info or "state=online" not in info:
@@ -300,10 +299,6 @@ class SentinelSet:
         self.primary.cleanup()
         self.replica.cleanup()
         self._tmp.cleanup()
-
-
-def self_role(port: int) -> str:
-    return Cluster.role(port)
 
 
 class _SentinelProcess(RedisServer):
