@@ -10,7 +10,11 @@ Phases (each on fresh tables; elements are small ints, JSON; the fill before a p
 as in ``bench_sqlite.py``:
 
 * push: N single ``push`` calls (one statement, one commit each).
-* push_many: N elements in ``push_many`` batches of ``--batch``.
+* push_many: N elements in ``push_many`` batches of ``--batch``; right after it, on the same
+  load, its floor: the same rows serialized the same way, written by a raw psycopg binary ``COPY``
+  per batch into a bare table with the same columns, primary key and ``(name, due, seq)`` index
+  (no sequence, counters, head check or NOTIFY). The ratio push_many / floor is the figure to read
+  on a loaded machine (median of the per-run ratios).
 * pull: N single ``pull`` calls of waiting elements.
 * poll: N due elements taken by ``poll(limit=--batch)`` until empty (elements/s).
 * claim+ack: N due elements, ``claim(limit=--batch)`` then one ``ack`` batch, until empty.
@@ -26,7 +30,10 @@ API in worker threads so that it works on trio too):
 * raw async: the same on psycopg's ``AsyncConnection`` (asyncio only; skipped on trio);
 * ttn: the store's cheapest read (one indexed row), for a store call end to end.
 
-Then the dead tuples the claim/ack churn leaves: ``--churn`` deliveries (claim + ack batches) on one
+Then the floors of cross-process lateness (``--floor-n``, against ``bench_workers.py --store
+postgres``): a bare LISTEN loop in another process woken by NOTIFYs sent evenly over 2 s (sent
+time to wake), and in that process a timer wake plus one ``SELECT 1`` through a worker thread per
+deadline. Before that, the dead tuples the claim/ack churn leaves: ``--churn`` deliveries (claim + ack batches) on one
 table, and ``n_dead_tup`` / table size before and after autovacuum has had a few seconds.
 Machine-dependent; the machine this ran on may be shared: quote medians and ratios.
 """
@@ -136,6 +143,50 @@ async def phase_ttn(store: PostgresStore, n: int, batch: int, cap: float) -> tup
     return n, perf() - t0, False
 
 
+FLOOR_TABLE = """CREATE TABLE {table} (
+    name text COLLATE "C" NOT NULL,
+    id text COLLATE "C" NOT NULL,
+    due bigint NOT NULL,
+    seq bigint NOT NULL,
+    attempt bigint NOT NULL DEFAULT 0,
+    claimed boolean NOT NULL DEFAULT false,
+    ttl double precision NOT NULL,
+    serializer text NOT NULL,
+    payload bytea NOT NULL,
+    PRIMARY KEY (name, id)
+) WITH (fillfactor = 85)"""
+
+
+def push_many_floor(url: str, n: int, batch: int, mode: str) -> float:
+    """The floor for push_many: the same rows, serialized the same way, by a binary ``COPY`` per batch
+    (one transaction each) into a bare table with the store's columns, primary key and due index;
+    no sequence, counters, head check or NOTIFY. Rows per second."""
+    import psycopg
+
+    from rehydrate.serializers import get_serializer
+
+    dumps = get_serializer("json").dumps
+    table = f"floor_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True, options=f"-c synchronous_commit={mode}") as conn:
+        conn.execute(FLOOR_TABLE.format(table=table))
+        conn.execute(f"CREATE INDEX ON {table} (name, due, seq)")
+        copy = f"COPY {table} (name, id, due, seq, ttl, serializer, payload) FROM STDIN (FORMAT BINARY)"
+        seq = 0
+        t0 = perf()
+        for start in range(0, n, batch):
+            due = int(time.time() * 1e6) + 3600 * 1_000_000
+            with conn.cursor() as cur, cur.copy(copy) as out:
+                out.set_types(["text", "text", "int8", "int8", "float8", "text", "bytea"])
+                for i in range(start, min(n, start + batch)):
+                    seq += 1
+                    out.write_row((NAME, f"e{i}", due, seq, 3600.0, "json", dumps(i)))
+        seconds = perf() - t0
+        conn.execute(f"DROP TABLE {table}")
+    return n / seconds
+
+
+FLOOR = "push_many floor (raw COPY)"
+
 PHASES: dict[str, Phase] = {
     "push": phase_push,
     "push_many": phase_push_many,
@@ -218,9 +269,66 @@ async def churn(url: str, deliveries: int, batch: int) -> list[tuple[str, str]]:
     return rows
 
 
+def _listen_child(url: str, n: int, ready: Any, results: Any) -> None:
+    """In another process: how late each NOTIFY arrives at a bare LISTEN loop (its payload is the
+    sender's ``time.time()``), then how late a timer wake plus one ``SELECT 1`` through a worker
+    thread runs for n deadlines over 2 s (what a scheduler does at least per due element)."""
+    import psycopg
+
+    late: list[float] = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("LISTEN floor")
+        ready.set()
+        for note in conn.notifies():
+            late.append(time.time() - float(note.payload))
+            if len(late) >= n:
+                break
+
+    async def timers() -> list[float]:
+        out: list[float] = []
+        with psycopg.connect(url, autocommit=True) as conn:
+            start = time.monotonic() + 0.2
+            for k in range(n):
+                due = start + 2.0 * k / n
+                await anyio.sleep(max(0.0, due - time.monotonic()))
+                await anyio.to_thread.run_sync(lambda: conn.execute("SELECT 1", prepare=True).fetchone())
+                out.append(time.monotonic() - due)
+        return out
+
+    results.put((late, anyio.run(timers)))
+
+
+def lateness_floor(url: str, n: int) -> dict[str, tuple[float, float, float]]:
+    """p50, p99 and max in ms of the two floors measured by :func:`_listen_child`."""
+    import multiprocessing as mp
+
+    import psycopg
+
+    ctx = mp.get_context("spawn")
+    ready, results = ctx.Event(), ctx.Queue()
+    child = ctx.Process(target=_listen_child, args=(url, n, ready, results))
+    child.start()
+    if not ready.wait(30):
+        raise SystemExit("the LISTEN process did not start")
+    with psycopg.connect(url, autocommit=True) as conn:
+        start = time.monotonic()
+        for k in range(n):  # n notifications evenly over 2 s
+            time.sleep(max(0.0, start + 2.0 * k / n - time.monotonic()))
+            conn.execute("SELECT pg_notify('floor', %s)", (repr(time.time()),))
+    notify, timer = results.get(timeout=60)
+    child.join(30)
+
+    def pct(values: list[float]) -> tuple[float, float, float]:
+        ordered = sorted(values)
+        return tuple(ordered[min(len(ordered) - 1, int(f * len(ordered)))] * 1000 for f in (0.5, 0.99, 1.0))  # type: ignore[return-value]
+
+    return {"NOTIFY to a bare LISTEN loop": pct(notify), "timer wake + SELECT 1 in a thread": pct(timer)}
+
+
 async def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
     results: dict[str, dict[str, list[float]]] = {}
     capped: set[tuple[str, str]] = set()
+    ratios: dict[str, list[float]] = {}
     for _ in range(args.repeat):
         for mode in ("on", "off"):
             for phase, fn in PHASES.items():
@@ -234,9 +342,13 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
                 print(
                     f"  {mode:>3} {phase:<13} {ops:>7} ops in {seconds:6.2f} s", file=sys.stderr, flush=True
                 )
+                if phase == "push_many":  # the floor right after, on the same load
+                    rate = await anyio.to_thread.run_sync(push_many_floor, url, args.n, args.batch, mode)
+                    results[mode].setdefault(FLOOR, []).append(rate)
+                    ratios.setdefault(mode, []).append(ops / seconds / rate)
         for key, rate in (await raw_rates(url, args.n, args.backend)).items():
             results.setdefault("raw", {}).setdefault(key, []).append(rate)
-    return {"results": results, "capped": capped}
+    return {"results": results, "capped": capped, "ratios": ratios}
 
 
 def fmt(rate: float, cut: bool = False) -> str:
@@ -252,6 +364,9 @@ def main() -> None:
     parser.add_argument("--cap", type=float, default=5.0, help="seconds after which a phase is cut short")
     parser.add_argument("--repeat", type=int, default=3, help="runs; medians are printed")
     parser.add_argument("--churn", type=int, default=200_000, help="deliveries for the dead-tuple check")
+    parser.add_argument(
+        "--floor-n", type=int, default=2000, help="NOTIFYs and timers for the lateness floor (0: skip)"
+    )
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     parser.add_argument("--url", help="an existing server (default: a throwaway one, fsync on)")
     args = parser.parse_args()
@@ -266,6 +381,7 @@ def main() -> None:
     try:
         out = anyio.run(run, args, url, backend=args.backend)
         churned = anyio.run(churn, url, args.churn, args.batch, backend=args.backend) if args.churn else []
+        floors = lateness_floor(url, args.floor_n) if args.floor_n else {}
         import psycopg
 
         with psycopg.connect(url) as conn:
@@ -288,6 +404,11 @@ def main() -> None:
         print(
             f"| {phase} | {fmt(on, ('on', phase) in capped)} | {fmt(off, ('off', phase) in capped)} | {off / on:.2f} |"
         )
+        if phase == "push_many":
+            on, off = med["on"][FLOOR], med["off"][FLOOR]
+            print(f"| {FLOOR} | {fmt(on)} | {fmt(off)} | {off / on:.2f} |")
+            ratio = {mode: statistics.median(values) for mode, values in out["ratios"].items()}
+            print(f"| push_many / floor (median of runs) | {ratio['on']:.2f} | {ratio['off']:.2f} | |")
     print()
     raw = med["raw"]
     print("| round trip (SELECT 1) | /s | µs each | vs raw sync |")
@@ -301,6 +422,12 @@ def main() -> None:
         print("|---|---:|")
         for what, value in churned:
             print(f"| {what} | {value} |")
+    if floors:
+        print()
+        print(f"| lateness floor, other process ({args.floor_n:,} over 2 s) | p50 ms | p99 ms | max ms |")
+        print("|---|---:|---:|---:|")
+        for what, (p50, p99, mx) in floors.items():
+            print(f"| {what} | {p50:.2f} | {p99:.2f} | {mx:.2f} |")
     print()
     print("* cut short after --cap seconds; the rate is over the elements handled.")
 
