@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import pytest
 from rehydrate import (
     DuplicateIdError,
     InvalidArgumentError,
+    InvalidTypeError,
     RehydrateError,
     StoreUnavailableError,
     UnsupportedStoreError,
@@ -252,6 +254,22 @@ async def test_a_push_many_of_ten_thousand_is_one_statement(store: PostgresStore
     assert caught.value.id == ids[5000]
     assert await store.size(N) == 10_000
     assert await store.look(N, "fresh") is None
+
+
+async def test_push_many_checks_every_ttl_though_each_distinct_one_once(store: PostgresStore) -> None:
+    """push_many remembers the TTLs it has checked: a bad one after good ones of equal value
+    (True after 1) is still refused, with nothing written, and 1, 1.0 and a timedelta all work."""
+    await store._freeze_for_tests()
+    for bad in (True, float("nan"), -1, "1"):
+        with pytest.raises((InvalidArgumentError, InvalidTypeError)):
+            await store.push_many(N, [("a", 1, "a"), ("b", 1.0, "b"), ("c", bad, "c")])
+        assert await store.size(N) == 0
+    ttls = [1, 1.0, 2, 1, timedelta(seconds=2)]
+    ids = await store.push_many(N, [(i, ttl, None) for i, ttl in enumerate(ttls)])
+    assert len(set(ids)) == 5
+    infos = [await store.info(N, id) for id in ids]
+    assert [info.ttl for info in infos if info is not None] == [1.0, 1.0, 2.0, 1.0, 2.0]
+    assert await store.ids(N) == [ids[0], ids[1], ids[3], ids[2], ids[4]]
 
 
 async def test_a_push_retried_after_a_lost_reply_is_not_a_duplicate(
