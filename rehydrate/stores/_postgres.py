@@ -97,12 +97,14 @@ _SYNCHRONOUS_COMMIT: Final = ("on", "off", "local", "remote_write", "remote_appl
 
 
 def _new_id() -> str:
-    """128 random bits in 32 hex digits: unique across processes without coordination.
+    """32 hex digits: the microsecond it was made (14), then 72 random bits (18).
 
-    ``os.urandom`` rather than ``uuid.uuid4().hex``, which builds a UUID object per id and was a
-    quarter of the client's time in a ``push_many`` of generated ids.
+    Unique across processes without coordination (ids of one microsecond differ in 72 random
+    bits), and time-ordered, so that a new row's primary-key entry lands at the right edge of the
+    B-tree rather than on a random page of it: ``push_many`` of generated ids ran about 1.6 times
+    as fast on a table already holding 200,000 elements. An id shows when it was made.
     """
-    return os.urandom(16).hex()
+    return f"{time.time_ns() // 1000:014x}{os.urandom(9).hex()}"
 
 
 def _micros(seconds: float) -> int:

@@ -248,6 +248,7 @@ async def test_claim_and_ack_read_only_the_rows_they_take(store: PostgresStore) 
 async def test_a_push_many_of_ten_thousand_is_one_statement(store: PostgresStore) -> None:
     ids = await store.push_many(N, [(i, i % 7, None) for i in range(10_000)])
     assert len(set(ids)) == 10_000
+    assert all(len(id) == 32 and int(id, 16) >= 0 for id in ids)
     assert await store.size(N) == 10_000
     with pytest.raises(DuplicateIdError) as caught:
         await store.push_many(N, [("new", 0, "fresh"), ("dup", 0, ids[5000])])
