@@ -33,6 +33,10 @@ API in worker threads so that it works on trio too):
 Then the dead tuples the claim/ack churn leaves: ``--churn`` deliveries (claim + ack batches) on
 one table, and ``n_dead_tup`` / table size before and after autovacuum has had a few seconds.
 
+With ``--push-parts``, where push_many's server time goes: its statement run directly on the same
+rows, then without the counters, without the head check and NOTIFY, without the sequence and
+ordering, and a plain ``INSERT ... unnest`` (median of ``--repeat``).
+
 Last, the floors of cross-process lateness (``--floor-n``; read beside ``bench_workers.py --store
 postgres``): a bare LISTEN loop in another process woken by NOTIFYs sent evenly over 2 s (time
 from sending to waking), and in that process a timer wake plus one ``SELECT 1`` through a worker
@@ -189,6 +193,65 @@ def push_many_floor(url: str, n: int, batch: int, mode: str) -> float:
 
 
 FLOOR = "push_many floor (raw COPY)"
+
+
+def push_parts(url: str, n: int, batch: int) -> dict[str, float]:
+    """Where push_many's server time goes: the store's push statement run directly (no store, no
+    thread), then with its parts taken away one by one, then a plain ``INSERT ... unnest``, all on
+    the same rows (serialized beforehand) into the store's table. Rows per second."""
+    import re
+
+    import psycopg
+
+    async def tables() -> Any:
+        store = PostgresStore.from_url(url, table=f"parts_{uuid.uuid4().hex[:8]}")
+        async with store:
+            pass
+        return store
+
+    store = anyio.run(tables)
+    sql, names = store._sql, store._sql.identifiers
+    full = sql.push
+    no_counts = re.sub(r",\s*cnt AS \(.*?excluded\.claimed\s*\)", "", full, flags=re.S)
+    no_head = re.sub(r"head AS MATERIALIZED \(.*?\),\n", "", no_counts, flags=re.S)
+    no_head = re.sub(r"SELECT count\(\*\), CASE.*FROM ins$", "SELECT count(*) FROM ins", no_head, flags=re.S)
+    no_seq = no_head.replace(f"nextval('{names['seq_name']}')", "s.ord").replace(
+        "FROM (SELECT * FROM src ORDER BY ord) s, t", "FROM src s, t"
+    )
+    plain = (
+        f"INSERT INTO {names['table']} (name, id, due, seq, ttl, serializer, payload)"
+        " SELECT %(name)s, u.id, u.ttl, 0, u.ttl / 1e6, %(codec)s, u.payload"
+        " FROM unnest(%(ids)b::text[], %(payloads)b::bytea[], %(ttls)b::bigint[]) AS u(id, payload, ttl)"
+    )
+    variants = {
+        "push statement, direct": full,
+        "- the counters": no_counts,
+        "- the head check and NOTIFY": no_head,
+        "- the sequence and ordering": no_seq,
+        "plain INSERT ... unnest": plain,
+    }
+    if len(set(variants.values())) != len(variants):
+        raise SystemExit("push_parts: the push statement changed shape; update the variants")
+    dumps = store.serializer.dumps
+    batches = [
+        ([f"e{i}" for i in range(lo, min(n, lo + batch))], [dumps(i) for i in range(lo, min(n, lo + batch))])
+        for lo in range(0, n, batch)
+    ]
+    base = {"name": NAME, "codec": "json", "channel": "parts", "note": NAME, "pin": None, "skew": 0}
+    out: dict[str, float] = {}
+    options = "-c plan_cache_mode=force_custom_plan -c enable_bitmapscan=off"
+    with psycopg.connect(url, autocommit=True, options=options) as conn:
+        for label, statement in variants.items():
+            conn.execute(f"TRUNCATE {names['table']}, {names['counts']}")
+            t0 = perf()
+            for ids, payloads in batches:
+                params = dict(base, ids=ids, payloads=payloads, ttls=[3600_000_000] * len(ids))
+                conn.execute(statement, params, prepare=True)
+            out[label] = n / (perf() - t0)
+        for statement in sql.drop:
+            conn.execute(statement)
+    return out
+
 
 PHASES: dict[str, Phase] = {
     "push": phase_push,
@@ -376,6 +439,9 @@ def main() -> None:
     parser.add_argument(
         "--floor-n", type=int, default=2000, help="NOTIFYs and timers for the lateness floor (0: skip)"
     )
+    parser.add_argument(
+        "--push-parts", action="store_true", help="also time push_many's statement without each of its parts"
+    )
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     parser.add_argument("--url", help="an existing server (default: a throwaway one, fsync on)")
     args = parser.parse_args()
@@ -391,6 +457,10 @@ def main() -> None:
         out = anyio.run(run, args, url, backend=args.backend)
         churned = anyio.run(churn, url, args.churn, args.batch, backend=args.backend) if args.churn else []
         floors = lateness_floor(url, args.floor_n) if args.floor_n else {}
+        parts: dict[str, list[float]] = {}
+        for _ in range(args.repeat if args.push_parts else 0):
+            for label, rate in push_parts(url, args.n, args.batch).items():
+                parts.setdefault(label, []).append(rate)
         import psycopg
 
         with psycopg.connect(url) as conn:
@@ -431,6 +501,13 @@ def main() -> None:
         print("|---|---:|")
         for what, value in churned:
             print(f"| {what} | {value} |")
+    if parts:
+        print()
+        print("| push_many's statement, direct (synchronous_commit=on) | rows/s | vs direct |")
+        print("|---|---:|---:|")
+        first = statistics.median(next(iter(parts.values())))
+        for label, rates in parts.items():
+            print(f"| {label} | {statistics.median(rates):,.0f} | {statistics.median(rates) / first:.2f} |")
     if floors:
         print()
         print("| lateness floor, other process (over 2 s) | p50 ms | p99 ms | max ms |")
