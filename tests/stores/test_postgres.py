@@ -261,11 +261,12 @@ async def test_push_many_checks_every_ttl_though_each_distinct_one_once(store: P
     """push_many remembers the TTLs it has checked: a bad one after good ones of equal value
     (True after 1) is still refused, with nothing written, and 1, 1.0 and a timedelta all work."""
     await store._freeze_for_tests()
-    for bad in (True, float("nan"), -1, "1"):
+    bads: tuple[Any, ...] = (True, float("nan"), -1, "1")
+    for bad in bads:
         with pytest.raises((InvalidArgumentError, InvalidTypeError)):
             await store.push_many(N, [("a", 1, "a"), ("b", 1.0, "b"), ("c", bad, "c")])
         assert await store.size(N) == 0
-    ttls = [1, 1.0, 2, 1, timedelta(seconds=2)]
+    ttls: list[Any] = [1, 1.0, 2, 1, timedelta(seconds=2)]
     ids = await store.push_many(N, [(i, ttl, None) for i, ttl in enumerate(ttls)])
     assert len(set(ids)) == 5
     infos = [await store.info(N, id) for id in ids]
