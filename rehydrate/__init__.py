@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from rehydrate._core._dehydrator import Dehydrator
     from rehydrate._core._records import Claim, ElementInfo, Summary
     from rehydrate._core._retry import Backoff, Retry
+    from rehydrate._core._triggers import Cron, Every
     from rehydrate._deliveries import DeadLetter, Delivery, Stats, current_delivery
     from rehydrate._scheduler import Scheduler
     from rehydrate._sync import SyncScheduler
@@ -35,11 +36,13 @@ if TYPE_CHECKING:
 __all__ = [
     "Backoff",
     "Claim",
+    "Cron",
     "DeadLetter",
     "Dehydrator",
     "Delivery",
     "DuplicateIdError",
     "ElementInfo",
+    "Every",
     "InvalidArgumentError",
     "InvalidTypeError",
     "RehydrateError",
@@ -49,9 +52,9 @@ __all__ = [
     "Seconds",
     "SerializerMismatchError",
     "Stats",
-    "Summary",
     "StoreNotOpenError",
     "StoreUnavailableError",
+    "Summary",
     "SyncScheduler",
     "UnknownIdError",
     "UnsupportedStoreError",
@@ -74,6 +77,8 @@ _LAZY = {
     "current_delivery": "rehydrate._deliveries",
     "Scheduler": "rehydrate._scheduler",
     "SyncScheduler": "rehydrate._sync",
+    "Cron": "rehydrate._core._triggers",
+    "Every": "rehydrate._core._triggers",
     "open_store": "rehydrate.stores",
 }
 

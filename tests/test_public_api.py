@@ -10,11 +10,13 @@ import rehydrate
 PUBLIC = {
     "Backoff",
     "Claim",
+    "Cron",
     "DeadLetter",
     "Dehydrator",
     "Delivery",
     "DuplicateIdError",
     "ElementInfo",
+    "Every",
     "InvalidArgumentError",
     "InvalidTypeError",
     "RehydrateError",

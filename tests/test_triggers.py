@@ -1,0 +1,204 @@
+"""Triggers: cron in time zones (the daylight-saving rule), fixed intervals, bad input."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from rehydrate import Cron, Every, InvalidArgumentError, InvalidTypeError
+from rehydrate._core._triggers import trigger_from_dict
+
+
+def _utc(*args: int) -> float:
+    return datetime(*args, tzinfo=UTC).timestamp()  # type: ignore[misc]
+
+
+def _walk(cron: Cron, start: float, until: float) -> list[datetime]:
+    out, t = [], start
+    while True:
+        t = cron.after(t)
+        if t >= until:
+            return out
+        out.append(datetime.fromtimestamp(t, UTC))
+
+
+# Spring-forward and fall-back days of 2026 (UTC bounds of a window around them).
+DST = {
+    "Europe/Paris": ((2026, 3, 29), (2026, 10, 25)),
+    "America/New_York": ((2026, 3, 8), (2026, 11, 1)),
+    "Australia/Lord_Howe": ((2026, 10, 4), (2026, 4, 5)),
+}
+
+
+def _local_day_bounds(tz: str, day: tuple[int, int, int]) -> tuple[float, float]:
+    from zoneinfo import ZoneInfo
+
+    zone = ZoneInfo(tz)
+    start = datetime(*day, tzinfo=zone)
+    return start.timestamp(), (start + timedelta(days=1)).replace(tzinfo=zone).timestamp()
+
+
+@pytest.mark.parametrize("tz", sorted(DST))
+def test_a_time_in_the_spring_gap_runs_once_at_the_first_instant_after_it(tz: str) -> None:
+    from zoneinfo import ZoneInfo
+
+    spring, _ = DST[tz]
+    lo, hi = _local_day_bounds(tz, spring)
+    runs = _walk(Cron("30 2 * * *", tz=tz), lo - 1, hi)
+    assert len(runs) == 1
+    (run,) = runs
+    local = run.astimezone(ZoneInfo(tz))
+    # The first instant after the gap: one second earlier is before the jump (another offset).
+    before = datetime.fromtimestamp(run.timestamp() - 1, UTC).astimezone(ZoneInfo(tz))
+    if tz == "Australia/Lord_Howe":
+        # Its gap is 02:00-02:30: 02:30 exists, and it is the first instant after the gap.
+        assert (local.hour, local.minute) == (2, 30)
+    else:
+        assert (local.hour, local.minute) == (3, 0)
+    assert before.utcoffset() != local.utcoffset()
+
+
+@pytest.mark.parametrize("tz", sorted(DST))
+def test_a_time_that_happens_twice_runs_once_on_the_fall_back_day(tz: str) -> None:
+    from zoneinfo import ZoneInfo
+
+    _, fall = DST[tz]
+    lo, hi = _local_day_bounds(tz, fall)
+    for expression in ("30 2 * * *", "30 1 * * *", "45 1 * * *"):
+        runs = _walk(Cron(expression, tz=tz), lo - 1, hi)
+        assert len(runs) == 1, (expression, runs)
+        local = runs[0].astimezone(ZoneInfo(tz))
+        assert (local.hour, local.minute) == (int(expression.split()[1]), int(expression.split()[0]))
+
+
+@pytest.mark.parametrize("tz", ["Europe/Paris", "America/New_York"])
+@pytest.mark.parametrize("which", [0, 1])
+def test_hourly_never_skips_or_repeats_an_hour_of_real_time(tz: str, which: int) -> None:
+    day = DST[tz][which]
+    lo, hi = _local_day_bounds(tz, day)
+    runs = _walk(Cron("0 * * * *", tz=tz), lo - 1, hi)
+    assert len(runs) == (23 if which == 0 else 25)  # the local day is 23 or 25 hours long
+    gaps = {(b - a).total_seconds() for a, b in itertools.pairwise(runs)}
+    assert gaps == {3600.0}
+    assert len(set(runs)) == len(runs)
+
+
+def test_hourly_in_lord_howe_runs_each_local_hour_once_across_its_half_hour_shifts() -> None:
+    from zoneinfo import ZoneInfo
+
+    zone = ZoneInfo("Australia/Lord_Howe")
+    spring, fall = DST["Australia/Lord_Howe"]
+    lo, hi = _local_day_bounds("Australia/Lord_Howe", spring)
+    runs = [
+        r.astimezone(zone).strftime("%H:%M")
+        for r in _walk(Cron("0 * * * *", tz="Australia/Lord_Howe"), lo - 1, hi)
+    ]
+    # 02:00 does not exist (02:00 -> 02:30): it runs at 02:30, the first instant after the gap.
+    assert runs[:4] == ["00:00", "01:00", "02:30", "03:00"]
+    assert len(runs) == 24
+    assert len(set(runs)) == 24
+    lo, hi = _local_day_bounds("Australia/Lord_Howe", fall)
+    runs = [
+        r.astimezone(zone).strftime("%H:%M")
+        for r in _walk(Cron("0 * * * *", tz="Australia/Lord_Howe"), lo - 1, hi)
+    ]
+    # 01:30-02:00 happens twice: no whole hour in it, so every hour runs once.
+    assert runs == [f"{h:02d}:00" for h in range(24)]
+
+
+def test_cron_names_ranges_steps_lists_and_aliases() -> None:
+    start = _utc(2026, 1, 1)  # a Thursday
+    assert datetime.fromtimestamp(Cron("0 9 * * MON-FRI").after(_utc(2026, 1, 2, 10)), UTC) == datetime(
+        2026, 1, 5, 9, tzinfo=UTC
+    )
+    assert Cron("*/15 * * * *").after(start) == start + 900
+    assert Cron("0 0,12 * * *").after(start) == start + 12 * 3600
+    assert Cron("0 0 1 JAN,JUL *").after(start) == _utc(2026, 7, 1)
+    assert Cron("@hourly").after(start) == start + 3600
+    assert Cron("@daily").after(start) == start + 86400
+    assert Cron("@weekly").after(start) == _utc(2026, 1, 4)  # Sunday
+    assert Cron("@monthly").after(start) == _utc(2026, 2, 1)
+    assert Cron("@yearly").after(start) == _utc(2027, 1, 1)
+    assert Cron("0 8 * * *", tz="Europe/Paris").after(start) == _utc(2026, 1, 1, 7)
+
+
+def test_cron_after_is_strictly_after_and_before_is_at_or_before() -> None:
+    cron = Cron("*/5 * * * *")
+    t = _utc(2026, 1, 1, 0, 5)
+    assert cron.after(t) == t + 300
+    assert cron.before(t) == t
+    assert cron.before(t + 299) == t
+
+
+@pytest.mark.parametrize(
+    ("expression", "field"),
+    [
+        ("61 * * * *", "minute"),
+        ("* 24 * * *", "hour"),
+        ("* * 0 * *", "day-of-month"),
+        ("* * * 13 *", "month"),
+        ("* * * * 8", "day-of-week"),
+        ("* * * * FUN", "day-of-week"),
+    ],
+)
+def test_a_bad_cron_field_is_named(expression: str, field: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=f"bad {field} field"):
+        Cron(expression)
+
+
+@pytest.mark.parametrize("expression", ["* * * *", "* * * * * *", "", "@reboot"])
+def test_a_malformed_cron_expression_is_refused(expression: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="cron expression"):
+        Cron(expression)
+
+
+def test_an_unknown_zone_is_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="unknown time zone 'Mars/Olympus'"):
+        Cron("* * * * *", tz="Mars/Olympus")
+    with pytest.raises(InvalidTypeError):
+        Cron("* * * * *", tz=3)  # type: ignore[arg-type]
+    with pytest.raises(InvalidTypeError):
+        Cron(5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "interval", [0, -1, 0.0, timedelta(0), timedelta(seconds=-5), float("nan"), float("inf")]
+)
+def test_every_needs_a_positive_interval(interval: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="interval must be positive"):
+        Every(interval)  # type: ignore[arg-type]
+
+
+def test_every_refuses_bad_types_and_naive_starts() -> None:
+    with pytest.raises(InvalidTypeError):
+        Every("5")  # type: ignore[arg-type]
+    with pytest.raises(InvalidTypeError):
+        Every(True)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="aware"):
+        Every(5, start=datetime(2026, 1, 1))
+
+
+def test_every_is_anchored_and_never_drifts() -> None:
+    every = Every(timedelta(minutes=30))
+    anchor = _utc(2026, 1, 1)
+    assert every.interval == 1800.0
+    assert every.after(anchor, anchor) == anchor + 1800
+    # A run that ended late does not move the grid.
+    assert every.after(anchor + 1800 + 7.3, anchor) == anchor + 3600
+    assert every.at_or_after(anchor + 1800, anchor) == anchor + 1800
+    assert every.before(anchor + 3599, anchor) == anchor + 1800
+    assert every.before(anchor - 1, anchor) is None
+
+
+def test_triggers_compare_and_round_trip_through_a_dict() -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    for trigger in (Cron("0 9 * * MON-FRI", tz="Europe/Paris"), Every(60), Every(0.5, start=start)):
+        assert trigger_from_dict(trigger.to_dict()) == trigger
+    assert Cron("0 9 * * *") == Cron("0 9 * * *", tz="UTC")
+    assert Cron("0 9 * * *") != Cron("0 9 * * *", tz="Europe/Paris")
+    assert Every(60) == Every(timedelta(minutes=1))
+    assert Every(60) != Every(60, start=start)
+    with pytest.raises(InvalidArgumentError):
+        trigger_from_dict({"nope": 1})
