@@ -454,6 +454,23 @@ class Dehydrator:
         self._move(node, self.now() + seconds, seconds, lease=False)
         return True
 
+    def rearm(self, id: str, element: Any, *, ttl: Seconds, token: int) -> bool:
+        """End the claim ``token`` on ``id`` and file it anew as ``element``, due at ``now + ttl``.
+
+        The attempt starts again from 0 and the element is unclaimed: the next occurrence of a
+        recurring schedule, filed in the same step that ends the current one. ``False`` (nothing
+        done) if the element is gone, not claimed, or no longer under that claim.
+        """
+        seconds = _validate.seconds(ttl, "ttl")
+        node = self._checked_get(id)
+        if _validate.token(token) is None:
+            raise InvalidArgumentError("rearm needs the claim's token")
+        if node is None or node[4] != token or not _is_claimed(node):
+            return False
+        self._kill(node)
+        self._insert(node[2], element, 0, self.now() + seconds, seconds, lease=False)
+        return True
+
     def info(self, id: str) -> ElementInfo | None:
         """Describe the element ``id``, or ``None`` if it is unknown."""
         node = self._checked_get(id)

@@ -192,6 +192,14 @@ class MemoryStore(StoreBase):
         self._notify_if_sooner(name, d, before)
         return result
 
+    async def rearm(self, name: str, id: str, element: Any, *, ttl: Seconds, token: int) -> bool:
+        await anyio.lowlevel.checkpoint()
+        d = self._get(name)
+        before = d.next_due()
+        result = d.rearm(id, element, ttl=ttl, token=token)
+        self._notify_if_sooner(name, d, before)
+        return result
+
     async def extend(self, name: str, id: str, *, lease: Seconds, token: int) -> float | None:
         await anyio.lowlevel.checkpoint()
         d = self._get(name)

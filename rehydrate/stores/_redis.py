@@ -701,6 +701,18 @@ class RedisStore(StoreBase):
         reply = await self._eval("move", name, ["reschedule", id, micros, fence, _fence_text(token)])
         return reply is not None
 
+    async def rearm(self, name: str, id: str, element: Any, *, ttl: Seconds, token: int) -> bool:
+        """See :meth:`Store.rearm`: one script. A retry after a lost reply finds the claim ended
+        and answers ``False`` although the first attempt filed the element."""
+        self._keys(name)
+        micros = _micros(ttl, "ttl")
+        _validate.element_id(id)
+        if _validate.token(token) is None:
+            raise InvalidArgumentError("rearm needs the claim's token")
+        payload = self._dumps(element)
+        reply = await self._eval("rearm", name, [id, micros, _fence_text(token), payload])
+        return reply is not None
+
     async def extend(self, name: str, id: str, *, lease: Seconds, token: int) -> float | None:
         self._keys(name)
         micros = _micros(lease, "lease")

@@ -36,6 +36,7 @@ _SCRIPT_NAMES: Final = (
     "pull",
     "push",
     "range",
+    "rearm",
     "remove",
     "size",
     "summary",

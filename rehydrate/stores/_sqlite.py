@@ -671,6 +671,28 @@ class SQLiteStore(StoreBase):
         self._notify(name, counter)
         return done
 
+    async def rearm(self, name: str, id: str, element: Any, *, ttl: Seconds, token: int) -> bool:
+        _validate.element_id(name, "name")
+        seconds = _validate.seconds(ttl, "ttl")
+        _validate.element_id(id)
+        if _validate.token(token) is None:
+            raise InvalidArgumentError("rearm needs the claim's token")
+        payload = self._dumps(element)
+        codec = self._serializer.name
+
+        def body(conn: sqlite3.Connection) -> tuple[bool, int | None]:
+            row = conn.execute(sql.ROW, (name, id)).fetchone()
+            if row is None or row[4] != token or not row[5]:
+                return False, None
+            due = self._now() + seconds
+            head = sql.head(conn, name)
+            conn.execute(sql.REARM, (payload, codec, due, sql.next_seq(conn, 1), seconds, row[0]))
+            return True, (sql.bump(conn, name) if head is None or due < head else None)
+
+        done, counter = await self._write(body)
+        self._notify(name, counter)
+        return done
+
     async def extend(self, name: str, id: str, *, lease: Seconds, token: int) -> float | None:
         _validate.element_id(name, "name")
         seconds = _validate.seconds(lease, "lease")

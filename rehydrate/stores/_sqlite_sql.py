@@ -27,6 +27,7 @@ __all__ = [
     "INSERT",
     "LOOK",
     "NAMES",
+    "REARM",
     "REFILE",
     "ROW",
     "SCHEMA",
@@ -92,6 +93,11 @@ INSERT: Final = (
 )
 DELETE: Final = "DELETE FROM rehydrate_elements WHERE rowid = ?"
 REFILE: Final = "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ?, claimed = ? WHERE rowid = ?"
+#: A claimed row filed anew as a new element (a schedule's next occurrence): attempt and claim reset.
+REARM: Final = (
+    "UPDATE rehydrate_elements SET payload = ?, serializer = ?, due = ?, seq = ?, ttl = ?,"
+    " attempt = 0, claimed = 0 WHERE rowid = ?"
+)
 NAMES: Final = """
     WITH RECURSIVE walk(name) AS (
         SELECT min(name) FROM rehydrate_elements

@@ -278,6 +278,67 @@ class TestLeases:
         (again,) = await s.claim(N, lease=10)
         assert again.attempt == 2
 
+    async def test_rearm_ends_the_claim_and_files_the_next_one(self, harness: Harness) -> None:
+        """A schedule's next occurrence: one step that ends the claim and files a new element."""
+        s = harness.store
+        await s.push(N, {"n": 1}, ttl=0, id="sched")
+        await s.push(N, "later", ttl=100, id="other")
+        (c,) = await s.claim(N, lease=10)
+        assert c.attempt == 1
+        assert await s.rearm(N, "sched", {"n": 2}, ttl=5, token=c.token) is True
+        info = await s.info(N, "sched")
+        assert info is not None
+        assert (info.attempt, info.claimed) == (0, False)
+        assert info.ttl == pytest.approx(5)
+        assert await s.look(N, "sched") == {"n": 2}
+        assert await s.summary(N) == Summary(size=2, due=0, claimed=0, ttn=pytest.approx(5, abs=0.01))
+        # The old claim is over: every fenced call with its token does nothing now.
+        assert await s.rearm(N, "sched", {"n": 3}, ttl=0, token=c.token) is False
+        assert await s.ack(N, [("sched", c.token)]) == [False]
+        assert await s.extend(N, "sched", lease=10, token=c.token) is None
+        assert await s.look(N, "sched") == {"n": 2}
+        assert await s.claim(N, lease=10) == []
+        harness.advance(5)
+        (again,) = await s.claim(N, lease=10)
+        assert (again.id, again.element, again.attempt) == ("sched", {"n": 2}, 1)
+        assert again.token != c.token
+        assert await s.ack(N, [("sched", again.token)]) == [True]
+
+    async def test_rearm_is_fenced(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push(N, "e", ttl=0, id="j")
+        # Not claimed: nothing to end.
+        assert await s.rearm(N, "j", "x", ttl=0, token=1) is False
+        assert await s.rearm(N, "missing", "x", ttl=0, token=1) is False
+        assert await s.rearm("never-used", "j", "x", ttl=0, token=1) is False
+        (old,) = await s.claim(N, lease=5)
+        harness.advance(5)
+        (new,) = await s.claim(N, lease=5)
+        # The lease ran out and another worker claimed it: the stale worker files nothing.
+        assert await s.rearm(N, "j", "stale", ttl=0, token=old.token) is False
+        assert await s.look(N, "j") == "e"
+        info = await s.info(N, "j")
+        assert info is not None
+        assert (info.attempt, info.claimed) == (2, True)
+        # Replaced while claimed: a new element, which the old claim cannot rearm.
+        await s.push(N, "replacement", ttl=50, id="j", replace=True)
+        assert await s.rearm(N, "j", "stale", ttl=0, token=new.token) is False
+        assert await s.look(N, "j") == "replacement"
+        with pytest.raises(InvalidArgumentError):
+            await s.rearm(N, "j", "x", ttl=-1, token=new.token)
+        with pytest.raises(InvalidArgumentError):
+            await s.rearm(N, "", "x", ttl=0, token=new.token)
+        with pytest.raises(InvalidArgumentError):
+            await s.rearm(N, "j", "x", ttl=MAX_SECONDS + 1, token=new.token)
+
+    async def test_rearm_wakes_a_subscriber_when_sooner(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push(N, "e", ttl=0, id="j")
+        (c,) = await s.claim(N, lease=60)
+        async with s.subscribe(N) as subscription:
+            assert await s.rearm(N, "j", "e", ttl=0, token=c.token) is True
+            assert await subscription.wait(5) is True
+
     async def test_concurrent_claims_never_share(self, harness: Harness) -> None:
         s = harness.store
         await s.push_many(N, [(i, 0, f"e{i}") for i in range(200)])
