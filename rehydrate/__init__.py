@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from rehydrate._core._triggers import Cron, Every
     from rehydrate._deliveries import DeadLetter, Delivery, Stats, current_delivery
     from rehydrate._scheduler import Scheduler
+    from rehydrate._schedules import ScheduleInfo
     from rehydrate._sync import SyncScheduler
     from rehydrate.stores import open_store
 
@@ -47,6 +48,7 @@ __all__ = [
     "InvalidTypeError",
     "RehydrateError",
     "Retry",
+    "ScheduleInfo",
     "Scheduler",
     "SchedulerNotRunningError",
     "Seconds",
@@ -79,6 +81,7 @@ _LAZY = {
     "SyncScheduler": "rehydrate._sync",
     "Cron": "rehydrate._core._triggers",
     "Every": "rehydrate._core._triggers",
+    "ScheduleInfo": "rehydrate._schedules",
     "open_store": "rehydrate.stores",
 }
 

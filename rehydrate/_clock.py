@@ -19,7 +19,7 @@ import anyio
 if TYPE_CHECKING:
     from rehydrate.abc import Clock
 
-__all__ = ["ClockBase", "RealClock", "SystemClock", "WallClock", "wait_or_sleep"]
+__all__ = ["ClockBase", "RealClock", "SystemClock", "WallClock", "wait_or_sleep", "wall"]
 
 
 class ClockBase(ABC):
@@ -32,6 +32,15 @@ class ClockBase(ABC):
     @abstractmethod
     def move_on_at(self, deadline: float) -> AbstractContextManager[anyio.CancelScope]:
         """A cancel scope that is cancelled once this clock reads ``deadline``."""
+
+    def wall(self) -> float:
+        """Unix time now, as this clock sees it: how wall times (cron, ``defer(at=...)``) map onto it.
+
+        A wall time ``w`` is this clock's ``self() + (w - self.wall())``. Real clocks say
+        ``time.time()`` (a clock already in Unix time, :class:`WallClock`, says its own reading);
+        a ``FakeClock`` says its fake time, so a test crosses a daylight-saving change at once.
+        """
+        return time.time()
 
     async def sleep_until(self, deadline: float) -> None:
         """Return once this clock reads ``deadline`` (after one checkpoint if it already does)."""
@@ -87,6 +96,9 @@ class WallClock(RealClock):
     def __call__(self) -> float:
         return time.time()
 
+    def wall(self) -> float:
+        return self()
+
     def __repr__(self) -> str:
         return "WallClock()"
 
@@ -96,3 +108,10 @@ async def wait_or_sleep(event: anyio.Event, clock: Clock, timeout: float | None)
     if timeout is not None and timeout <= 0:
         return event.is_set()
     return await clock.wait(event, None if timeout is None else clock() + timeout)
+
+
+def wall(clock: Clock) -> float:
+    """Unix time now by ``clock``: its ``wall()`` if it has one (every clock of this package
+    does), else ``time.time()`` (a clock of your own whose seconds are real seconds)."""
+    method = getattr(clock, "wall", None)
+    return float(method()) if callable(method) else time.time()

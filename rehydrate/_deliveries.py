@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextvars
 from collections import deque
+from datetime import datetime
 from typing import Any, Final
 
 import attrs
@@ -47,6 +48,9 @@ class Delivery:
     _store: Store = attrs.field(repr=False, alias="store")
     #: The scheduler's counters, for deliveries from a channel (a handler's are counted for it).
     _counters: Counters | None = attrs.field(default=None, repr=False, eq=False, alias="counters")
+    #: For an occurrence of a recurring schedule, its nominal time (aware, UTC): an idempotency
+    #: key per occurrence. ``None`` for one-shot work.
+    scheduled_for: datetime | None = None
 
     @property
     def lateness(self) -> float:
@@ -76,11 +80,20 @@ class Delivery:
         return await self._store.extend(self.name, self.id, lease=lease, token=self.token)
 
     @classmethod
-    def _from_claim(cls, name: str, claim: Claim, store: Store, counters: Counters | None = None) -> Delivery:
+    def _from_claim(
+        cls,
+        name: str,
+        claim: Claim,
+        store: Store,
+        counters: Counters | None = None,
+        *,
+        element: Any = None,
+        scheduled_for: datetime | None = None,
+    ) -> Delivery:
         return cls(
             name=name,
             id=claim.id,
-            element=claim.element,
+            element=claim.element if scheduled_for is None else element,
             attempt=claim.attempt,
             due=claim.due,
             claimed_at=claim.claimed_at,
@@ -88,6 +101,7 @@ class Delivery:
             token=claim.token,
             store=store,
             counters=counters,
+            scheduled_for=scheduled_for,
         )
 
 

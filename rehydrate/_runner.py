@@ -20,6 +20,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import anyio
@@ -28,9 +29,12 @@ import attrs
 import structlog
 from anyio.streams.memory import MemoryObjectSendStream
 
+from rehydrate._clock import wall
 from rehydrate._core._records import Claim
 from rehydrate._core._retry import Retry
+from rehydrate._core._triggers import Trigger, trigger_from_dict
 from rehydrate._deliveries import Counters, Delivery, delivery_var
+from rehydrate._schedules import PAUSED_TTL, Envelope, is_envelope, next_run, plan, ttl_until
 from rehydrate.abc import Store, Subscription
 from rehydrate.errors import DuplicateIdError, RehydrateError
 
@@ -69,6 +73,8 @@ class HandlerSpec:
     batch: int
     #: ``module.qualname`` of ``func``, for the logs.
     label: str
+    #: A schedule declared with the handler (``handler(name, schedule=...)``), filed at start.
+    schedule: Trigger | None = None
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -89,6 +95,16 @@ def handler_label(func: Callable[..., Any]) -> str:
     """A handler's name for the logs: ``module.qualname``."""
     name = getattr(func, "__qualname__", None) or type(func).__qualname__
     return f"{getattr(func, '__module__', None) or type(func).__module__}.{name}"
+
+
+@attrs.frozen
+class _Occurrence:
+    """A claimed occurrence of a schedule: its trigger (``None`` if unreadable), its envelope (the
+    nominal time planned), and that time."""
+
+    trigger: Trigger | None
+    envelope: Envelope
+    nominal: float
 
 
 class _GaveUp(Exception):
@@ -392,14 +408,38 @@ class Runner:
 
     async def _deliver(self, claim: Claim) -> None:
         handler, counters = self.handler, self._counters
+        occurrence: _Occurrence | None = None
+        if is_envelope(claim.element):
+            try:
+                occurrence = await self._occurrence(claim)
+            except BaseException:
+                self._keeper.discard(claim.id, claim.token)
+                self._done()
+                raise
+            if occurrence is None:  # skipped or paused: the next occurrence is filed
+                self._keeper.discard(claim.id, claim.token)
+                self._done()
+                return
         counters.delivered += 1
         counters.record_lateness(claim.lateness)
-        context_token = delivery_var.set(Delivery._from_claim(handler.name, claim, self._store))
+        if occurrence is None:
+            element = claim.element
+            delivery = Delivery._from_claim(handler.name, claim, self._store)
+        else:
+            element = occurrence.envelope.get("element")
+            delivery = Delivery._from_claim(
+                handler.name,
+                claim,
+                self._store,
+                element=element,
+                scheduled_for=datetime.fromtimestamp(occurrence.nominal, UTC),
+            )
+        context_token = delivery_var.set(delivery)
         try:
             if handler.is_async:
-                await handler.func(claim.element)
+                await handler.func(element)
             else:
-                await self._in_thread(claim)
+                await self._in_thread(claim, element)
         except _GaveUp:
             # Neither acked nor handed back: its lease (no longer renewed) brings it back.
             logger.warning(
@@ -419,15 +459,104 @@ class Runner:
         except Exception as exc:
             # Shielded: a thread that failed during shutdown is rescheduled, not handed back.
             with anyio.CancelScope(shield=True), anyio.move_on_after(_ACK_TIMEOUT):
-                await self._failed(claim, exc)
+                await self._failed(claim, exc, occurrence)
         else:
-            self._acker.add(claim.id, claim.token)
+            if occurrence is None:
+                self._acker.add(claim.id, claim.token)
+            else:
+                await self._file_next(claim, occurrence)
         finally:
             delivery_var.reset(context_token)
             self._keeper.discard(claim.id, claim.token)
             self._done()
 
-    async def _in_thread(self, claim: Claim) -> None:
+    async def _occurrence(self, claim: Claim) -> _Occurrence | None:
+        """Plan a claimed occurrence of a schedule by its misfire policy, on the store's clock.
+
+        ``None`` when it is not to run (skipped, or paused): then the occurrence to come is
+        already filed, in place of this one (fenced by the claim, as every rearm).
+        """
+        handler, store = self.handler, self._store
+        envelope: Envelope = claim.element
+        try:
+            trigger = trigger_from_dict(envelope["trigger"])
+        except (RehydrateError, KeyError, TypeError, ValueError) as exc:
+            logger.error(
+                "a schedule's trigger cannot be read; it is run once",
+                dehydrator=handler.name,
+                id=claim.id,
+                exc_info=exc,
+            )
+            return _Occurrence(None, envelope, float(envelope.get("next") or 0.0))
+        if envelope.get("paused"):
+            await self._rearm(claim, envelope, PAUSED_TTL)
+            return None
+        now = wall(store.clock)
+        decided = plan(envelope, trigger, now, claim.attempt)
+        if decided.nominal != envelope["next"]:
+            envelope = {**envelope, "next": decided.nominal}
+        if not decided.run:
+            logger.info(
+                "schedule: an occurrence later than its grace was skipped",
+                dehydrator=handler.name,
+                id=claim.id,
+                skipped=claim.element["next"],
+                next=decided.nominal,
+            )
+            await self._rearm(claim, envelope, ttl_until(decided.nominal, now))
+            return None
+        if envelope is not claim.element:
+            # Written back before it runs, so a retry runs this same occurrence.
+            try:
+                await store.update(handler.name, claim.id, envelope)
+            except RehydrateError as exc:
+                logger.warning(
+                    "schedule: could not record a coalesced occurrence",
+                    dehydrator=handler.name,
+                    id=claim.id,
+                    exc_info=exc,
+                )
+        return _Occurrence(trigger, envelope, decided.nominal)
+
+    async def _file_next(self, claim: Claim, occurrence: _Occurrence) -> None:
+        """The occurrence is over (done, or dead-lettered): file the next one in its place."""
+        if occurrence.trigger is None:
+            self._acker.add(claim.id, claim.token)
+            return
+        upcoming = next_run(occurrence.envelope, occurrence.trigger)
+        envelope = {**occurrence.envelope, "next": upcoming}
+        if await self._rearm(claim, envelope, ttl_until(upcoming, wall(self._store.clock))):
+            self._counters.acked += 1
+
+    async def _rearm(self, claim: Claim, envelope: Envelope, ttl: float) -> bool:
+        name = self.handler.name
+        ok: bool | None = None
+        try:
+            # Shielded: the next occurrence is filed even while shutting down.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_ACK_TIMEOUT):
+                ok = await self._store.rearm(name, claim.id, envelope, ttl=ttl, token=claim.token)
+        except RehydrateError as exc:
+            logger.error(
+                "could not file a schedule's next occurrence; its lease will bring this one back",
+                dehydrator=name,
+                id=claim.id,
+                exc_info=exc,
+            )
+            return False
+        if ok is None:
+            logger.error("filing a schedule's next occurrence timed out", dehydrator=name, id=claim.id)
+            return False
+        if not ok:
+            self._counters.lost += 1
+            logger.info(
+                "schedule changed while an occurrence ran (replaced, paused, removed or claimed again "
+                "after its lease ran out): this occurrence files no next one",
+                dehydrator=name,
+                id=claim.id,
+            )
+        return ok
+
+    async def _in_thread(self, claim: Claim, element: Any) -> None:
         """Run a plain ``def`` handler in a worker thread, and wait for it even while shutting down.
 
         A thread cannot be cancelled: handing its element back while it runs would let the element
@@ -441,7 +570,7 @@ class Runner:
             self._threads.add(scope)
             try:
                 await anyio.to_thread.run_sync(
-                    functools.partial(context.run, self.handler.func, claim.element),
+                    functools.partial(context.run, self.handler.func, element),
                     limiter=self._limiter,
                     abandon_on_cancel=True,
                 )
@@ -450,7 +579,7 @@ class Runner:
         if scope.cancelled_caught:
             raise _GaveUp
 
-    async def _failed(self, claim: Claim, exc: Exception) -> None:
+    async def _failed(self, claim: Claim, exc: Exception, occurrence: _Occurrence | None = None) -> None:
         handler, store, counters = self.handler, self._store, self._counters
         # The traceback goes with every failure (``exc_info``): structlog renders it on a console
         # and as a field in JSON. Event names are constant; what varies is in the fields.
@@ -458,7 +587,7 @@ class Runner:
         try:
             retryable = handler.retry.retries(exc)
             if claim.attempt >= handler.retry.attempts or not retryable:
-                await self._dead_letter(claim, exc)
+                await self._dead_letter(claim, exc, occurrence)
                 counters.dead_lettered += 1
                 why = "last attempt" if retryable else "error not retried"
                 log.warning("handler failed: dead-lettered", reason=why, exc_info=exc)
@@ -480,18 +609,27 @@ class Runner:
                 exc_info=exc,
             )
 
-    async def _dead_letter(self, claim: Claim, exc: BaseException) -> None:
+    async def _dead_letter(self, claim: Claim, exc: BaseException, occurrence: _Occurrence | None) -> None:
         name, ttl = self.handler.name, self._settings.dead_letter_ttl
         record = {
-            "element": claim.element,
+            "element": claim.element if occurrence is None else occurrence.envelope.get("element"),
             "error": repr(exc)[:2000],
             "attempts": claim.attempt,
             "failed_at": time.time(),
         }
+        id = claim.id
+        if occurrence is not None:
+            # One dead letter per occurrence, named by its nominal time; the schedule carries on.
+            when = datetime.fromtimestamp(occurrence.nominal, UTC)
+            record["scheduled_for"] = when.isoformat()
+            id = f"{claim.id}@{when.isoformat()}"
         # A DuplicateIdError means an earlier try got this far, then lost its ack.
         with contextlib.suppress(DuplicateIdError):
-            await self._store.push(name + DEAD_SUFFIX, record, ttl=ttl, id=claim.id)
-        await self._store.ack(name, [(claim.id, claim.token)])
+            await self._store.push(name + DEAD_SUFFIX, record, ttl=ttl, id=id)
+        if occurrence is None:
+            await self._store.ack(name, [(claim.id, claim.token)])
+        else:
+            await self._file_next(claim, occurrence)
 
 
 async def feed_channel(

@@ -20,12 +20,13 @@ and stop); ``_runner.py`` serves each handler; ``_deliveries.py`` holds the reco
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
@@ -34,12 +35,25 @@ import anyio.abc
 import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream
 
+from rehydrate._clock import wall
 from rehydrate._core import _validate
 from rehydrate._core._retry import Retry
+from rehydrate._core._triggers import Every, Misfire, Trigger, trigger_from_dict
 from rehydrate._core._validate import Seconds
 from rehydrate._deliveries import Counters, DeadLetter, Delivery, Stats, current_delivery
 from rehydrate._runner import DEAD_SUFFIX, HandlerSpec, Runner, Settings, feed_channel, handler_label, release
-from rehydrate.abc import Store
+from rehydrate._schedules import (
+    PAUSED_TTL,
+    ScheduleInfo,
+    check_trigger,
+    first_run,
+    is_envelope,
+    make_envelope,
+    next_run,
+    ttl_until,
+    validate_misfire,
+)
+from rehydrate.abc import Clock, Store
 from rehydrate.errors import (
     DuplicateIdError,
     InvalidArgumentError,
@@ -53,6 +67,7 @@ __all__ = [
     "DEAD_SUFFIX",
     "DeadLetter",
     "Delivery",
+    "ScheduleInfo",
     "Scheduler",
     "SchedulerNotRunningError",
     "Stats",
@@ -96,7 +111,15 @@ def _positive_int(value: object, name: str) -> int:
     return value
 
 
-def _delay_until(at: datetime) -> float:
+def _anchor(trigger: Trigger, now: float) -> float | None:
+    """Where an ``Every`` counts from: its ``start``, or when it is first filed."""
+    if isinstance(trigger, Every):
+        return now if trigger.start is None else trigger.start
+    return None
+
+
+def _delay_until(at: datetime, clock: Clock) -> float:
+    """Seconds from now until ``at``, by the store's clock (a FakeClock's wall time in tests)."""
     if not isinstance(at, datetime):
         raise InvalidTypeError(f"at must be a datetime, not {type(at).__name__}")
     if at.tzinfo is None or at.utcoffset() is None:
@@ -104,7 +127,7 @@ def _delay_until(at: datetime) -> float:
             "at must be an aware datetime (with a tzinfo, e.g. datetime.now(UTC) + ...): "
             "a naive one is ambiguous"
         )
-    return max(0.0, (at - datetime.now(UTC)).total_seconds())
+    return max(0.0, at.timestamp() - wall(clock))
 
 
 _P = ParamSpec("_P")
@@ -255,6 +278,7 @@ class Scheduler:
         lease: Seconds = 30.0,
         concurrency: int = 100,
         batch: int | None = None,
+        schedule: Trigger | None = None,
     ) -> Callable[[Handler], Handler]:
         """Register the decorated function as the handler of dehydrator ``name``.
 
@@ -265,6 +289,11 @@ class Scheduler:
         ``retry``, then dead-lettered). At most ``concurrency`` elements run at once; they are
         claimed ``batch`` at a time (default: ``min(concurrency, 100)``). Each runs under a
         ``lease`` (seconds) renewed at half its length while the handler runs.
+
+        ``schedule`` (a :class:`~rehydrate.Cron` or :class:`~rehydrate.Every`) declares a recurring
+        schedule with id ``name`` and element ``None``, filed when the scheduler starts: an
+        upsert, so any number of processes declaring the same schedule move nothing (see
+        :meth:`schedule`). Per-entity schedules are filed at run time with :meth:`schedule`.
         """
         _validate.element_id(name, "name")
         if name in self._handlers:
@@ -276,6 +305,8 @@ class Scheduler:
             raise InvalidArgumentError("lease must be positive")
         _positive_int(concurrency, "concurrency")
         size = min(concurrency, 100) if batch is None else _positive_int(batch, "batch")
+        if schedule is not None:
+            check_trigger(schedule)
 
         def register(func: Handler) -> Handler:
             if not callable(func):
@@ -290,6 +321,7 @@ class Scheduler:
                 concurrency=concurrency,
                 batch=size,
                 label=handler_label(func),
+                schedule=schedule,
             )
             self._handlers[name] = handler
             if self._tg is not None:
@@ -318,7 +350,7 @@ class Scheduler:
         the pending element is replaced by this one, atomically, and due anew (a debounce). If
         the old one is running, it finishes, and its ack cannot touch the new one.
         """
-        ttl = self._ttl(delay, at)
+        ttl = self._ttl(delay, at, self.store.clock)
         if replace and id is None:
             raise InvalidArgumentError("replace needs an id: the element to replace is named by it")
         return await self.store.push(name, element, ttl=ttl, id=id, replace=replace)
@@ -340,12 +372,154 @@ class Scheduler:
             raise _not_running(method)
 
     @staticmethod
-    def _ttl(delay: Seconds | None, at: datetime | None) -> float:
+    def _ttl(delay: Seconds | None, at: datetime | None, clock: Clock) -> float:
         if delay is not None and at is not None:
             raise InvalidArgumentError("give delay or at, not both")
         if at is not None:
-            return _delay_until(at)
+            return _delay_until(at, clock)
         return 0.0 if delay is None else _validate.seconds(delay, "delay")
+
+    # -- recurring schedules ---------------------------------------------------------------------
+
+    @_needs_the_store
+    async def schedule(
+        self,
+        name: str,
+        trigger: Trigger,
+        *,
+        id: str,
+        element: Any = None,
+        misfire: Misfire = "coalesce",
+        grace: Seconds | None = None,
+    ) -> None:
+        """File (or change) the recurring schedule ``id`` of ``name``: its handler gets ``element``
+        at each occurrence of ``trigger`` (a :class:`~rehydrate.Cron` or :class:`~rehydrate.Every`).
+
+        An upsert. For an ``id`` that is already a schedule: the same trigger keeps its next run
+        time (only the element, ``misfire`` and ``grace`` change, and nothing is written if they
+        did not); another trigger is filed from now on. A paused schedule stays paused. Raises
+        ``DuplicateIdError`` if ``id`` holds one-shot work. ``name`` need not have a handler here
+        (another process may serve it).
+
+        Each occurrence runs under a lease like any delivery (once among healthy workers, at
+        least once if a worker dies); the next is filed when it ends, done or dead-lettered, in
+        the same store step, so occurrences never overlap. After downtime, ``misfire`` says what
+        the missed ones become: ``"coalesce"`` one run (for the latest), ``"all"`` each in turn
+        (the most recent 100 at most), ``"skip"`` none later than ``grace`` seconds (default 0).
+        """
+        _validate.element_id(name, "name")
+        _validate.element_id(id)
+        check_trigger(trigger)
+        grace_s = validate_misfire(misfire, grace)
+        await self._upsert(name, trigger, id, element, misfire, grace_s)
+
+    async def _upsert(
+        self, name: str, trigger: Trigger, id: str, element: Any, misfire: Misfire, grace: float | None
+    ) -> None:
+        store = self.store
+        wanted = trigger.to_dict()
+        while True:
+            existing = await store.look(name, id)
+            now = wall(store.clock)
+            if existing is None:
+                anchor = _anchor(trigger, now)
+                first = first_run(trigger, anchor, now)
+                envelope = make_envelope(
+                    trigger, element=element, next=first, anchor=anchor, misfire=misfire, grace=grace
+                )
+                try:
+                    await store.push(name, envelope, ttl=ttl_until(first, now), id=id)
+                except DuplicateIdError:
+                    continue  # filed meanwhile (another process declaring it): compare with that
+                return
+            if not is_envelope(existing):
+                raise DuplicateIdError(f"{id!r} in {name!r} holds one-shot work, not a schedule")
+            paused = bool(existing.get("paused"))
+            if existing["trigger"] == wanted:
+                envelope = {**existing, "element": element, "misfire": misfire, "grace": grace}
+                if envelope == existing:
+                    return  # nothing changed: nothing moves
+                upcoming = float(existing["next"])
+                info = await store.info(name, id)
+                if info is not None and info.claimed:
+                    # The running occurrence is fenced out by the replace: file the one after it.
+                    upcoming = next_run(existing, trigger)
+                    envelope["next"] = upcoming
+            else:
+                anchor = _anchor(trigger, now)
+                upcoming = first_run(trigger, anchor, now)
+                envelope = make_envelope(
+                    trigger,
+                    element=element,
+                    next=upcoming,
+                    anchor=anchor,
+                    misfire=misfire,
+                    grace=grace,
+                    paused=paused,
+                )
+            ttl = PAUSED_TTL if paused else ttl_until(upcoming, now)
+            await store.push(name, envelope, ttl=ttl, id=id, replace=True)
+            return
+
+    @_needs_the_store
+    async def unschedule(self, name: str, id: str) -> bool:
+        """Remove the schedule ``id`` of ``name``; ``True`` if it existed. A running occurrence
+        finishes and files nothing (one-shot work under ``id`` is left alone: use :meth:`cancel`)."""
+        _validate.element_id(name, "name")
+        _validate.element_id(id)
+        if not is_envelope(await self.store.look(name, id)):
+            return False
+        return await self.store.pull(name, id) is not None
+
+    @_needs_the_store
+    async def schedules(self, name: str) -> list[ScheduleInfo]:
+        """The schedules of ``name``, next to run first (paused ones last). Reads every element of
+        ``name``: for inspection, not a hot path."""
+        _validate.element_id(name, "name")
+        out = []
+        for id in await self.store.ids(name):
+            envelope = await self.store.look(name, id)
+            if is_envelope(envelope):
+                with contextlib.suppress(RehydrateError):
+                    out.append(ScheduleInfo._from_envelope(id, envelope))
+        return out
+
+    @_needs_the_store
+    async def pause(self, name: str, id: str) -> bool:
+        """Stop the schedule ``id`` from running until :meth:`resume`; ``False`` if unknown.
+        A running occurrence finishes and files nothing."""
+        return await self._set_paused(name, id, True)
+
+    @_needs_the_store
+    async def resume(self, name: str, id: str) -> bool:
+        """Run a paused schedule again, from its next occurrence after now (those missed while
+        paused are not run); ``False`` if unknown."""
+        return await self._set_paused(name, id, False)
+
+    async def _set_paused(self, name: str, id: str, paused: bool) -> bool:
+        _validate.element_id(name, "name")
+        _validate.element_id(id)
+        store = self.store
+        existing = await store.look(name, id)
+        if not is_envelope(existing):
+            return False
+        if bool(existing.get("paused")) == paused:
+            return True
+        if paused:
+            envelope, ttl = {**existing, "paused": True}, PAUSED_TTL
+        else:
+            trigger = trigger_from_dict(existing["trigger"])
+            now = wall(store.clock)
+            upcoming = first_run(trigger, existing.get("anchor"), now)
+            envelope, ttl = {**existing, "paused": False, "next": upcoming}, ttl_until(upcoming, now)
+        await store.push(name, envelope, ttl=ttl, id=id, replace=True)
+        return True
+
+    async def _declare(self) -> None:
+        """File the schedules declared with handlers (an upsert each: see :meth:`schedule`)."""
+        for handler in self._handlers.values():
+            if handler.schedule is not None:
+                await self._upsert(handler.name, handler.schedule, handler.name, None, "coalesce", None)
 
     # -- dead letters ----------------------------------------------------------------------------
 
@@ -442,6 +616,12 @@ class Scheduler:
         if self._running:
             raise RehydrateError("this scheduler is already running")
         await self.store.open()
+        try:
+            await self._declare()
+        except BaseException:
+            if self._owns_store:
+                await self.store.aclose()
+            raise
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg

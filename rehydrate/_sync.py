@@ -103,6 +103,11 @@ class SyncScheduler:
     cancel = _blocking(Scheduler.cancel)
     dead_letters = _blocking(Scheduler.dead_letters)
     requeue = _blocking(Scheduler.requeue)
+    schedule = _blocking(Scheduler.schedule)
+    unschedule = _blocking(Scheduler.unschedule)
+    schedules = _blocking(Scheduler.schedules)
+    pause = _blocking(Scheduler.pause)
+    resume = _blocking(Scheduler.resume)
 
     def stats(self) -> Stats:
         """:meth:`Scheduler.stats` (read in the loop thread, so it is consistent)."""

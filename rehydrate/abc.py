@@ -71,6 +71,10 @@ class Clock(Protocol):
     hands the deadline to the event loop; ``rehydrate.testing.FakeClock`` stands still until
     advanced and wakes the waits it passes. Code that waits never asks which kind it holds.
     ``rehydrate._clock.ClockBase`` derives the last three verbs from the first two.
+
+    Optionally, ``wall() -> float`` says what Unix time it is by this clock: the scheduler maps
+    wall times (``defer(at=...)``, cron, ``Every(start=...)``) onto the clock through it, so a
+    ``FakeClock(start=datetime)`` moves them too. Without it, ``time.time()`` is assumed.
     """
 
     def __call__(self) -> float:

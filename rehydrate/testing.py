@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import anyio
 
@@ -30,14 +31,32 @@ class FakeClock(ClockBase):
     >>> clock()
     1.5
 
+    ``FakeClock(start=datetime(2026, 3, 29, tzinfo=UTC))`` gives it a wall-clock origin: it reads
+    Unix time from there, so a test of a cron schedule crosses a daylight-saving change in
+    milliseconds. With a number (or nothing), its wall time is the real time plus how far it was
+    advanced.
+
     In an async test, follow ``advance`` with ``await anyio.wait_all_tasks_blocked()`` to let
     the woken tasks run before asserting.
     """
 
-    def __init__(self, start: float = 0.0) -> None:
-        if isinstance(start, bool) or not isinstance(start, (int, float)):
-            raise _validate.InvalidTypeError(f"start must be a number, not {type(start).__name__}")
-        self._now = float(start)
+    def __init__(self, start: float | datetime = 0.0) -> None:
+        if isinstance(start, datetime):
+            if start.tzinfo is None or start.utcoffset() is None:
+                raise _validate.InvalidArgumentError(
+                    "start must be an aware datetime (e.g. datetime(2026, 3, 29, tzinfo=UTC))"
+                )
+            # A wall-clock origin: the clock reads Unix time, and wall() is its own reading.
+            start = start.timestamp()
+            self._wall_origin: float | None = start
+        elif isinstance(start, bool) or not isinstance(start, (int, float)):
+            raise _validate.InvalidTypeError(
+                f"start must be a number or an aware datetime, not {type(start).__name__}"
+            )
+        else:
+            # No origin given: wall time is the real time, plus the time the fake clock advanced.
+            self._wall_origin = None
+        self._start = self._now = float(start)
         #: ``(deadline, seq, alarm)`` for every scope waiting on this clock (a heap).
         self._alarms: list[tuple[float, int, _Alarm]] = []
         self._seq = itertools.count()
@@ -48,6 +67,12 @@ class FakeClock(ClockBase):
     @property
     def now(self) -> float:
         return self._now
+
+    def wall(self) -> float:
+        """Unix time by this clock: cron, ``Every(start=...)`` and ``defer(at=...)`` read it."""
+        if self._wall_origin is not None:
+            return self._now
+        return time.time() + (self._now - self._start)
 
     def advance(self, seconds: float | int | timedelta) -> float:
         """Move the clock ``seconds`` forward, wake the waits it passes, return the new time."""

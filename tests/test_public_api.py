@@ -21,6 +21,7 @@ PUBLIC = {
     "InvalidTypeError",
     "RehydrateError",
     "Retry",
+    "ScheduleInfo",
     "Scheduler",
     "SchedulerNotRunningError",
     "Seconds",

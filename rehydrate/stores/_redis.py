@@ -99,6 +99,10 @@ class _ServerClock(RealClock):
         self._last = now
         return now
 
+    def wall(self) -> float:
+        """The server's ``TIME`` is Unix time: wall times map onto this clock one to one."""
+        return self()
+
     def __repr__(self) -> str:
         return f"<Redis server clock, offset {self._offset:.6f} s>"
 

@@ -1,0 +1,212 @@
+"""Recurring schedules on the dehydrator: a schedule is an element due at its next occurrence.
+
+The element a schedule files is an *envelope* (a small dict the store's serializer writes like any
+element): the trigger, the misfire policy, whether it is paused, the nominal time of the occurrence
+it stands for, and the user's element. Nothing about schedules lives in a store's columns, so every
+store serves them through the one contract, with one more verb: :meth:`Store.rearm`, which ends
+an occurrence's claim and files the next occurrence in the same atomic, fenced step.
+
+Times in an envelope are Unix seconds (wall time). The store's clock is mapped to wall time
+through ``rehydrate._clock.wall`` when an occurrence is filed, planned or listed, so a
+``FakeClock(start=datetime)`` moves cron schedules too.
+
+This module is the pure part (the envelope and the planning: which occurrence runs when claimed,
+which is filed next); the scheduler and its runners do the store calls.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import attrs
+
+from rehydrate._core import _validate
+from rehydrate._core._triggers import ALL_MAX, MISFIRE, Cron, Every, Misfire, Trigger, trigger_from_dict
+from rehydrate._core._validate import MAX_SECONDS, Seconds
+from rehydrate.errors import InvalidArgumentError, InvalidTypeError
+
+__all__ = [
+    "KEY",
+    "Envelope",
+    "Plan",
+    "ScheduleInfo",
+    "first_run",
+    "is_envelope",
+    "make_envelope",
+    "next_run",
+    "plan",
+    "validate_misfire",
+]
+
+#: The key that marks an element as a schedule's envelope (its value: the envelope's version).
+KEY: Final = "rehydrate.schedule"
+#: A dict of plain data (JSON-able): what a schedule's element is in the store.
+Envelope = dict[str, Any]
+
+
+@attrs.frozen(kw_only=True)
+class ScheduleInfo:
+    """One recurring schedule, as :meth:`Scheduler.schedules` lists it."""
+
+    id: str
+    trigger: Trigger
+    #: When the next occurrence is due (aware, UTC); ``None`` while paused. While an occurrence
+    #: runs (or waits for a retry), it is that occurrence's nominal time.
+    next_run: datetime | None
+    element: Any
+    paused: bool
+    misfire: Misfire = "coalesce"
+    grace: float | None = None
+
+    @classmethod
+    def _from_envelope(cls, id: str, envelope: Envelope) -> ScheduleInfo:
+        paused = bool(envelope.get("paused"))
+        return cls(
+            id=id,
+            trigger=trigger_from_dict(envelope["trigger"]),
+            next_run=None if paused else datetime.fromtimestamp(float(envelope["next"]), UTC),
+            element=envelope.get("element"),
+            paused=paused,
+            misfire=envelope.get("misfire", "coalesce"),
+            grace=envelope.get("grace"),
+        )
+
+
+def is_envelope(element: object) -> bool:
+    return type(element) is dict and element.get(KEY) == 1 and "trigger" in element and "next" in element
+
+
+def validate_misfire(misfire: object, grace: object) -> float | None:
+    """Check ``misfire`` and ``grace``; the grace in seconds (``None`` if not given)."""
+    if misfire not in MISFIRE:
+        raise InvalidArgumentError(f"misfire must be one of {', '.join(map(repr, MISFIRE))}, got {misfire!r}")
+    return None if grace is None else _validate.seconds(grace, "grace")
+
+
+def check_trigger(trigger: object) -> Trigger:
+    if not isinstance(trigger, (Cron, Every)):
+        raise InvalidTypeError(
+            f"trigger must be a rehydrate.Cron or rehydrate.Every, not {type(trigger).__name__}"
+        )
+    return trigger
+
+
+def make_envelope(
+    trigger: Trigger,
+    *,
+    element: Any,
+    next: float,
+    anchor: float | None,
+    misfire: Misfire,
+    grace: float | None,
+    paused: bool = False,
+) -> Envelope:
+    return {
+        KEY: 1,
+        "trigger": trigger.to_dict(),
+        "anchor": anchor,
+        "next": next,
+        "element": element,
+        "misfire": misfire,
+        "grace": grace,
+        "paused": paused,
+    }
+
+
+def _after(envelope: Envelope, trigger: Trigger, ts: float) -> float:
+    if isinstance(trigger, Every):
+        return trigger.after(ts, float(envelope["anchor"]))
+    return trigger.after(ts)
+
+
+def _before(envelope: Envelope, trigger: Trigger, ts: float) -> float | None:
+    if isinstance(trigger, Every):
+        return trigger.before(ts, float(envelope["anchor"]))
+    return trigger.before(ts)
+
+
+def first_run(trigger: Trigger, anchor: float | None, now: float) -> float:
+    """The first occurrence of a schedule filed at wall time ``now``: an ``Every``'s first grid
+    point at or after ``now`` (``now`` itself when it has no ``start``), a cron's first match after."""
+    if isinstance(trigger, Every):
+        assert anchor is not None
+        return trigger.at_or_after(now, anchor)
+    return trigger.after(now)
+
+
+def next_run(envelope: Envelope, trigger: Trigger) -> float:
+    """The occurrence after the one ``envelope`` stands for: filed when it ends, late or not
+    (a missed one is dealt with by :func:`plan` when it is claimed)."""
+    return _after(envelope, trigger, float(envelope["next"]))
+
+
+@attrs.frozen
+class Plan:
+    """What to do with a claimed occurrence: run it for ``nominal``, or skip to ``nominal``
+    (file that occurrence without running the handler)."""
+
+    run: bool
+    nominal: float
+
+
+def plan(envelope: Envelope, trigger: Trigger, now: float, attempt: int) -> Plan:
+    """Apply the misfire policy to an occurrence claimed at wall time ``now``.
+
+    Only a first delivery is planned: a retry, or a redelivery after a lost lease, runs the
+    occurrence it was (a plan that moved the nominal time was written back before it ran).
+
+    * ``coalesce``: when later occurrences were missed too, run once, for the latest of them.
+    * ``all``: run each missed occurrence in turn, the most recent ``ALL_MAX`` of them at most.
+    * ``skip``: an occurrence later than ``grace`` (default 0) is not run; the first occurrence
+      still within ``grace`` of ``now`` (or the next one) is filed instead.
+    """
+    nominal = float(envelope["next"])
+    if attempt > 1 or envelope.get("paused"):
+        return Plan(True, nominal)
+    misfire = envelope.get("misfire", "coalesce")
+    if misfire == "skip":
+        grace = envelope.get("grace") or 0.0
+        if now - nominal <= grace:
+            return Plan(True, nominal)
+        # The first occurrence not yet later than grace: it may be due now (within grace) or later.
+        if isinstance(trigger, Every):
+            later = trigger.at_or_after(now - grace, float(envelope["anchor"]))
+        else:
+            later = trigger.after(now - grace - 1e-3)  # cron's occurrences are whole minutes
+        return Plan(False, max(later, _after(envelope, trigger, nominal)))
+    following = _after(envelope, trigger, nominal)
+    if following > now:
+        return Plan(True, nominal)  # nothing else missed
+    latest = _before(envelope, trigger, now)
+    if latest is None:
+        return Plan(True, nominal)
+    if misfire == "coalesce":
+        return Plan(True, latest)
+    # "all": run this one unless more than ALL_MAX are missed; then start from the ALL_MAX-th last.
+    t, count = nominal, 1
+    while count <= ALL_MAX:
+        t = _after(envelope, trigger, t)
+        if t > now:
+            return Plan(True, nominal)
+        count += 1
+    back = latest
+    for _ in range(ALL_MAX - 1):
+        previous = _before(envelope, trigger, back - 1e-3)
+        if previous is None or previous <= nominal:
+            break
+        back = previous
+    return Plan(True, back)
+
+
+def ttl_until(when: float, now: float) -> float:
+    """A ttl for an occurrence at wall time ``when``: never negative, never past the maximum."""
+    return min(max(0.0, when - now), float(MAX_SECONDS))
+
+
+#: How long a paused schedule's element waits (it is never due: resume files it anew).
+PAUSED_TTL: Final = float(MAX_SECONDS)
+
+
+def grace_seconds(grace: Seconds | None) -> float | None:
+    return None if grace is None else _validate.seconds(grace, "grace")

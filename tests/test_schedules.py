@@ -1,0 +1,451 @@
+"""Recurring schedules on a memory store with a FakeClock that has a wall-clock origin.
+
+Every async test runs on asyncio and trio; time moves by ``FakeClock.advance``, never by sleeping,
+so a test crosses a daylight-saving change or a day of occurrences in milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import anyio
+import pytest
+from anyio import wait_all_tasks_blocked
+
+from rehydrate import (
+    Cron,
+    DuplicateIdError,
+    Every,
+    InvalidArgumentError,
+    InvalidTypeError,
+    Retry,
+    ScheduleInfo,
+    Scheduler,
+    SyncScheduler,
+    current_delivery,
+)
+from rehydrate.stores import MemoryStore
+from rehydrate.testing import FakeClock
+
+pytestmark = pytest.mark.anyio
+
+T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)  # a Monday, noon UTC
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(start=T0)
+
+
+@pytest.fixture
+async def store(clock: FakeClock) -> AsyncIterator[MemoryStore]:
+    async with MemoryStore(clock=clock) as store:
+        yield store
+
+
+async def advance(clock: FakeClock, seconds: float, step: float | None = None) -> None:
+    """Move time by ``seconds`` (in steps of ``step``), letting every task run at each step."""
+    left = seconds
+    while True:
+        await wait_all_tasks_blocked()
+        move = left if step is None else min(step, left)
+        clock.advance(move)
+        left -= move
+        await wait_all_tasks_blocked()
+        if left <= 1e-9:
+            return
+
+
+def _ts(when: datetime) -> float:
+    return when.timestamp()
+
+
+class Recorder:
+    """A handler that records each occurrence's nominal time and the element it was given."""
+
+    def __init__(self) -> None:
+        self.runs: list[datetime] = []
+        self.elements: list[Any] = []
+        self.attempts: list[int] = []
+
+    async def __call__(self, element: Any) -> None:
+        delivery = current_delivery()
+        assert delivery.scheduled_for is not None
+        self.runs.append(delivery.scheduled_for)
+        self.elements.append(element)
+        self.attempts.append(delivery.attempt)
+
+
+# -- the daylight-saving rule, through the scheduler ------------------------------------------------
+
+DST_DAYS = {
+    # zone: (spring-forward day, fall-back day), 2026
+    "Europe/Paris": ((2026, 3, 29), (2026, 10, 25)),
+    "America/New_York": ((2026, 3, 8), (2026, 11, 1)),
+    "Australia/Lord_Howe": ((2026, 10, 4), (2026, 4, 5)),
+}
+
+
+@pytest.mark.parametrize("tz", sorted(DST_DAYS))
+@pytest.mark.parametrize("season", ["spring", "fall"])
+async def test_daily_cron_runs_once_on_a_daylight_saving_day(tz: str, season: str) -> None:
+    zone = ZoneInfo(tz)
+    day = DST_DAYS[tz][0 if season == "spring" else 1]
+    local_midnight = datetime(*day, tzinfo=zone)
+    clock = FakeClock(start=local_midnight - timedelta(hours=6))
+    async with MemoryStore(clock=clock) as store:
+        scheduler = Scheduler(store, grace=0)
+        recorder = Recorder()
+        scheduler.handler("nightly", schedule=Cron("30 2 * * *", tz=tz))(recorder)
+        async with scheduler:
+            await advance(clock, 30 * 3600, step=300)
+            scheduler.stop()
+    local = [run.astimezone(zone) for run in recorder.runs]
+    on_the_day = [t for t in local if t.date() == local_midnight.date()]
+    assert len(on_the_day) == 1, local
+    (run,) = on_the_day
+    if season == "spring" and tz != "Australia/Lord_Howe":
+        assert (run.hour, run.minute) == (3, 0)  # 02:30 does not exist: the first instant after the gap
+    else:
+        assert (run.hour, run.minute) == (2, 30)
+    assert all(r.tzinfo is UTC for r in recorder.runs)
+
+
+@pytest.mark.parametrize("tz", ["Europe/Paris", "America/New_York"])
+@pytest.mark.parametrize("season", ["spring", "fall"])
+async def test_hourly_cron_never_skips_or_repeats_an_hour_of_real_time(tz: str, season: str) -> None:
+    zone = ZoneInfo(tz)
+    day = DST_DAYS[tz][0 if season == "spring" else 1]
+    start = datetime(*day, tzinfo=zone) - timedelta(hours=2)
+    clock = FakeClock(start=start + timedelta(minutes=1))
+    async with MemoryStore(clock=clock) as store:
+        scheduler = Scheduler(store, grace=0)
+        recorder = Recorder()
+        scheduler.handler("hourly", schedule=Cron("0 * * * *", tz=tz))(recorder)
+        async with scheduler:
+            await advance(clock, 8 * 3600, step=600)
+            scheduler.stop()
+    assert len(recorder.runs) == 8
+    gaps = {(b - a).total_seconds() for a, b in zip(recorder.runs, recorder.runs[1:], strict=False)}
+    assert gaps == {3600.0}
+    # Each ran at its nominal time (the fake clock stepped 10 minutes at a time).
+    assert recorder.runs[0] == (start + timedelta(hours=1)).astimezone(UTC)
+
+
+# -- the API ---------------------------------------------------------------------------------------
+
+
+async def test_every_runs_on_an_anchored_grid_with_scheduled_for(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    scheduler = Scheduler(store, grace=0)
+    recorder = Recorder()
+    scheduler.handler("sync")(recorder)
+    async with scheduler:
+        await scheduler.schedule("sync", Every(timedelta(minutes=30)), id="s", element={"k": 1})
+        await advance(clock, 3600 + 1, step=60)
+        scheduler.stop()
+    # Every(start=None) is anchored where it was first filed, and runs at once.
+    assert recorder.runs == [T0, T0 + timedelta(minutes=30), T0 + timedelta(minutes=60)]
+    assert recorder.elements == [{"k": 1}] * 3
+
+
+async def test_a_slow_handler_neither_overlaps_nor_drifts(store: MemoryStore, clock: FakeClock) -> None:
+    scheduler = Scheduler(store, grace=0)
+    running = 0
+    seen: list[tuple[datetime, int]] = []
+
+    @scheduler.handler("slow", lease=60)
+    async def slow(element: Any) -> None:
+        nonlocal running
+        running += 1
+        when = current_delivery().scheduled_for
+        assert when is not None
+        seen.append((when, running))
+        await clock.sleep(25)  # longer than the interval
+        running -= 1
+
+    async with scheduler:
+        await scheduler.schedule("slow", Every(10), id="s", misfire="all")
+        await advance(clock, 99, step=1)
+        scheduler.stop()
+        await advance(clock, 30, step=1)
+    assert all(concurrent == 1 for _, concurrent in seen)
+    # Each missed occurrence runs in turn ("all"), on the grid: never a time off it.
+    assert [w for w, _ in seen] == [T0 + timedelta(seconds=10 * k) for k in range(len(seen))]
+    assert len(seen) == 4  # at 0, 25, 50, 75 (each one after the other ended)
+
+
+async def test_declared_schedules_are_upserted_and_move_nothing(store: MemoryStore, clock: FakeClock) -> None:
+    def make() -> tuple[Scheduler, Recorder]:
+        scheduler = Scheduler(store, grace=0)
+        recorder = Recorder()
+        scheduler.handler("digest", schedule=Cron("0 9 * * MON-FRI", tz="Europe/Paris"))(recorder)
+        return scheduler, recorder
+
+    first, _ = make()
+    async with first:
+        (info,) = await first.schedules("digest")
+        first.stop()
+    assert info == ScheduleInfo(
+        id="digest",
+        trigger=Cron("0 9 * * MON-FRI", tz="Europe/Paris"),
+        next_run=datetime(2026, 1, 6, 8, 0, tzinfo=UTC),  # Tuesday 09:00 in Paris
+        element=None,
+        paused=False,
+    )
+    due_before = (await store.info("digest", "digest")).due  # type: ignore[union-attr]
+    await advance(clock, 3600)
+    # Ten workers restart and declare the same schedule, at once: nothing moves.
+    schedulers = [make()[0] for _ in range(10)]
+    async with anyio.create_task_group() as tg:
+        for s in schedulers:
+            tg.start_soon(s.run)
+        await wait_all_tasks_blocked()
+        after = await store.info("digest", "digest")
+        assert after is not None
+        assert after.due == due_before
+        assert await store.size("digest") == 1
+        for s in schedulers:
+            s.stop()
+    # A worker that declares another trigger moves it.
+    changed = Scheduler(store, grace=0)
+    changed.handler("digest", schedule=Cron("0 7 * * *"))(Recorder())
+    async with changed:
+        (info,) = await changed.schedules("digest")
+        changed.stop()
+    assert info.next_run == datetime(2026, 1, 6, 7, 0, tzinfo=UTC)
+
+
+async def test_schedule_replaces_the_element_and_keeps_the_next_run(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    scheduler = Scheduler(store)
+    async with scheduler:
+        # No handler for "reminders" here: another process may serve it.
+        await scheduler.schedule(
+            "reminders", Cron("0 8 * * *", tz="Europe/Paris"), id="user-1", element={"v": 1}
+        )
+        info = await store.info("reminders", "user-1")
+        await advance(clock, 60)
+        await scheduler.schedule(
+            "reminders", Cron("0 8 * * *", tz="Europe/Paris"), id="user-1", element={"v": 2}
+        )
+        again = await store.info("reminders", "user-1")
+        assert info is not None
+        assert again is not None
+        assert again.due == pytest.approx(info.due)
+        (listed,) = await scheduler.schedules("reminders")
+        assert listed.element == {"v": 2}
+        assert listed.next_run == datetime(2026, 1, 6, 7, 0, tzinfo=UTC)
+        # Another trigger: filed from now on.
+        await scheduler.schedule("reminders", Every(3600), id="user-1", element={"v": 2})
+        (listed,) = await scheduler.schedules("reminders")
+        assert listed.trigger == Every(3600)
+        assert listed.next_run == T0 + timedelta(seconds=60)
+        assert await scheduler.unschedule("reminders", "user-1") is True
+        assert await scheduler.unschedule("reminders", "user-1") is False
+        assert await scheduler.unschedule("reminders", "never") is False
+        assert await scheduler.schedules("reminders") == []
+        scheduler.stop()
+
+
+async def test_pause_and_resume(store: MemoryStore, clock: FakeClock) -> None:
+    scheduler = Scheduler(store, grace=0)
+    recorder = Recorder()
+    scheduler.handler("tick")(recorder)
+    async with scheduler:
+        await scheduler.schedule("tick", Every(10), id="t")
+        await advance(clock, 15, step=5)
+        assert len(recorder.runs) == 2
+        assert await scheduler.pause("tick", "t") is True
+        assert await scheduler.pause("tick", "t") is True  # idempotent
+        (info,) = await scheduler.schedules("tick")
+        assert (info.paused, info.next_run) == (True, None)
+        await advance(clock, 100, step=5)
+        assert len(recorder.runs) == 2
+        assert await scheduler.resume("tick", "t") is True
+        await advance(clock, 5, step=5)
+        # Resumed at the next grid point after now; those missed while paused are not run.
+        assert recorder.runs[-1] == T0 + timedelta(seconds=120)
+        assert await scheduler.pause("tick", "missing") is False
+        assert await scheduler.resume("tick", "missing") is False
+        scheduler.stop()
+
+
+@pytest.mark.parametrize(
+    ("misfire", "grace", "expected"),
+    [
+        # Stopped after the run at 20; restarted at 75: 30, 40, 50, 60, 70 were missed.
+        ("coalesce", None, [70, 80]),
+        ("all", None, [30, 40, 50, 60, 70, 80]),
+        ("skip", None, [80]),
+        ("skip", 25, [50, 60, 70, 80]),
+    ],
+)
+async def test_misfire_after_five_missed_intervals(
+    store: MemoryStore, clock: FakeClock, misfire: Any, grace: float | None, expected: list[int]
+) -> None:
+    first = Scheduler(store, grace=0)
+    before = Recorder()
+    first.handler("job")(before)
+    async with first:
+        await first.schedule("job", Every(10), id="j", misfire=misfire, grace=grace)
+        await advance(clock, 25, step=5)
+        first.stop()
+    assert before.runs == [T0 + timedelta(seconds=s) for s in (0, 10, 20)]
+    await advance(clock, 50)  # down at 25 .. 75
+    second = Scheduler(store, grace=0)
+    after = Recorder()
+    second.handler("job")(after)
+    async with second:
+        await advance(clock, 5.5, step=0.5)  # up again at 75, until 80.5
+        second.stop()
+    assert after.runs == [T0 + timedelta(seconds=s) for s in expected]
+
+
+async def test_all_runs_at_most_the_100_most_recent_missed(store: MemoryStore, clock: FakeClock) -> None:
+    scheduler = Scheduler(store, grace=0)
+    recorder = Recorder()
+    scheduler.handler("job")(recorder)
+    async with scheduler:
+        await scheduler.schedule("job", Every(1), id="j", misfire="all")
+        await advance(clock, 0)
+        scheduler.stop()
+    await advance(clock, 1000.5)
+    again = Scheduler(store, grace=0)
+    again.handler("job")(recorder)
+    async with again:
+        await advance(clock, 0)
+        again.stop()
+    later = recorder.runs[1:]
+    assert len(later) == 100
+    assert later[0] == T0 + timedelta(seconds=901)
+    assert later[-1] == T0 + timedelta(seconds=1000)
+
+
+async def test_two_schedulers_on_one_store_run_each_occurrence_once(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    recorders = [Recorder(), Recorder()]
+    schedulers = []
+    for recorder in recorders:
+        scheduler = Scheduler(store, grace=0)
+        scheduler.handler("tick", schedule=Every(0.5))(recorder)
+        schedulers.append(scheduler)
+    async with schedulers[0], schedulers[1]:
+        await advance(clock, 10, step=0.25)
+        for scheduler in schedulers:
+            scheduler.stop()
+    runs = sorted(recorders[0].runs + recorders[1].runs)
+    assert runs == [T0 + timedelta(seconds=0.5 * k) for k in range(21)]
+    # Which of the two runs an occurrence is up to the claims; none runs twice, none is missed.
+
+
+async def test_a_lost_lease_redelivers_the_occurrence_and_the_schedule_carries_on(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    recorder = Recorder()
+    scheduler = Scheduler(store, grace=0)
+    scheduler.handler("job", lease=30)(recorder)
+    async with scheduler:
+        await scheduler.schedule("job", Every(60), id="j")
+        scheduler.stop()
+    # A worker claims the first occurrence and dies (never acks, never renews).
+    await advance(clock, 0)
+    (claim,) = await store.claim("job", lease=30)
+    assert claim.element["next"] == _ts(T0)
+    await advance(clock, 30)
+    again = Scheduler(store, grace=0)
+    again.handler("job", lease=30)(recorder)
+    async with again:
+        await advance(clock, 91, step=1)
+        again.stop()
+    assert recorder.runs == [T0, T0 + timedelta(seconds=60), T0 + timedelta(seconds=120)]
+    assert recorder.attempts == [2, 1, 1]
+    # The dead worker's token can no longer file anything.
+    assert await store.rearm("job", "j", claim.element, ttl=0, token=claim.token) is False
+
+
+async def test_a_dead_lettered_occurrence_files_the_next(store: MemoryStore, clock: FakeClock) -> None:
+    scheduler = Scheduler(store, grace=0)
+    calls: list[datetime] = []
+
+    @scheduler.handler("flaky", retry=Retry(attempts=2, backoff=lambda attempt: 0.0))
+    async def flaky(element: Any) -> None:
+        when = current_delivery().scheduled_for
+        assert when is not None
+        calls.append(when)
+        if when == T0:
+            raise RuntimeError("first occurrence fails")
+
+    async with scheduler:
+        await scheduler.schedule("flaky", Every(60), id="f", element="payload")
+        await advance(clock, 61, step=1)
+        (letter,) = await scheduler.dead_letters("flaky")
+        scheduler.stop()
+    assert calls == [T0, T0, T0 + timedelta(seconds=60)]
+    assert letter.id == f"f@{T0.isoformat()}"
+    assert letter.element == "payload"
+    assert letter.attempts == 2
+
+
+async def test_one_shot_work_has_no_scheduled_for(store: MemoryStore, clock: FakeClock) -> None:
+    scheduler = Scheduler(store, grace=0)
+    seen: list[Any] = []
+
+    @scheduler.handler("once")
+    async def once(element: Any) -> None:
+        seen.append(current_delivery().scheduled_for)
+
+    async with scheduler:
+        await scheduler.defer("once", "x")
+        await advance(clock, 0)
+        scheduler.stop()
+    assert seen == [None]
+
+
+async def test_defer_at_reads_the_store_clock(store: MemoryStore, clock: FakeClock) -> None:
+    """FakeClock(start=datetime) gives wall time: defer(at=...) counts from it, not from the real now."""
+    scheduler = Scheduler(store, grace=0)
+    async with scheduler:
+        await scheduler.defer("later", "x", at=T0 + timedelta(minutes=5), id="x")
+        info = await store.info("later", "x")
+        assert info is not None
+        assert info.ttl == pytest.approx(300)
+        scheduler.stop()
+
+
+async def test_bad_input(store: MemoryStore) -> None:
+    scheduler = Scheduler(store)
+    async with scheduler:
+        with pytest.raises(InvalidArgumentError, match="misfire"):
+            await scheduler.schedule("n", Every(1), id="a", misfire="never")  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="grace"):
+            await scheduler.schedule("n", Every(1), id="a", misfire="skip", grace=-1)
+        with pytest.raises(InvalidTypeError, match="trigger"):
+            await scheduler.schedule("n", "0 * * * *", id="a")  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError):
+            await scheduler.schedule("n", Every(1), id="")
+        await scheduler.defer("n", "one-shot", id="taken", delay=60)
+        with pytest.raises(DuplicateIdError, match="one-shot"):
+            await scheduler.schedule("n", Every(1), id="taken")
+        assert await scheduler.unschedule("n", "taken") is False  # one-shot work is left alone
+        assert await store.look("n", "taken") == "one-shot"
+        scheduler.stop()
+    with pytest.raises(InvalidTypeError):
+        scheduler.handler("x", schedule="@daily")  # type: ignore[arg-type]
+
+
+def test_the_blocking_facade_schedules_too() -> None:
+    scheduler = Scheduler()
+    with SyncScheduler(scheduler) as s:
+        s.schedule("n", Cron("@daily"), id="d", element=1)
+        (info,) = s.schedules("n")
+        assert (info.id, info.element, info.paused) == ("d", 1, False)
+        assert s.pause("n", "d") is True
+        assert s.resume("n", "d") is True
+        assert s.unschedule("n", "d") is True
