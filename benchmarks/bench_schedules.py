@@ -97,7 +97,6 @@ async def run_store(url: str, args: argparse.Namespace) -> dict[str, float]:
     store = open_store(url)
     scheduler = Scheduler(store, grace=1)
     recorders = {name: Recorder(store) for name in ("sched", "once", "burst-s", "burst-o")}
-    recorders["burst-o"].target = recorders["burst-s"].target = None
     for name, recorder in recorders.items():
         scheduler.handler(name, concurrency=500, batch=200, lease=60)(recorder)
     async with store, scheduler:
