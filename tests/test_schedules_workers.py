@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,20 +50,13 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'schedules.db'}"
         return
-    from tests.redis_server import shared_server_url
+    from tests.redis_server import drop_prefix, shared_server_url
 
-    base = shared_server_url(request.config).rsplit("/", 1)[0]
-    url = f"{base}/11?prefix=sched{os.getpid()}"
-    anyio.run(_flush, f"{base}/11")
-    yield url
-    anyio.run(_flush, f"{base}/11")
-
-
-async def _flush(url: str) -> None:
-    import coredis
-
-    async with coredis.Redis.from_url(url) as client:
-        await client.flushdb()
+    # A prefix of its own on the shared server: nothing else is touched, and it is dropped after.
+    prefix = f"sched-{uuid.uuid4().hex[:8]}"
+    url = shared_server_url(request.config)
+    yield f"{url}?prefix={prefix}"
+    anyio.run(drop_prefix, url, prefix)
 
 
 def write_app(tmp_path: Path, *, lease: float, interval: float) -> tuple[Path, Path]:

@@ -175,7 +175,7 @@ def store_url(args: argparse.Namespace) -> str:
 
 #: The verbs that may create a missing database: the ones that add elements. Any other verb finds
 #: nothing in a new database, so a mistyped path is reported rather than created.
-_CREATORS: Final = frozenset({"push"})
+_CREATORS: Final = frozenset({"push", "rehydrate.cli._schedules:schedule"})
 
 
 def open_from(args: argparse.Namespace, *, create: bool | None = None) -> Store:

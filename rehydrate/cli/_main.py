@@ -433,6 +433,11 @@ def build_parser(*, store_verb: bool = False) -> argparse.ArgumentParser:
     requeue.set_defaults(light=False)
     requeue.add_argument("ids", nargs="*", metavar="ID", help="the dead letters to put back (default: all)")
     requeue.add_argument("--delay", type=duration, default=0.0, help="due after this long (default 0)")
+
+    # -- recurring schedules (their verbs live in _schedules, named module:function) --------------
+    from rehydrate.cli import _schedules
+
+    _schedules.add_commands(command, store)
     return parser
 
 
@@ -467,7 +472,7 @@ def _run_verb(args: argparse.Namespace, store: Store | None = None) -> int:
     _check_text(args)
     if getattr(args, "payload", None) is not None:
         args.payload = payload(args.payload)
-    verb: _verbs.Verb = getattr(_verbs, args.verb)
+    verb: _verbs.Verb = _resolve(args.verb) if ":" in args.verb else getattr(_verbs, args.verb)
 
     async def body() -> int:
         if store is not None:

@@ -1,0 +1,204 @@
+"""``rehydrate schedules|schedule|unschedule|pause|resume``: recurring schedules from the shell.
+
+Each is one :class:`~rehydrate.Scheduler` call on the store (no handler needed: the workers that
+serve the dehydrator run the occurrences). An unknown id exits with status 1, like ``pull``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from rehydrate._core._triggers import MISFIRE, Cron, Every, Trigger
+from rehydrate._scheduler import DEAD_SUFFIX, Scheduler
+from rehydrate._schedules import ScheduleInfo
+from rehydrate.abc import Store
+from rehydrate.cli._common import (
+    CLIError,
+    aware_datetime,
+    duration,
+    emit_json,
+    seconds_text,
+    table,
+    wants_json,
+)
+
+__all__ = ["add_commands"]
+
+
+def add_commands(command: Callable[..., Any], store: argparse.ArgumentParser) -> None:
+    """Add the schedule verbs to the ``rehydrate`` parser.
+
+    ``command(name, help, description, epilog, run, *parents)`` makes a subcommand (the main
+    parser's helper); ``store`` is the shared --store/--format parent.
+    """
+    run = "rehydrate.cli._main:_run_verb"
+    exits = (
+        "exit status:\n  0    done\n  1    {one}, or an error (one line on stderr)\n"
+        "  2    a malformed command line"
+    )
+
+    listing = command(
+        "schedules",
+        "list recurring schedules: trigger, next run, paused",
+        "List the recurring schedules of NAME (or of every dehydrator): id, trigger, next run in "
+        "local time and relative to now, and whether paused.",
+        exits.format(one="never"),
+        run,
+        store,
+    )
+    listing.add_argument("name", nargs="?", metavar="NAME", help="only this dehydrator")
+    listing.set_defaults(verb=f"{__name__}:schedules")
+
+    add = command(
+        "schedule",
+        "file or change a recurring schedule (--cron EXPR [--tz ZONE] or --every DURATION)",
+        "File the recurring schedule ID of NAME, or change it (same trigger: its next run is kept). "
+        "The workers serving NAME run PAYLOAD at each occurrence, once among them.",
+        exits.format(one="a bad expression, zone or duration"),
+        run,
+        store,
+    )
+    add.add_argument("name", metavar="NAME", help="the dehydrator whose handler runs it")
+    add.add_argument("id", metavar="ID", help="the schedule's id")
+    add.add_argument(
+        "payload", nargs="?", default=None, metavar="PAYLOAD", help="JSON element ('-' reads stdin)"
+    )
+    trigger = add.add_mutually_exclusive_group(required=True)
+    trigger.add_argument("--cron", metavar="EXPR", help="5 fields, e.g. '0 9 * * MON-FRI', or @daily...")
+    trigger.add_argument("--every", type=duration, metavar="DURATION", help="e.g. 30s, 15m, 1h")
+    add.add_argument("--tz", metavar="ZONE", help="the cron's time zone, e.g. Europe/Paris (default UTC)")
+    add.add_argument("--start", type=aware_datetime, help="with --every: the grid's anchor (ISO 8601)")
+    add.add_argument(
+        "--misfire", choices=MISFIRE, default="coalesce", help="after downtime (default coalesce)"
+    )
+    add.add_argument("--grace", type=duration, help="with --misfire skip: run those at most this late")
+    add.set_defaults(verb=f"{__name__}:schedule")
+    _intermixed(add)
+
+    for verb, help, what in [
+        ("unschedule", "remove a recurring schedule", "Remove the schedule ID of NAME."),
+        ("pause", "pause a recurring schedule", "Pause the schedule ID of NAME until resumed."),
+        (
+            "resume",
+            "resume a paused schedule from its next occurrence",
+            "Resume the schedule ID of NAME from its next occurrence (none missed while paused runs).",
+        ),
+    ]:
+        sub = command(verb, help, what, exits.format(one="no such schedule"), run, store)
+        sub.add_argument("name", metavar="NAME")
+        sub.add_argument("id", metavar="ID")
+        sub.set_defaults(verb=f"{__name__}:{verb}")
+
+
+def _intermixed(parser: argparse.ArgumentParser) -> None:
+    """Let PAYLOAD come after the options (``schedule NAME ID --every 5m '{"a": 1}'``).
+
+    argparse fills an optional positional from the first run of positionals (``NAME ID``) and
+    then refuses a later one; its intermixed parsing takes them wherever they are.
+    """
+    plain = parser.parse_known_args
+    busy = False
+
+    def parse_known_args(args: Any = None, namespace: Any = None) -> Any:
+        nonlocal busy
+        if busy:  # parse_known_intermixed_args calls parse_known_args itself
+            return plain(args, namespace)
+        busy = True
+        try:
+            return parser.parse_known_intermixed_args(args, namespace)
+        finally:
+            busy = False
+
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+
+
+def _trigger(args: argparse.Namespace) -> Trigger:
+    if args.cron is not None:
+        if args.start is not None:
+            raise CLIError("--start goes with --every (a cron expression is its own calendar)")
+        return Cron(args.cron, tz=args.tz or "UTC")
+    if args.tz is not None:
+        raise CLIError("--tz goes with --cron (--every counts seconds, not local time)")
+    if args.every <= 0:
+        raise CLIError("--every needs a positive duration")
+    return Every(args.every, start=args.start)
+
+
+async def schedule(args: argparse.Namespace, store: Store) -> int:
+    trigger = _trigger(args)
+    scheduler = Scheduler(store)
+    await scheduler.schedule(
+        args.name, trigger, id=args.id, element=args.payload, misfire=args.misfire, grace=args.grace
+    )
+    info = next((s for s in await scheduler.schedules(args.name) if s.id == args.id), None)
+    if wants_json(args):
+        emit_json(_row(args.name, info) if info is not None else {"name": args.name, "id": args.id})
+    elif info is not None:
+        print(f"scheduled {args.id} in {args.name}: {info.trigger}, next run {_when(info)}")
+    return 0
+
+
+async def unschedule(args: argparse.Namespace, store: Store) -> int:
+    return _done(args, await Scheduler(store).unschedule(args.name, args.id), "removed")
+
+
+async def pause(args: argparse.Namespace, store: Store) -> int:
+    return _done(args, await Scheduler(store).pause(args.name, args.id), "paused")
+
+
+async def resume(args: argparse.Namespace, store: Store) -> int:
+    return _done(args, await Scheduler(store).resume(args.name, args.id), "resumed")
+
+
+def _done(args: argparse.Namespace, found: bool, what: str) -> int:
+    if wants_json(args):
+        emit_json({"name": args.name, "id": args.id, what: found})
+    elif found:
+        print(f"{what} schedule {args.id} in {args.name}")
+    else:
+        print(f"rehydrate: no schedule {args.id!r} in {args.name!r}", file=sys.stderr)
+    return 0 if found else 1
+
+
+def _when(info: ScheduleInfo) -> str:
+    if info.next_run is None:
+        return "-"
+    local = info.next_run.astimezone()
+    left = info.next_run.timestamp() - time.time()
+    relative = f"in {seconds_text(left)}" if left > 0 else f"{seconds_text(-left)} ago"
+    return f"{local:%Y-%m-%d %H:%M:%S %Z} ({relative})"
+
+
+def _row(name: str, info: ScheduleInfo) -> dict[str, Any]:
+    return {
+        "name": name,
+        "id": info.id,
+        "trigger": info.trigger.to_dict(),
+        "next_run": None if info.next_run is None else info.next_run.isoformat(),
+        "paused": info.paused,
+        "misfire": info.misfire,
+        "element": info.element,
+    }
+
+
+async def schedules(args: argparse.Namespace, store: Store) -> int:
+    scheduler = Scheduler(store)
+    names = [args.name] if args.name else [n for n in await store.names() if not n.endswith(DEAD_SUFFIX)]
+    found = [(name, info) for name in names for info in await scheduler.schedules(name)]
+    if wants_json(args):
+        emit_json([_row(name, info) for name, info in found])
+        return 0
+    if not found:
+        print("no schedules" + (f" in {args.name}" if args.name else ""))
+        return 0
+    rows = [
+        [name, info.id, str(info.trigger), _when(info), "yes" if info.paused else "no"]
+        for name, info in found
+    ]
+    print(table(["NAME", "ID", "TRIGGER", f"NEXT RUN ({datetime.now().astimezone():%Z})", "PAUSED"], rows))
+    return 0

@@ -1,0 +1,97 @@
+"""``rehydrate schedules|schedule|unschedule|pause|resume`` against a SQLite file, in this process."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from rehydrate.cli._main import run
+
+
+@pytest.fixture(autouse=True)
+def _reset_logging() -> Iterator[None]:
+    yield
+    structlog.reset_defaults()
+
+
+@pytest.fixture
+def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Any:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+
+    def call(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = run(["--store", url, *argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return call
+
+
+def test_schedule_list_pause_resume_unschedule(cli: Any) -> None:
+    code, out, err = cli(
+        "schedule",
+        "digest",
+        "d1",
+        "--cron",
+        "0 9 * * MON-FRI",
+        "--tz",
+        "Europe/Paris",
+        '{"team": 7}',
+        "--format",
+        "json",
+    )
+    assert code == 0, err
+    row = json.loads(out)
+    assert row["trigger"] == {"cron": "0 9 * * MON-FRI", "tz": "Europe/Paris"}
+    assert row["element"] == {"team": 7}
+    assert cli("schedule", "sync", "s", "--every", "30m", "--format", "json")[0] == 0
+    code, out, _ = cli("schedules", "--format", "json")
+    rows = json.loads(out)
+    assert [(r["name"], r["id"], r["paused"]) for r in rows] == [
+        ("digest", "d1", False),
+        ("sync", "s", False),
+    ]
+    assert rows[1]["trigger"] == {"every": 1800.0, "start": None}
+    code, out, _ = cli("schedules", "digest", "--format", "text")
+    assert "0 9 * * MON-FRI (Europe/Paris)" in out
+    assert "PAUSED" in out
+    assert cli("pause", "sync", "s")[0] == 0
+    code, out, _ = cli("schedules", "sync", "--format", "json")
+    assert json.loads(out)[0]["paused"] is True
+    assert json.loads(out)[0]["next_run"] is None
+    assert cli("resume", "sync", "s")[0] == 0
+    assert cli("unschedule", "sync", "s")[0] == 0
+    code, _, err = cli("unschedule", "sync", "s", "--format", "text")
+    assert code == 1
+    assert "no schedule 's' in 'sync'" in err
+    assert cli("pause", "sync", "nope")[0] == 1
+    assert cli("resume", "sync", "nope")[0] == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "message"),
+    [
+        (["--every", "5s", "--tz", "Europe/Paris"], 1, "--tz goes with --cron"),
+        (["--cron", "61 * * * *"], 1, "bad minute field '61'"),
+        (["--cron", "* * * * *", "--tz", "Mars/Olympus"], 1, "unknown time zone"),
+        (["--every", "0s"], 1, "positive"),
+        (["--cron", "@daily", "--every", "5s"], 2, "not allowed with"),
+        ([], 2, "one of the arguments --cron --every is required"),
+        (["--every", "5s", "--misfire", "sometimes"], 2, "invalid choice"),
+    ],
+)
+def test_bad_schedules_are_refused_in_one_line(cli: Any, argv: list[str], code: int, message: str) -> None:
+    if code == 2:
+        with pytest.raises(SystemExit) as exit:
+            cli("schedule", "n", "i", *argv)
+        assert exit.value.code == 2
+        return
+    got, _, err = cli("schedule", "n", "i", *argv)
+    assert got == code
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
