@@ -267,6 +267,67 @@ class _Acker:
                         )
 
 
+class _Rearmer:
+    """Files the next occurrences of schedules in batches: one fenced ``rearm`` for many.
+
+    Like the acker, and for the same reason: an occurrence that ends is acked and its next one
+    filed in one store call, and one call serves every occurrence that ended meanwhile. The ttl
+    of each is measured when the batch is sent, from its nominal time on the store's clock.
+    """
+
+    def __init__(self, store: Store, name: str, counters: Counters) -> None:
+        self._store = store
+        self._name = name
+        self._counters = counters
+        #: ``(id, token, envelope, nominal time, whether it ends a run)``.
+        self._pending: list[tuple[str, int, Envelope, float, bool]] = []
+        self._wake = anyio.Event()
+
+    def add(self, id: str, token: int, envelope: Envelope, nominal: float, *, finished: bool) -> None:
+        self._pending.append((id, token, envelope, nominal, finished))
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            await self.flush()
+
+    async def flush(self) -> None:
+        store, name, counters = self._store, self._name, self._counters
+        while self._pending:
+            batch, self._pending = self._pending[:1000], self._pending[1000:]
+            results: list[bool] | None = None
+            try:
+                # Shielded: the next occurrences are filed even while shutting down.
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_ACK_TIMEOUT):
+                    now = wall(store.clock)
+                    items = [(id, token, env, ttl_until(at, now)) for id, token, env, at, _ in batch]
+                    results = await store.rearm(name, items)
+            except RehydrateError as exc:
+                logger.error(
+                    "could not file schedules' next occurrences; their leases will bring these back",
+                    dehydrator=name,
+                    count=len(batch),
+                    exc_info=exc,
+                )
+                continue
+            if results is None:
+                logger.error("filing schedules' next occurrences timed out", dehydrator=name)
+                continue
+            for (id, _, _, _, finished), ok in zip(batch, results, strict=True):
+                if ok:
+                    counters.acked += finished
+                    continue
+                counters.lost += 1
+                logger.info(
+                    "schedule changed while an occurrence ran (replaced, paused, removed or claimed "
+                    "again after its lease ran out): this occurrence files no next one",
+                    dehydrator=name,
+                    id=id,
+                )
+
+
 class _Workers:
     """Long-lived tasks that run a handler, started as needed up to its concurrency.
 
@@ -329,6 +390,7 @@ class Runner:
         self._give_up_at: float | None = None
         self._keeper = _LeaseKeeper(store, handler)
         self._acker = _Acker(store, handler.name, counters)
+        self._rearmer = _Rearmer(store, handler.name, counters)
         self._workers = _Workers(handler.concurrency, self._deliver)
 
     def stop(self) -> None:
@@ -341,6 +403,7 @@ class Runner:
             async with anyio.create_task_group() as work:
                 work.start_soon(keeper.run)
                 work.start_soon(acker.run)
+                work.start_soon(self._rearmer.run)
                 try:
                     async with anyio.create_task_group() as handlers:
                         workers.group = handlers
@@ -368,6 +431,7 @@ class Runner:
             # and hand back anything claimed that no worker started.
             with anyio.CancelScope(shield=True):
                 await acker.flush()
+                await self._rearmer.flush()
                 for claim in workers.drain():
                     self._done()
                     await release(store, self.handler.name, claim.id, claim.token)
@@ -464,7 +528,7 @@ class Runner:
             if occurrence is None:
                 self._acker.add(claim.id, claim.token)
             else:
-                await self._file_next(claim, occurrence)
+                self._file_next(claim, occurrence)
         finally:
             delivery_var.reset(context_token)
             self._keeper.discard(claim.id, claim.token)
@@ -489,7 +553,8 @@ class Runner:
             )
             return _Occurrence(None, envelope, float(envelope.get("next") or 0.0))
         if envelope.get("paused"):
-            await self._rearm(claim, envelope, PAUSED_TTL)
+            # Paused: filed again for the longest ttl (the nominal time is never reached).
+            self._rearmer.add(claim.id, claim.token, envelope, wall(store.clock) + PAUSED_TTL, finished=False)
             return None
         now = wall(store.clock)
         decided = plan(envelope, trigger, now, claim.attempt)
@@ -503,7 +568,7 @@ class Runner:
                 skipped=claim.element["next"],
                 next=decided.nominal,
             )
-            await self._rearm(claim, envelope, ttl_until(decided.nominal, now))
+            self._rearmer.add(claim.id, claim.token, envelope, decided.nominal, finished=False)
             return None
         if envelope is not claim.element:
             # Written back before it runs, so a retry runs this same occurrence.
@@ -518,43 +583,14 @@ class Runner:
                 )
         return _Occurrence(trigger, envelope, decided.nominal)
 
-    async def _file_next(self, claim: Claim, occurrence: _Occurrence) -> None:
+    def _file_next(self, claim: Claim, occurrence: _Occurrence) -> None:
         """The occurrence is over (done, or dead-lettered): file the next one in its place."""
         if occurrence.trigger is None:
             self._acker.add(claim.id, claim.token)
             return
         upcoming = next_run(occurrence.envelope, occurrence.trigger)
         envelope = {**occurrence.envelope, "next": upcoming}
-        if await self._rearm(claim, envelope, ttl_until(upcoming, wall(self._store.clock))):
-            self._counters.acked += 1
-
-    async def _rearm(self, claim: Claim, envelope: Envelope, ttl: float) -> bool:
-        name = self.handler.name
-        ok: bool | None = None
-        try:
-            # Shielded: the next occurrence is filed even while shutting down.
-            with anyio.CancelScope(shield=True), anyio.move_on_after(_ACK_TIMEOUT):
-                ok = await self._store.rearm(name, claim.id, envelope, ttl=ttl, token=claim.token)
-        except RehydrateError as exc:
-            logger.error(
-                "could not file a schedule's next occurrence; its lease will bring this one back",
-                dehydrator=name,
-                id=claim.id,
-                exc_info=exc,
-            )
-            return False
-        if ok is None:
-            logger.error("filing a schedule's next occurrence timed out", dehydrator=name, id=claim.id)
-            return False
-        if not ok:
-            self._counters.lost += 1
-            logger.info(
-                "schedule changed while an occurrence ran (replaced, paused, removed or claimed again "
-                "after its lease ran out): this occurrence files no next one",
-                dehydrator=name,
-                id=claim.id,
-            )
-        return ok
+        self._rearmer.add(claim.id, claim.token, envelope, upcoming, finished=True)
 
     async def _in_thread(self, claim: Claim, element: Any) -> None:
         """Run a plain ``def`` handler in a worker thread, and wait for it even while shutting down.
@@ -629,7 +665,7 @@ class Runner:
         if occurrence is None:
             await self._store.ack(name, [(claim.id, claim.token)])
         else:
-            await self._file_next(claim, occurrence)
+            self._file_next(claim, occurrence)
 
 
 async def feed_channel(

@@ -272,18 +272,20 @@ class Store(ABC):
         or ``token``.
         """
 
-    async def rearm(self, name: str, id: str, element: Any, *, ttl: Seconds, token: int) -> bool:
-        """End the claim ``token`` on ``id`` and, in the same atomic step, file ``element`` under
-        that id anew, due at ``now + ttl``, unclaimed, with its attempt back at 0.
+    async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
+        """Fenced batch rearm: for each ``(id, token, element, ttl)``, end the claim ``token`` on
+        ``id`` and, in the same atomic step, file ``element`` under that id anew, due at
+        ``now + ttl``, unclaimed, with its attempt back at 0. Returns, per item, whether it did.
 
         It is how a recurring schedule files its next occurrence as the current one ends (see
         ``rehydrate.Cron``): nobody can claim the id between the two, so occurrences never
         overlap, and a worker that dies before calling it leaves the current occurrence to its
-        lease (at least once). Fenced like :meth:`ack`: ``False`` (nothing done) if the element is
-        gone, not claimed, or no longer under that claim (the lease ran out and someone claimed it
-        again, or it was replaced or pulled); a stale worker never files a second next occurrence.
-        The element is filed as if pushed now (due order among elements due at the same instant
-        is filing order). Every store of this package implements it; a store that does not raises
+        lease (at least once). Fenced like :meth:`ack`: ``False`` (nothing done for that item) if
+        the element is gone, not claimed, or no longer under that claim (the lease ran out and
+        someone claimed it again, or it was replaced or pulled), so a stale worker never files a
+        second next occurrence. Each item is filed as if pushed now, in the order given. One round
+        trip per batch; each item is atomic (a store may split a large batch into atomic parts).
+        Every store of this package implements it; a store that does not raises
         ``NotImplementedError`` and cannot serve recurring schedules.
         """
         raise NotImplementedError(f"{type(self).__name__} does not implement rearm (recurring schedules)")

@@ -367,7 +367,7 @@ async def test_a_lost_lease_redelivers_the_occurrence_and_the_schedule_carries_o
     assert recorder.runs == [T0, T0 + timedelta(seconds=60), T0 + timedelta(seconds=120)]
     assert recorder.attempts == [2, 1, 1]
     # The dead worker's token can no longer file anything.
-    assert await store.rearm("job", "j", claim.element, ttl=0, token=claim.token) is False
+    assert await store.rearm("job", [("j", claim.token, claim.element, 0)]) == [False]
 
 
 async def test_a_dead_lettered_occurrence_files_the_next(store: MemoryStore, clock: FakeClock) -> None:

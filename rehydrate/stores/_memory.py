@@ -192,13 +192,19 @@ class MemoryStore(StoreBase):
         self._notify_if_sooner(name, d, before)
         return result
 
-    async def rearm(self, name: str, id: str, element: Any, *, ttl: Seconds, token: int) -> bool:
+    async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
         await anyio.lowlevel.checkpoint()
+        batch = list(items)
+        for id, token, _, ttl in batch:
+            _validate.element_id(id)
+            _validate.seconds(ttl, "ttl")
+            if _validate.token(token) is None:
+                raise InvalidArgumentError("rearm needs each claim's token")
         d = self._get(name)
         before = d.next_due()
-        result = d.rearm(id, element, ttl=ttl, token=token)
+        done = [d.rearm(id, element, ttl=ttl, token=token) for id, token, element, ttl in batch]
         self._notify_if_sooner(name, d, before)
-        return result
+        return done
 
     async def extend(self, name: str, id: str, *, lease: Seconds, token: int) -> float | None:
         await anyio.lowlevel.checkpoint()

@@ -705,17 +705,30 @@ class RedisStore(StoreBase):
         reply = await self._eval("move", name, ["reschedule", id, micros, fence, _fence_text(token)])
         return reply is not None
 
-    async def rearm(self, name: str, id: str, element: Any, *, ttl: Seconds, token: int) -> bool:
-        """See :meth:`Store.rearm`: one script. A retry after a lost reply finds the claim ended
-        and answers ``False`` although the first attempt filed the element."""
+    async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
+        """See :meth:`Store.rearm`: ``batch_size`` items per script, each script atomic. A retry
+        after a lost reply finds those claims ended and answers ``False`` for them, although the
+        first attempt filed them."""
         self._keys(name)
-        micros = _micros(ttl, "ttl")
-        _validate.element_id(id)
-        if _validate.token(token) is None:
-            raise InvalidArgumentError("rearm needs the claim's token")
-        payload = self._dumps(element)
-        reply = await self._eval("rearm", name, [id, micros, _fence_text(token), payload])
-        return reply is not None
+        flat_items: list[tuple[str, int, str, bytes]] = []
+        for id, token, element, ttl in items:
+            _validate.element_id(id)
+            micros = _micros(ttl, "ttl")
+            if _validate.token(token) is None:
+                raise InvalidArgumentError("rearm needs each claim's token")
+            flat_items.append((id, micros, _fence_text(token), self._dumps(element)))
+        if not flat_items:
+            self._backend.check_open()
+            await anyio.lowlevel.checkpoint()
+            return []
+        out: list[bool] = []
+        for start in range(0, len(flat_items), self._batch):
+            flat: _Args = []
+            for item in flat_items[start : start + self._batch]:
+                flat += item
+            reply = await self._eval("rearm", name, flat)
+            out.extend(bool(int(r)) for r in reply)
+        return out
 
     async def extend(self, name: str, id: str, *, lease: Seconds, token: int) -> float | None:
         self._keys(name)

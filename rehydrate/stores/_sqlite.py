@@ -671,23 +671,38 @@ class SQLiteStore(StoreBase):
         self._notify(name, counter)
         return done
 
-    async def rearm(self, name: str, id: str, element: Any, *, ttl: Seconds, token: int) -> bool:
+    async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
         _validate.element_id(name, "name")
-        seconds = _validate.seconds(ttl, "ttl")
-        _validate.element_id(id)
-        if _validate.token(token) is None:
-            raise InvalidArgumentError("rearm needs the claim's token")
-        payload = self._dumps(element)
         codec = self._serializer.name
+        batch: list[tuple[str, int, bytes, float]] = []
+        for id, token, element, ttl in items:
+            _validate.element_id(id)
+            seconds = _validate.seconds(ttl, "ttl")
+            if _validate.token(token) is None:
+                raise InvalidArgumentError("rearm needs each claim's token")
+            batch.append((id, token, self._dumps(element), seconds))
+        if not batch:
+            if self._conn is None:
+                raise self._not_open()
+            await anyio.lowlevel.checkpoint()
+            return []
 
-        def body(conn: sqlite3.Connection) -> tuple[bool, int | None]:
-            row = conn.execute(sql.ROW, (name, id)).fetchone()
-            if row is None or row[4] != token or not row[5]:
-                return False, None
-            due = self._now() + seconds
+        def body(conn: sqlite3.Connection) -> tuple[list[bool], int | None]:
             head = sql.head(conn, name)
-            conn.execute(sql.REARM, (payload, codec, due, sql.next_seq(conn, 1), seconds, row[0]))
-            return True, (sql.bump(conn, name) if head is None or due < head else None)
+            now = self._now()
+            done: list[bool] = []
+            soonest: float | None = None
+            for id, token, payload, seconds in batch:
+                row = conn.execute(sql.ROW, (name, id)).fetchone()
+                if row is None or row[4] != token or not row[5]:
+                    done.append(False)
+                    continue
+                due = now + seconds
+                conn.execute(sql.REARM, (payload, codec, due, sql.next_seq(conn, 1), seconds, row[0]))
+                soonest = due if soonest is None else min(soonest, due)
+                done.append(True)
+            sooner = soonest is not None and (head is None or soonest < head)
+            return done, (sql.bump(conn, name) if sooner else None)
 
         done, counter = await self._write(body)
         self._notify(name, counter)

@@ -285,7 +285,7 @@ class TestLeases:
         await s.push(N, "later", ttl=100, id="other")
         (c,) = await s.claim(N, lease=10)
         assert c.attempt == 1
-        assert await s.rearm(N, "sched", {"n": 2}, ttl=5, token=c.token) is True
+        assert await s.rearm(N, [("sched", c.token, {"n": 2}, 5)]) == [True]
         info = await s.info(N, "sched")
         assert info is not None
         assert (info.attempt, info.claimed) == (0, False)
@@ -293,7 +293,7 @@ class TestLeases:
         assert await s.look(N, "sched") == {"n": 2}
         assert await s.summary(N) == Summary(size=2, due=0, claimed=0, ttn=pytest.approx(5, abs=0.01))
         # The old claim is over: every fenced call with its token does nothing now.
-        assert await s.rearm(N, "sched", {"n": 3}, ttl=0, token=c.token) is False
+        assert await s.rearm(N, [("sched", c.token, {"n": 3}, 0)]) == [False]
         assert await s.ack(N, [("sched", c.token)]) == [False]
         assert await s.extend(N, "sched", lease=10, token=c.token) is None
         assert await s.look(N, "sched") == {"n": 2}
@@ -304,39 +304,61 @@ class TestLeases:
         assert again.token != c.token
         assert await s.ack(N, [("sched", again.token)]) == [True]
 
+    async def test_rearm_in_batches(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push_many(N, [(i, 0, f"e{i}") for i in range(30)])
+        claims = await s.claim(N, lease=60)
+        assert len(claims) == 30
+        items = [(c.id, c.token, c.element + 100, c.element % 3) for c in claims]
+        items.insert(5, ("missing", claims[0].token, "x", 0))
+        done = await s.rearm(N, items)
+        assert done == [True] * 5 + [False] + [True] * 25
+        assert await s.summary(N) == Summary(size=30, due=10, claimed=0, ttn=0.0)
+        assert sorted(await s.poll(N)) == [100 + i for i in range(0, 30, 3)]
+        assert await s.rearm(N, []) == []
+        harness.advance(2)
+        assert sorted(await s.poll(N)) == sorted(100 + i for i in range(30) if i % 3)
+
     async def test_rearm_is_fenced(self, harness: Harness) -> None:
         s = harness.store
         await s.push(N, "e", ttl=0, id="j")
         # Not claimed: nothing to end.
-        assert await s.rearm(N, "j", "x", ttl=0, token=1) is False
-        assert await s.rearm(N, "missing", "x", ttl=0, token=1) is False
-        assert await s.rearm("never-used", "j", "x", ttl=0, token=1) is False
+        assert await s.rearm(N, [("j", 1, "x", 0)]) == [False]
+        assert await s.rearm(N, [("missing", 1, "x", 0)]) == [False]
+        assert await s.rearm("never-used", [("j", 1, "x", 0)]) == [False]
         (old,) = await s.claim(N, lease=5)
         harness.advance(5)
         (new,) = await s.claim(N, lease=5)
         # The lease ran out and another worker claimed it: the stale worker files nothing.
-        assert await s.rearm(N, "j", "stale", ttl=0, token=old.token) is False
+        assert await s.rearm(N, [("j", old.token, "stale", 0)]) == [False]
         assert await s.look(N, "j") == "e"
         info = await s.info(N, "j")
         assert info is not None
         assert (info.attempt, info.claimed) == (2, True)
+        # The same claim twice in one batch: only the first files.
+        assert await s.rearm(N, [("j", new.token, "one", 50), ("j", new.token, "two", 0)]) == [True, False]
+        assert await s.look(N, "j") == "one"
         # Replaced while claimed: a new element, which the old claim cannot rearm.
+        harness.advance(50)
+        (latest,) = await s.claim(N, lease=5)
         await s.push(N, "replacement", ttl=50, id="j", replace=True)
-        assert await s.rearm(N, "j", "stale", ttl=0, token=new.token) is False
+        assert await s.rearm(N, [("j", latest.token, "stale", 0)]) == [False]
         assert await s.look(N, "j") == "replacement"
         with pytest.raises(InvalidArgumentError):
-            await s.rearm(N, "j", "x", ttl=-1, token=new.token)
+            await s.rearm(N, [("j", latest.token, "x", -1)])
         with pytest.raises(InvalidArgumentError):
-            await s.rearm(N, "", "x", ttl=0, token=new.token)
+            await s.rearm(N, [("", latest.token, "x", 0)])
         with pytest.raises(InvalidArgumentError):
-            await s.rearm(N, "j", "x", ttl=MAX_SECONDS + 1, token=new.token)
+            await s.rearm(N, [("j", latest.token, "x", MAX_SECONDS + 1)])
+        with pytest.raises(InvalidArgumentError):
+            await s.rearm("", [("j", latest.token, "x", 0)])
 
     async def test_rearm_wakes_a_subscriber_when_sooner(self, harness: Harness) -> None:
         s = harness.store
         await s.push(N, "e", ttl=0, id="j")
         (c,) = await s.claim(N, lease=60)
         async with s.subscribe(N) as subscription:
-            assert await s.rearm(N, "j", "e", ttl=0, token=c.token) is True
+            assert await s.rearm(N, [("j", c.token, "e", 0)]) == [True]
             assert await subscription.wait(5) is True
 
     async def test_concurrent_claims_never_share(self, harness: Harness) -> None:

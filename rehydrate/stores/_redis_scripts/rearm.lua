@@ -1,18 +1,29 @@
--- REARM: ARGV[5] id, ARGV[6] ttl (µs), ARGV[7] token (attempt10 .. claim16), ARGV[8] payload.
--- End the claim and file the element anew with this payload at now + ttl, unclaimed, attempt 0
--- (a recurring schedule's next occurrence, filed as the current one ends). Only if the element is
--- claimed under that very token. Returns the new due time, or nil when nothing was done.
+-- REARM: per item from ARGV[5], four values: id, ttl (µs), token (attempt10 .. claim16), payload.
+-- For each: end the claim and file the element anew with that payload at now + ttl, unclaimed,
+-- attempt 0 (a recurring schedule's next occurrence, filed as the current one ends), only if the
+-- element is claimed under that very token. Returns a 1 or a 0 per item.
 load_state(true)
-local id, ttl, token = ARGV[5], ARGV[6], ARGV[7]
-local v = redis.call('HGET', E, id)
-if not v or not claimed(v) or token_of(v) ~= token then
-  return false
-end
+local n = (#ARGV - 4) / 4
 local before = earliest()
-local due = clock() + tonumber(ttl)
-CLAIMED = -1
-redis.call('ZREM', Z, member(id, v))
-file(1, {id}, {int16(due)}, {'t' .. int16(ttl) .. UNCLAIMED}, {ARGV[8]})
-wake_if_sooner(before, due)
+local now = clock()
+local out, soonest = {}, nil
+for i = 1, n do
+  local at = 1 + 4 * i
+  local id, ttl, token = ARGV[at], ARGV[at + 1], ARGV[at + 2]
+  local v = redis.call('HGET', E, id)
+  if v and claimed(v) and token_of(v) == token then
+    local due = now + tonumber(ttl)
+    CLAIMED = CLAIMED - 1
+    redis.call('ZREM', Z, member(id, v))
+    file(1, {id}, {int16(due)}, {'t' .. int16(ttl) .. UNCLAIMED}, {ARGV[at + 3]})
+    if soonest == nil or due < soonest then
+      soonest = due
+    end
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+wake_if_sooner(before, soonest)
 finish()
-return due
+return out
