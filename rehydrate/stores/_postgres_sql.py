@@ -262,6 +262,34 @@ _TEMPLATES: Final = {
         ),
         {_counter("upd", "0", "-count(*) FILTER (WHERE claimed AND NOT %(extend)s)")}
         SELECT due, {_NOTIFY.format(due="(SELECT min(due) FROM upd)")} FROM upd""",
+    # rearm (a schedule's next occurrence): each (id, token) still claimed under that token is
+    # filed anew as a new element (attempt 0, unclaimed) with its payload, in the order given; an
+    # id given twice is rearmed by its first item only.
+    "rearm": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
+        found AS MATERIALIZED (
+            SELECT f.*, nextval('{{seq_name}}') AS n FROM (
+                SELECT DISTINCT ON (a.id) a.id, a.payload, a.ttl, a.ord, x.tid
+                FROM unnest(%(ids)s::text[], %(tokens)s::bigint[], %(payloads)s::bytea[], %(ttls)s::bigint[])
+                    WITH ORDINALITY AS a(id, token, payload, ttl, ord)
+                CROSS JOIN LATERAL (
+                    SELECT e.ctid AS tid FROM {{table}} e
+                    WHERE e.name = %(name)s AND e.id = a.id AND e.attempt = a.token AND e.claimed
+                    FOR UPDATE
+                ) x
+                ORDER BY a.id, a.ord
+            ) f ORDER BY f.ord
+        ),
+        {_HEAD},
+        upd AS (
+            UPDATE {{table}} e
+            SET due = t.now + f.ttl, seq = f.n, ttl = f.ttl / 1e6, attempt = 0, claimed = false,
+                serializer = %(codec)s, payload = f.payload
+            FROM found f, t
+            WHERE e.ctid = f.tid AND e.name = %(name)s AND e.claimed
+            RETURNING f.ord, e.due
+        ),
+        {_counter("upd", "0", "-count(*)")}
+        SELECT ord, {_NOTIFY.format(due="(SELECT min(due) FROM upd)")} FROM upd""",
     "info": "SELECT due, ttl, attempt, claimed FROM {table} WHERE name = %(name)s AND id = %(id)s",
     # The distinct names by skipping from one to the next in the primary key: O(names * log n).
     "names_query": """WITH RECURSIVE walk(name) AS (
@@ -338,6 +366,7 @@ class Statements:
     claim: str
     ack: str
     refile: str
+    rearm: str
     info: str
     names_query: str
     size: str
