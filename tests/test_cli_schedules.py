@@ -95,3 +95,25 @@ def test_bad_schedules_are_refused_in_one_line(cli: Any, argv: list[str], code: 
     assert got == code
     assert message in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_the_demo_shows_a_schedule_firing() -> None:
+    import re
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-m", "rehydrate", "demo", "--elements", "40", "--seconds", "1"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    found = re.search(
+        r"'heartbeat' Every\(0\.25s\) ran (\d+) occurrences, each once, on its grid: (.*)", done.stdout
+    )
+    assert found is not None, done.stdout
+    assert int(found.group(1)) >= 3
+    assert found.group(2).startswith("+0.00s, +0.25s, +0.50s")

@@ -1,6 +1,7 @@
 """``rehydrate demo``: the first thing to run. A scheduler on the embedded store, no server.
 
-It defers a few hundred elements with delays spread over a few seconds to three handlers: one that
+It declares a recurring schedule (a heartbeat, ``Every`` few tenths of a second) and defers a
+few hundred elements with delays spread over a few seconds to three handlers: one that
 always works, one that fails its first attempt and succeeds on the retry, and one that always fails
 and ends as a dead letter. It cancels a few before they are due, shows progress while work is
 pending, and ends with a summary: delivered, retried, dead-lettered, lateness p50/p99.
@@ -17,7 +18,7 @@ from typing import Final
 
 import anyio
 
-from rehydrate import Backoff, Retry, Scheduler, current_delivery
+from rehydrate import Backoff, Every, Retry, Scheduler, current_delivery
 from rehydrate.cli._common import configure_logging, require_backend, seconds_text
 
 #: How the elements are shared between the three handlers.
@@ -57,7 +58,25 @@ def _build(seconds: float) -> tuple[Scheduler, dict[str, int]]:
     def parse(element: dict[str, int]) -> None:  # a plain function runs in a worker thread
         raise PermanentError(f"cannot parse order {element['n']}")
 
+    # A recurring schedule, declared with its handler: an element whose due time is its next
+    # occurrence, filed anew as each one ends.
+    @scheduler.handler("heartbeat", schedule=Every(_heartbeat_period(seconds)))
+    async def heartbeat(element: None) -> None:
+        when = current_delivery().scheduled_for
+        assert when is not None
+        beats.append(when.timestamp())
+
+    beats: list[float] = []
+    _BEATS[id(scheduler)] = beats
     return scheduler, done
+
+
+#: The heartbeat occurrences of each demo scheduler (nominal Unix times), for the summary.
+_BEATS: dict[int, list[float]] = {}
+
+
+def _heartbeat_period(seconds: float) -> float:
+    return max(0.25, round(seconds / 8, 2))
 
 
 def _progress_line(
@@ -152,6 +171,13 @@ async def demo(elements: int, seconds: float, rng: random.Random) -> int:
     if dead:
         print(f"    e.g. {dead[0].id}: {dead[0].error} after {dead[0].attempts} attempts")
     print(f"  lateness      p50 {p50 * 1000:.2f} ms, p99 {p99 * 1000:.2f} ms (time past due at delivery)")
+    beats = _BEATS.pop(id(scheduler), [])
+    if beats:
+        offsets = ", ".join(f"+{t - beats[0]:.2f}s" for t in beats[:6]) + (", ..." if len(beats) > 6 else "")
+        print(
+            f"  schedule      'heartbeat' Every({_heartbeat_period(seconds):g}s) ran {len(beats)} "
+            f"occurrences, each once, on its grid: {offsets}"
+        )
     ok = (
         done["emails"] == expected["emails"]
         and done["invoices"] == expected["invoices"]
