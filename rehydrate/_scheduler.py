@@ -433,7 +433,9 @@ class Scheduler:
                     continue  # filed meanwhile (another process declaring it): compare with that
                 return
             if not is_envelope(existing):
-                raise DuplicateIdError(f"{id!r} in {name!r} holds one-shot work, not a schedule")
+                error = DuplicateIdError(id)
+                error.add_note(f"{id!r} in {name!r} holds one-shot work, not a schedule")
+                raise error
             paused = bool(existing.get("paused"))
             if existing["trigger"] == wanted:
                 envelope = {**existing, "element": element, "misfire": misfire, "grace": grace}

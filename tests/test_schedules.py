@@ -431,8 +431,9 @@ async def test_bad_input(store: MemoryStore) -> None:
         with pytest.raises(InvalidArgumentError):
             await scheduler.schedule("n", Every(1), id="")
         await scheduler.defer("n", "one-shot", id="taken", delay=60)
-        with pytest.raises(DuplicateIdError, match="one-shot"):
+        with pytest.raises(DuplicateIdError, match="'taken' is already dehydrating") as caught:
             await scheduler.schedule("n", Every(1), id="taken")
+        assert "holds one-shot work, not a schedule" in caught.value.__notes__[0]
         assert await scheduler.unschedule("n", "taken") is False  # one-shot work is left alone
         assert await store.look("n", "taken") == "one-shot"
         scheduler.stop()
