@@ -11,12 +11,13 @@ from rehydrate import Cron, Every, InvalidArgumentError, InvalidTypeError
 from rehydrate._core._triggers import trigger_from_dict
 
 
-def _utc(*args: int) -> float:
-    return datetime(*args, tzinfo=UTC).timestamp()  # type: ignore[misc]
+def _utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> float:
+    return datetime(year, month, day, hour, minute, tzinfo=UTC).timestamp()
 
 
 def _walk(cron: Cron, start: float, until: float) -> list[datetime]:
-    out, t = [], start
+    out: list[datetime] = []
+    t = start
     while True:
         t = cron.after(t)
         if t >= until:
@@ -168,14 +169,14 @@ def test_an_unknown_zone_is_refused() -> None:
 )
 def test_every_needs_a_positive_interval(interval: object) -> None:
     with pytest.raises(InvalidArgumentError, match="interval must be positive"):
-        Every(interval)  # type: ignore[arg-type]
+        Every(interval)
 
 
 def test_every_refuses_bad_types_and_naive_starts() -> None:
     with pytest.raises(InvalidTypeError):
-        Every("5")  # type: ignore[arg-type]
+        Every("5")
     with pytest.raises(InvalidTypeError):
-        Every(True)  # type: ignore[arg-type]
+        Every(True)
     with pytest.raises(InvalidArgumentError, match="aware"):
         Every(5, start=datetime(2026, 1, 1))
 

@@ -291,7 +291,7 @@ class TestLeases:
         assert (info.attempt, info.claimed) == (0, False)
         assert info.ttl == pytest.approx(5)
         assert await s.look(N, "sched") == {"n": 2}
-        assert await s.summary(N) == Summary(size=2, due=0, claimed=0, ttn=pytest.approx(5, abs=0.01))
+        assert await s.summary(N) == Summary(size=2, due=0, claimed=0, ttn=about(5))
         # The old claim is over: every fenced call with its token does nothing now.
         assert await s.rearm(N, [("sched", c.token, {"n": 3}, 0)]) == [False]
         assert await s.ack(N, [("sched", c.token)]) == [False]
