@@ -117,3 +117,10 @@ def test_the_demo_shows_a_schedule_firing() -> None:
     assert found is not None, done.stdout
     assert int(found.group(1)) >= 3
     assert found.group(2).startswith("+0.00s, +0.25s, +0.50s")
+
+
+def test_the_command_offers_every_misfire_policy() -> None:
+    from rehydrate._core._triggers import MISFIRE
+    from rehydrate.cli._schedules import _MISFIRE
+
+    assert _MISFIRE == MISFIRE

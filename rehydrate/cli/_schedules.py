@@ -11,12 +11,8 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rehydrate._core._triggers import MISFIRE, Cron, Every, Trigger
-from rehydrate._scheduler import DEAD_SUFFIX, Scheduler
-from rehydrate._schedules import ScheduleInfo
-from rehydrate.abc import Store
 from rehydrate.cli._common import (
     CLIError,
     aware_datetime,
@@ -26,6 +22,14 @@ from rehydrate.cli._common import (
     table,
     wants_json,
 )
+
+if TYPE_CHECKING:  # the scheduler is imported by the verbs that run, not by building the parser
+    from rehydrate._core._triggers import Trigger
+    from rehydrate._schedules import ScheduleInfo
+    from rehydrate.abc import Store
+
+#: rehydrate._core._triggers.MISFIRE, spelled out so that building the parser imports nothing.
+_MISFIRE = ("coalesce", "all", "skip")
 
 __all__ = ["add_commands"]
 
@@ -74,7 +78,7 @@ def add_commands(command: Callable[..., Any], store: argparse.ArgumentParser) ->
     add.add_argument("--tz", metavar="ZONE", help="the cron's time zone, e.g. Europe/Paris (default UTC)")
     add.add_argument("--start", type=aware_datetime, help="with --every: the grid's anchor (ISO 8601)")
     add.add_argument(
-        "--misfire", choices=MISFIRE, default="coalesce", help="after downtime (default coalesce)"
+        "--misfire", choices=_MISFIRE, default="coalesce", help="after downtime (default coalesce)"
     )
     add.add_argument("--grace", type=duration, help="with --misfire skip: run those at most this late")
     add.set_defaults(verb=f"{__name__}:schedule")
@@ -90,8 +94,8 @@ def add_commands(command: Callable[..., Any], store: argparse.ArgumentParser) ->
         ),
     ]:
         sub = command(verb, help, what, exits.format(one="no such schedule"), run, store)
-        sub.add_argument("name", metavar="NAME")
-        sub.add_argument("id", metavar="ID")
+        sub.add_argument("name", metavar="NAME", help="the dehydrator")
+        sub.add_argument("id", metavar="ID", help="the schedule's id")
         sub.set_defaults(verb=f"{__name__}:{verb}")
 
 
@@ -118,6 +122,8 @@ def _intermixed(parser: argparse.ArgumentParser) -> None:
 
 
 def _trigger(args: argparse.Namespace) -> Trigger:
+    from rehydrate._core._triggers import Cron, Every
+
     if args.cron is not None:
         if args.start is not None:
             raise CLIError("--start goes with --every (a cron expression is its own calendar)")
@@ -130,6 +136,8 @@ def _trigger(args: argparse.Namespace) -> Trigger:
 
 
 async def schedule(args: argparse.Namespace, store: Store) -> int:
+    from rehydrate._scheduler import Scheduler
+
     trigger = _trigger(args)
     scheduler = Scheduler(store)
     await scheduler.schedule(
@@ -144,14 +152,20 @@ async def schedule(args: argparse.Namespace, store: Store) -> int:
 
 
 async def unschedule(args: argparse.Namespace, store: Store) -> int:
+    from rehydrate._scheduler import Scheduler
+
     return _done(args, await Scheduler(store).unschedule(args.name, args.id), "removed")
 
 
 async def pause(args: argparse.Namespace, store: Store) -> int:
+    from rehydrate._scheduler import Scheduler
+
     return _done(args, await Scheduler(store).pause(args.name, args.id), "paused")
 
 
 async def resume(args: argparse.Namespace, store: Store) -> int:
+    from rehydrate._scheduler import Scheduler
+
     return _done(args, await Scheduler(store).resume(args.name, args.id), "resumed")
 
 
@@ -187,6 +201,8 @@ def _row(name: str, info: ScheduleInfo) -> dict[str, Any]:
 
 
 async def schedules(args: argparse.Namespace, store: Store) -> int:
+    from rehydrate._scheduler import DEAD_SUFFIX, Scheduler
+
     scheduler = Scheduler(store)
     names = [args.name] if args.name else [n for n in await store.names() if not n.endswith(DEAD_SUFFIX)]
     found = [(name, info) for name in names for info in await scheduler.schedules(name)]
