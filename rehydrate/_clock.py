@@ -9,8 +9,10 @@ which kind of clock it holds.
 
 from __future__ import annotations
 
+import math
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
@@ -19,7 +21,7 @@ import anyio
 if TYPE_CHECKING:
     from rehydrate.abc import Clock
 
-__all__ = ["ClockBase", "RealClock", "SystemClock", "WallClock", "wait_or_sleep", "wall"]
+__all__ = ["ClockBase", "RealClock", "ServerClock", "SystemClock", "WallClock", "wait_or_sleep", "wall"]
 
 
 class ClockBase(ABC):
@@ -101,6 +103,48 @@ class WallClock(RealClock):
 
     def __repr__(self) -> str:
         return "WallClock()"
+
+
+class ServerClock(RealClock):
+    """A server's Unix time as seen from this process, for stores whose server keeps the time.
+
+    The Redis store (``TIME``) and the PostgreSQL store (``clock_timestamp()``) give absolute times
+    (due times, leases) in it. It reads ``local`` (this process's monotonic clock) plus the offset
+    to the server's clock measured when the store opened (:meth:`set_offset`), and never goes
+    backwards. Scripts and statements never use it: they read the server's clock themselves.
+    ``pinned_us`` and ``skew_us`` are for tests: the store hands them to the server side, so that
+    every script or statement reads the pinned and shifted time, and this clock agrees with them.
+    """
+
+    def __init__(self, server: str, *, local: Callable[[], float] = time.monotonic) -> None:
+        self._server = server
+        self._local = local
+        self._offset = time.time() - local()
+        self._last = -math.inf
+        #: Microseconds added to the server's time by every script or statement and by this clock.
+        self.skew_us = 0
+        #: When set, the server's time is replaced by this (in microseconds).
+        self.pinned_us: int | None = None
+
+    def set_offset(self, server_seconds: float, local_seconds: float) -> None:
+        """The server read ``server_seconds`` when ``local`` read ``local_seconds``."""
+        self._offset = server_seconds - local_seconds
+
+    def __call__(self) -> float:
+        if self.pinned_us is not None:
+            return (self.pinned_us + self.skew_us) / 1e6
+        now = self._local() + self._offset + self.skew_us / 1e6
+        if now < self._last:
+            return self._last
+        self._last = now
+        return now
+
+    def wall(self) -> float:
+        """The server's clock is Unix time: wall times map onto this clock one to one."""
+        return self()
+
+    def __repr__(self) -> str:
+        return f"<{self._server} server clock, offset {self._offset:.6f} s>"
 
 
 async def wait_or_sleep(event: anyio.Event, clock: Clock, timeout: float | None) -> bool:

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 import os
 import re
 import threading
@@ -60,7 +59,7 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
-from rehydrate._clock import RealClock
+from rehydrate._clock import ServerClock
 from rehydrate._core import _validate
 from rehydrate._core._fence import attempt_of
 from rehydrate._core._records import Claim, ElementInfo, Summary
@@ -188,37 +187,6 @@ _URL_OPTIONS: Final[dict[str, Callable[[str], Any]]] = {
     "retry_backoff": as_float,
     "create": as_bool,
 }
-
-
-class _ServerClock(RealClock):
-    """The server's time as seen from this process (:attr:`PostgresStore.clock`), in seconds.
-
-    This process's monotonic clock plus the offset to the server's ``clock_timestamp()`` measured
-    when the store opened. Statements never use it: they read the server's clock themselves.
-    ``pinned_us`` and ``skew_us`` are for tests: they replace and shift the server's time in every
-    statement of this store (and in this clock) so tests can move time without sleeping.
-    """
-
-    def __init__(self) -> None:
-        self._offset = time.time() - time.monotonic()
-        self._last = -math.inf
-        self.skew_us = 0
-        self.pinned_us: int | None = None
-
-    def set_offset(self, server_seconds: float, local_seconds: float) -> None:
-        self._offset = server_seconds - local_seconds
-
-    def __call__(self) -> float:
-        if self.pinned_us is not None:
-            return (self.pinned_us + self.skew_us) / 1e6
-        now = time.monotonic() + self._offset + self.skew_us / 1e6
-        if now < self._last:
-            return self._last
-        self._last = now
-        return now
-
-    def __repr__(self) -> str:
-        return f"<PostgreSQL server clock, offset {self._offset:.6f} s>"
 
 
 class _Listener:
@@ -378,7 +346,7 @@ class PostgresStore(StoreBase):
         self._sql = Statements(self._schema, self._table)
         digest = hashlib.sha1(f"{self._schema}.{self._table}".encode()).hexdigest()[:12]
         self._channel = f"rehydrate_{self._table[:30]}_{digest}"
-        self.clock: _ServerClock = _ServerClock()
+        self.clock: ServerClock = ServerClock("PostgreSQL")
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._limiter: anyio.CapacityLimiter | None = None
         self._errors: Any = None

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import secrets
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -33,7 +32,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 
-from rehydrate._clock import RealClock
+from rehydrate._clock import ServerClock
 from rehydrate._core import _validate
 from rehydrate._core._fence import STAMP, stamp
 from rehydrate._core._records import Claim, ElementInfo, Summary
@@ -66,45 +65,6 @@ _PUSH_MANY_MAX: Final = 10_000
 def _local_clock() -> float:
     """This process's clock; the store's clock is this plus the offset measured against the server."""
     return time.monotonic()
-
-
-# -- clock and subscriptions -----------------------------------------------------------------------
-
-
-class _ServerClock(RealClock):
-    """The Redis server's time as seen from this process (:attr:`RedisStore.clock`).
-
-    ``__call__`` is this process's monotonic clock plus the offset to the server's ``TIME``
-    measured when the store opened (the round trip's midpoint), plus the test skew: absolute times
-    the store returns (due times, leases) are in it. Scripts never use it: they read ``TIME``.
-    """
-
-    def __init__(self) -> None:
-        self._offset = time.time() - _local_clock()
-        self._last = -math.inf
-        #: Microseconds added to the server's time by every script and by this clock (tests only).
-        self.skew_us = 0
-        #: When set, scripts use this instead of ``TIME`` (tests only).
-        self.pinned_us: int | None = None
-
-    def set_offset(self, server_seconds: float, local_seconds: float) -> None:
-        self._offset = server_seconds - local_seconds
-
-    def __call__(self) -> float:
-        if self.pinned_us is not None:
-            return (self.pinned_us + self.skew_us) / 1e6
-        now = _local_clock() + self._offset + self.skew_us / 1e6
-        if now < self._last:
-            return self._last
-        self._last = now
-        return now
-
-    def wall(self) -> float:
-        """The server's ``TIME`` is Unix time: wall times map onto this clock one to one."""
-        return self()
-
-    def __repr__(self) -> str:
-        return f"<Redis server clock, offset {self._offset:.6f} s>"
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -338,7 +298,7 @@ class RedisStore(StoreBase):
             min_replicas=min_replicas,
             replica_timeout=replica_wait,
         )
-        self.clock: _ServerClock = _ServerClock()
+        self.clock: ServerClock = ServerClock("Redis", local=_local_clock)
         self._keys_cache: dict[str, list[str]] = {}
         self._id_prefix = secrets.token_hex(8)
         self._id_counter = itertools.count()
