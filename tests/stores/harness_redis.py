@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -37,6 +37,12 @@ async def server_harness(request: pytest.FixtureRequest, kind: str) -> AsyncIter
         pytest.skip(f"no {kind} server binary on this machine")
     else:
         url = shared_server_url(request.config, kind)
+    async for h in url_harness(url, drop_prefix):
+        yield h
+
+
+async def url_harness(url: str, drop: Callable[[str, str], Awaitable[None]]) -> AsyncIterator[Harness]:
+    """A store on ``url`` under a key prefix of its own, time pinned; ``drop(url, prefix)`` cleans up."""
     prefix = f"rhtest-{uuid.uuid4().hex[:12]}"
     store = RedisStore.from_url(url, prefix=prefix, retries=2, retry_backoff=0.05)
     try:
@@ -48,4 +54,4 @@ async def server_harness(request: pytest.FixtureRequest, kind: str) -> AsyncIter
                 twin=lambda **kw: RedisStore.from_url(url, prefix=prefix, retries=2, **kw),
             )
     finally:
-        await drop_prefix(url, prefix)
+        await drop(url, prefix)

@@ -7,29 +7,21 @@ moved as in ``harness_redis.py``.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
 
-from rehydrate.stores._redis import RedisStore
 from tests.redis_cluster import drop_prefix_everywhere, shared_cluster
 
+from .harness_redis import url_harness
 from .harnesses import Harness
 
 
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     cluster = shared_cluster(request.config)
-    url = cluster.seed_url
-    prefix = f"rhtest-{uuid.uuid4().hex[:12]}"
-    store = RedisStore.from_url(url, prefix=prefix, retries=2, retry_backoff=0.05)
-    try:
-        async with store:
-            await store._freeze_for_tests()
-            yield Harness(
-                store=store,
-                advance=store._advance_for_tests,
-                twin=lambda **kw: RedisStore.from_url(url, prefix=prefix, retries=2, **kw),
-            )
-    finally:
+
+    async def drop(url: str, prefix: str) -> None:
         await drop_prefix_everywhere(cluster, prefix)
+
+    async for h in url_harness(cluster.seed_url, drop):
+        yield h
