@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import pkgutil
 import ssl
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from importlib.resources import files
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
@@ -64,13 +64,19 @@ class Script:
         return f"<script {self.name} {self.sha[:8]}>"
 
 
+def _read(name: str) -> str:
+    # Through the package's loader, as an import reads a module: this module may first be
+    # imported inside a running event loop (``Scheduler("redis://...")``), where reading a file
+    # is a blocking call like any other but for the import system's own reads.
+    data = pkgutil.get_data("rehydrate.stores", f"_redis_scripts/{name}.lua")
+    if data is None:  # a loader that cannot read package data (never the case for a plain install)
+        raise RuntimeError(f"rehydrate's Redis script {name}.lua could not be read")
+    return data.decode("utf-8")
+
+
 def _load_scripts() -> dict[str, Script]:
-    folder = files("rehydrate.stores").joinpath("_redis_scripts")
-    lib = folder.joinpath("_lib.lua").read_text(encoding="utf-8")
-    return {
-        name: Script(name, lib + "\n" + folder.joinpath(f"{name}.lua").read_text(encoding="utf-8"))
-        for name in _SCRIPT_NAMES
-    }
+    lib = _read("_lib")
+    return {name: Script(name, lib + "\n" + _read(name)) for name in _SCRIPT_NAMES}
 
 
 #: Every script, read when this module is imported (the Redis store is imported only when asked
