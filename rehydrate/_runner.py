@@ -58,6 +58,8 @@ _ERROR_BACKOFF: Final = (0.05, 5.0)
 _STALL_FRACTION: Final = 0.25
 #: How long one batch of acks may take before it is given up (the leases bring the elements back).
 _ACK_TIMEOUT: Final = 10.0
+#: A worker checkpoints after this many elements in a row without waiting for work.
+_STRIDE: Final = 32
 
 
 @attrs.frozen(kw_only=True)
@@ -331,40 +333,75 @@ class _Rearmer:
 class _Workers:
     """Long-lived tasks that run a handler, started as needed up to its concurrency.
 
-    Starting a task per element costs more than a no-op handler; a worker that finishes one
-    element takes the next from the stream, and new workers start only when none is free.
+    Starting a task per element costs more than a no-op handler, and so does a trip through the
+    event loop per element: claims wait in a deque, and a worker that finishes one takes the next
+    at once. A worker that takes a claim and sees more waiting wakes one more worker (an idle one,
+    or a new one up to the concurrency) before it runs the handler: a handler that awaits I/O
+    gets company one loop turn later, and one that never awaits drains the deque alone, without
+    a task switch per element. A worker that has run ``_STRIDE`` elements without waiting for
+    work checkpoints, so a burst cannot keep the loop's timers (leases, other handlers) waiting.
     """
 
     def __init__(self, concurrency: int, run: Callable[[Claim], Awaitable[None]]) -> None:
         self._concurrency = concurrency
         self._run = run
-        self._send, self._receive = anyio.create_memory_object_stream[Claim](math.inf)
+        self._queue: deque[Claim] = deque()
+        #: Idle workers, each waiting on its own event: dispatch wakes the oldest.
+        self._sleepers: deque[anyio.Event] = deque()
         self._count = 0
+        #: A worker was woken (or started) and has not taken a claim yet: no need to wake another.
+        self._waking = False
+        self._closed = False
         self.group: anyio.abc.TaskGroup | None = None
 
     def dispatch(self, claim: Claim) -> None:
-        send = self._send
-        send.send_nowait(claim)
-        if self._count < self._concurrency and send.statistics().current_buffer_used:
+        self._queue.append(claim)
+        if not self._waking:
+            self._wake_one()
+
+    def _wake_one(self) -> None:
+        if self._sleepers:
+            self._waking = True
+            self._sleepers.popleft().set()
+        elif self._count < self._concurrency:
             assert self.group is not None
+            self._waking = True
             self._count += 1
             self.group.start_soon(self._work)
 
     async def _work(self) -> None:
-        run = self._run
-        async for claim in self._receive:
+        queue, run, sleepers = self._queue, self._run, self._sleepers
+        checkpoint = anyio.lowlevel.checkpoint
+        streak = 0
+        while True:
+            self._waking = False
+            if not queue:
+                if self._closed:
+                    return
+                awake = anyio.Event()
+                sleepers.append(awake)
+                try:
+                    await awake.wait()
+                finally:
+                    if not awake.is_set():  # cancelled while idle: no longer one to wake
+                        sleepers.remove(awake)
+                streak = 0
+                continue
+            claim = queue.popleft()
+            if queue and not self._waking:
+                self._wake_one()
             await run(claim)
+            streak += 1
+            if streak >= _STRIDE:
+                streak = 0
+                await checkpoint()
 
     def drain(self) -> list[Claim]:
-        """Close the stream and return the claims no worker took (once the workers have ended)."""
-        self._send.close()
-        left = []
-        with self._receive:
-            while True:
-                try:
-                    left.append(self._receive.receive_nowait())
-                except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-                    return left
+        """Stop taking claims and return those no worker took (once the workers have ended)."""
+        self._closed = True
+        left = list(self._queue)
+        self._queue.clear()
+        return left
 
 
 class Runner:
