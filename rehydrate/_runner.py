@@ -373,8 +373,8 @@ class _Workers:
         queue, run, sleepers = self._queue, self._run, self._sleepers
         checkpoint = anyio.lowlevel.checkpoint
         streak = 0
+        self._waking = False  # this is the worker that was started
         while True:
-            self._waking = False
             if not queue:
                 if self._closed:
                     return
@@ -385,6 +385,7 @@ class _Workers:
                 finally:
                     if not awake.is_set():  # cancelled while idle: no longer one to wake
                         sleepers.remove(awake)
+                self._waking = False  # this is the worker that was woken
                 streak = 0
                 continue
             claim = queue.popleft()

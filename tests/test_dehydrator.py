@@ -488,6 +488,21 @@ class TestMemoryBounds:
             dehydrator.pull("y")
         assert nodes_held(dehydrator) <= 2 * _dehydrator._SWEEP_SLACK + 2
 
+    def test_acks_in_claim_order_leave_at_once(self, dehydrator: Dehydrator) -> None:
+        """A scheduler acks mostly in claim order: the lease queue's dead front leaves with each
+        ack, so no dead nodes add up to a sweep (an O(n) pause in the middle of deliveries)."""
+        n = 5_000
+        for i in range(n):
+            dehydrator.push(i, ttl=0, id=f"x{i}")
+        dehydrator.push("keep", ttl=3600, id="keep")
+        for _ in range(n // 100):
+            claims = dehydrator.claim(lease=60, limit=100)
+            for claim in claims:
+                assert dehydrator.ack(claim.id, token=claim.token)
+            assert nodes_held(dehydrator) <= len(dehydrator) + _dehydrator._COMPACT_MIN + 1
+        assert len(dehydrator) == 1
+        assert dehydrator.ttn() == pytest.approx(3600)
+
     def test_rescheduled_elements_do_not_pile_up(self, dehydrator: Dehydrator) -> None:
         dehydrator.push("debounced", ttl=60, id="d")
         for _ in range(10_000):

@@ -319,6 +319,16 @@ class Dehydrator:
             return False
         del self._index[id]
         self._kill(node)
+        # Acks come mostly in claim order: drop the dead front of the lease queue now, so that
+        # its nodes leave at once and never add up to a sweep (an O(n) pause mid-delivery). The
+        # queue's heap entry may now name a dead head: it is corrected when it surfaces.
+        queue = node[5]
+        head = queue.head
+        items = queue.items
+        if head < len(items) and items[head] is node:
+            self._first_live(queue)
+            if queue.head > head:
+                self._advance(queue, queue.head)
         return True
 
     def ttn(self) -> float | None:
