@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -818,3 +818,59 @@ def test_verbs_do_not_import_the_scheduler_or_structlog(tmp_path: Path) -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+# -- issue 11: a one-shot verb on SQLite starts no event loop ------------------------------------
+
+
+def test_one_shot_sqlite_verbs_start_no_event_loop(tmp_path: Path) -> None:
+    """What a shell script pays per verb: ``push``, ``look``, ``poll`` on SQLite import neither
+    asyncio nor trio and start no thread (``benchmarks/bench_cli.py`` times it); the element goes
+    through all the same."""
+    url = f"sqlite:///{tmp_path / 'oneshot.db'}"
+    probe = textwrap.dedent(
+        f"""
+        import contextlib, io, json, sys, threading
+        from rehydrate.cli import main
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["push", "q", '{{"to": "ann"}}', "--id", "a", "--store", {url!r}]) == 0
+            assert main(["look", "q", "a", "--store", {url!r}]) == 0
+            assert main(["poll", "q", "--store", {url!r}]) == 0
+        print(json.dumps({{
+            "lines": out.getvalue().splitlines(),
+            "loops": sorted(m for m in ("asyncio", "trio") if m in sys.modules),
+            "threads": threading.active_count(),
+        }}))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["loops"] == []
+    assert seen["threads"] == 1
+    assert [json.loads(line) for line in seen["lines"][1:]] == [{"to": "ann"}, [{"to": "ann"}]]
+
+
+def test_stats_watch_on_sqlite_still_gets_an_event_loop(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'watch.db'}"
+    anyio.run(_fill, url, "w", [("a", 1)])
+    done = _command("stats", "--watch", "--count", "2", "--interval", "100ms", "--store", url)
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["dehydrators"][0]["size"] for line in done.stdout.splitlines()] == [1, 1]
+
+
+def test_drive_refuses_a_coroutine_that_suspends() -> None:
+    from rehydrate.cli._oneshot import drive
+
+    class Suspend:
+        """What an event loop's sleep does underneath: yield to the loop."""
+
+        def __await__(self) -> Generator[None, None, None]:
+            yield
+
+    async def needs_a_loop() -> None:
+        await Suspend()
+
+    with pytest.raises(RuntimeError, match="needs an event loop"):
+        drive(needs_a_loop())

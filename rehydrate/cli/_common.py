@@ -19,8 +19,6 @@ import sys
 from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any, Final, TextIO
 
-from rehydrate.stores import open_store
-
 if TYPE_CHECKING:
     from rehydrate.abc import Store
 
@@ -178,16 +176,21 @@ def store_url(args: argparse.Namespace) -> str:
 _CREATORS: Final = frozenset({"push", "rehydrate.cli._schedules:schedule"})
 
 
+def creates(args: argparse.Namespace) -> bool:
+    """Whether the command may create a missing database: only the verbs of :data:`_CREATORS`."""
+    verb = getattr(args, "verb", None)  # the verb's name (the function's, where one is given)
+    return (verb if isinstance(verb, str) else getattr(verb, "__name__", None)) in _CREATORS
+
+
 def open_from(args: argparse.Namespace, *, create: bool | None = None) -> Store:
     """The store of ``--store``/``$REHYDRATE_STORE``, unopened.
 
     ``create``: whether a missing database may be created; by default only for :data:`_CREATORS`.
     """
+    from rehydrate.stores import open_store  # not for the parser's sake: it is not light
+
     url = store_url(args)
-    if create is None:
-        verb = getattr(args, "verb", None)  # the verb's name (the function's, where one is given)
-        create = (verb if isinstance(verb, str) else getattr(verb, "__name__", None)) in _CREATORS
-    store = open_store(url, create=create)
+    store = open_store(url, create=creates(args) if create is None else create)
     if url.startswith("memory:") and not getattr(args, "quiet_memory", False):
         warn(args, "memory:// lives only as long as this command; use sqlite:// or redis:// to keep elements")
     return store

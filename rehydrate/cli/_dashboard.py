@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import socket
 from typing import Final
 
 from rehydrate.cli import _common
@@ -61,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
         except ModuleNotFoundError:
             raise CLIError("--backend trio needs trio: pip install 'rehydrate[trio]'") from None
     _common.store_url(args)  # a missing --store is a one-line error before anything starts
+    import signal
+    import socket  # here, not at the top: the parser imports this module for every verb
+
     # Listen here, then hand the socket to Hypercorn: a busy port is one line, not a lifespan traceback.
     where = _bind(args.host, args.port)
     try:

@@ -465,14 +465,18 @@ def _check_text(args: argparse.Namespace) -> None:
 
 def _run_verb(args: argparse.Namespace, store: Store | None = None) -> int:
     """Open the store, run one verb, close the store (unless it was lent to us, as tests do)."""
-    import anyio
-
-    from rehydrate.cli import _verbs
+    from rehydrate.cli import _oneshot, _verbs
 
     _check_text(args)
     if getattr(args, "payload", None) is not None:
         args.payload = payload(args.payload)
     verb: _verbs.Verb = _resolve(args.verb) if ":" in args.verb else getattr(_verbs, args.verb)
+    if store is None:
+        url = _common.store_url(args)
+        if _oneshot.applies(args, url):
+            return _oneshot.run(verb, args, url)
+
+    import anyio
 
     async def body() -> int:
         if store is not None:

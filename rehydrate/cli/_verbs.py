@@ -25,8 +25,6 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
-import anyio
-
 from rehydrate.cli._common import (
     CLIError,
     due_text,
@@ -53,6 +51,25 @@ Verb = Callable[[argparse.Namespace, "Store"], Awaitable[int]]
 DEAD_SUFFIX: Final = ".dead"
 #: How long ``poll`` holds what it claimed while it prints; what a killed ``poll`` costs in delay.
 POLL_LEASE: Final = 60.0
+
+
+def _shielded() -> contextlib.AbstractContextManager[Any]:
+    """Shielded from cancellation, in an event loop; a one-shot verb has none and cannot be cancelled."""
+    import sniffio
+
+    try:
+        sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        return contextlib.nullcontext()
+    import anyio
+
+    return anyio.CancelScope(shield=True)
+
+
+async def _sleep(seconds: float) -> None:
+    import anyio
+
+    await anyio.sleep(seconds)
 
 
 def _missing(args: argparse.Namespace, what: str) -> int:
@@ -116,7 +133,7 @@ async def pull(args: argparse.Namespace, store: Store) -> int:
     try:
         emit(text)
     except BaseException:
-        with anyio.CancelScope(shield=True):
+        with _shielded():
             await _put_back(store, args.name, [(args.id, element, info)])
         raise
     return 0
@@ -147,7 +164,7 @@ async def poll(args: argparse.Namespace, store: Store) -> int:
         if as_json or elements:
             emit(text)
     except BaseException:
-        with anyio.CancelScope(shield=True):
+        with _shielded():
             for claim in claims:  # due again now, not at the end of the lease
                 await store.reschedule(args.name, claim.id, ttl=0.0, token=claim.token)
         raise
@@ -185,7 +202,7 @@ async def xack(args: argparse.Namespace, store: Store) -> int:
     try:
         emit(text)
     except BaseException:
-        with anyio.CancelScope(shield=True):
+        with _shielded():
             await _put_back(store, args.name, list(zip(args.ids, elements, infos, strict=True)))
         raise
     return 0
@@ -280,7 +297,7 @@ async def stats(args: argparse.Namespace, store: Store) -> int:
         if args.count is not None and refreshes >= args.count:
             break
         deadline += args.interval
-        await anyio.sleep(max(0.0, deadline - time.monotonic()))
+        await _sleep(max(0.0, deadline - time.monotonic()))
     return 0
 
 

@@ -6,7 +6,8 @@
   ``redis+sentinel://host:26379/service/0`` for a Sentinel-managed primary.
 * ``postgresql://user:password@host:5432/db`` (also ``postgres://``): shared by many machines.
 
-The SQLite and Redis stores are imported only when asked for, so their dependencies stay optional.
+Each store is imported only when asked for: the optional ones' dependencies stay optional, and the
+command's SQLite verbs do not pay for the memory store's dehydrator.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from rehydrate.abc import Store
 from rehydrate.errors import InvalidTypeError, UnsupportedStoreError
-from rehydrate.stores._memory import MemoryStore
 
 if TYPE_CHECKING:
+    from rehydrate.abc import Store
+    from rehydrate.stores._memory import MemoryStore
     from rehydrate.stores._postgres import PostgresStore
     from rehydrate.stores._redis import RedisStore
     from rehydrate.stores._sqlite import SQLiteStore
@@ -61,7 +62,7 @@ def open_store(url: str, **options: Any) -> Store:
 
 
 def __getattr__(name: str) -> Any:
-    """Import the optional stores lazily: ``from rehydrate.stores import RedisStore``."""
+    """Import the stores lazily: ``from rehydrate.stores import RedisStore``."""
     for module, cls in _SCHEMES.values():
         if cls == name:
             return getattr(importlib.import_module(module), cls)

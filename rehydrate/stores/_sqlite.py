@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from typing import Any, Final, TypeVar
@@ -31,7 +30,7 @@ from rehydrate.errors import (
 from rehydrate.stores import _sqlite_sql as sql
 from rehydrate.stores._base import StoreBase, as_float, as_str, url_options
 
-__all__ = ["SQLiteStore"]
+__all__ = ["BlockingSQLiteStore", "SQLiteStore"]
 
 _T = TypeVar("_T")
 
@@ -44,8 +43,8 @@ _URL_OPTIONS: Final = {"serializer": as_str, "synchronous": as_str, "busy_timeou
 
 
 def _new_id() -> str:
-    """128 random bits: unique across processes without coordination."""
-    return uuid.uuid4().hex
+    """128 random bits in 32 hex digits: unique across processes without coordination."""
+    return os.urandom(16).hex()
 
 
 @contextmanager
@@ -811,3 +810,34 @@ class SQLiteStore(StoreBase):
         """See :meth:`Store.subscribe`: this store's writes wake at once, other processes' within ``nap``."""
         _validate.element_id(name, "name")
         return self._subscribe(name)
+
+
+class BlockingSQLiteStore(SQLiteStore):
+    """The SQLite store for a short process with no event loop: the command's one-shot verbs.
+
+    Every statement runs in the calling thread, so its coroutines never suspend: the caller
+    drives one with ``coro.send(None)`` (``rehydrate.cli._oneshot``) and pays neither an event
+    loop's start-up nor a thread hop. A shell script pays a process per ``rehydrate push``, and
+    starting asyncio cost more than the push itself (``benchmarks/bench_cli.py``). The SQL and
+    its transactions are :class:`SQLiteStore`'s own; only where they run differs.
+
+    Never inside an event loop (it would block it), and it cannot :meth:`subscribe`.
+    """
+
+    async def open(self) -> None:
+        if self._conn is None:
+            self._conn = self._connect()
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        conn = self._conn
+        if conn is None:
+            raise self._not_open()
+        return self._in_thread(conn, fn)
+
+    def subscribe(self, name: str) -> AbstractAsyncContextManager[Subscription]:
+        raise RehydrateError("a blocking SQLite store (the command's one-shot verbs) cannot subscribe")
