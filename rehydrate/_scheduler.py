@@ -628,8 +628,9 @@ class Scheduler:
         await tg.__aenter__()
         self._tg = tg
         self._running = True
-        self._stopping = False
         self._stopped = anyio.Event()
+        if self._stopping:  # stop() came while the store opened (a SIGTERM at start-up): honour it
+            self._stopped.set()
         for handler in self._handlers.values():
             self._start(handler)
         return self
@@ -653,6 +654,7 @@ class Scheduler:
         finally:
             self._tg = None
             self._running = False
+            self._stopping = False  # the next ``async with`` runs anew
             self._runners.clear()
             if self._owns_store:
                 # Not in a shielded scope of ours: a store may close a task group it opened in
@@ -663,7 +665,9 @@ class Scheduler:
     def stop(self) -> None:
         """Stop claiming; running handlers get ``grace`` seconds, then are cancelled. Idempotent.
 
-        Handler threads (plain ``def`` handlers) are waited for ``sync_grace`` seconds more.
+        Handler threads (plain ``def`` handlers) are waited for ``sync_grace`` seconds more. A stop
+        that comes before the scheduler runs (a SIGTERM while the store opens) is kept: that run
+        stops as soon as it has started.
         """
         self._stopping = True
         if self._stopped is not None:

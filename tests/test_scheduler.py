@@ -539,6 +539,23 @@ class TestShutdown:
         with pytest.raises(DuplicateIdError):  # not an ExceptionGroup around it
             await twice()
 
+    async def test_a_stop_before_the_start_is_not_lost(self, scheduler: Scheduler) -> None:
+        """A SIGTERM that arrives while the store opens stops the run at once; the run after it
+        runs as usual."""
+        got = anyio.Event()
+
+        @scheduler.handler("jobs")
+        async def job(element: str) -> None:
+            got.set()
+
+        scheduler.stop()
+        with anyio.fail_after(5):
+            await scheduler.run()
+        async with scheduler:
+            await scheduler.defer("jobs", "x")
+            with anyio.fail_after(5):
+                await got.wait()
+
     async def test_an_owned_redis_store_opens_and_closes(self, request: pytest.FixtureRequest) -> None:
         """A scheduler given a URL owns the store; coredis's pool must close in its own scope."""
         from tests.redis_server import shared_server_url
