@@ -447,8 +447,7 @@ class Runner:
                         workers.group = handlers
                         try:
                             with self._claim_scope:
-                                async with store.subscribe(self.handler.name) as subscription:
-                                    await self._claim_loop(subscription)
+                                await self._subscribed()
                             # Stopping: no more claims. Give running handlers their grace period.
                             with anyio.move_on_after(self._settings.grace):
                                 while self.in_flight:
@@ -481,6 +480,24 @@ class Runner:
             self._slot_freed.set()
         if self._idle is not None and not self.in_flight:
             self._idle.set()
+
+    async def _subscribed(self) -> None:
+        """Claim while subscribed to the handler's dehydrator; subscribe again if the store fails.
+
+        A store that cannot subscribe now (down at start-up) or whose subscription breaks (a lost
+        connection) is retried with backoff, as a failed claim is: the handler carries on once the
+        store is back, and the scheduler never stops for it.
+        """
+        name = self.handler.name
+        backoff = _ERROR_BACKOFF[0]
+        while True:
+            try:
+                async with self._store.subscribe(name) as subscription:
+                    backoff = _ERROR_BACKOFF[0]
+                    await self._claim_loop(subscription)
+                return
+            except RehydrateError as exc:
+                backoff = await _store_trouble(name, exc, backoff)
 
     async def _claim_loop(self, subscription: Subscription) -> None:
         store, handler, keeper, workers = self._store, self.handler, self._keeper, self._workers

@@ -876,3 +876,39 @@ async def test_a_channel_hands_back_what_it_did_not_deliver(clock: FakeClock) ->
         infos = [await store.info("inbox", id) for id in await store.ids("inbox")]
         assert not any(info.claimed for info in infos if info is not None)
         assert len(await store.xpoll("inbox")) == 9
+
+
+class _FlakySubscriptions(MemoryStore):
+    """A real memory store whose first ``failures`` subscriptions fail, as a store that is down
+    when a handler starts, or loses its connection, does."""
+
+    def __init__(self, failures: int, **options: Any) -> None:
+        super().__init__(**options)
+        self.failures = failures
+
+    def subscribe(self, name: str) -> Any:
+        if self.failures:
+            self.failures -= 1
+            raise rehydrate.StoreUnavailableError("the store is down (injected)")
+        return super().subscribe(name)
+
+
+async def test_a_store_that_cannot_subscribe_yet_is_retried() -> None:
+    """A handler whose store cannot subscribe at first waits and tries again (logged), rather
+    than ending its runner: the element deferred meanwhile is delivered once the store is back."""
+    store = _FlakySubscriptions(failures=2)
+    scheduler = Scheduler(store, grace=0)
+    got = anyio.Event()
+
+    @scheduler.handler("jobs")
+    async def job(element: str) -> None:
+        got.set()
+
+    with capture_logs() as logs:
+        async with store, scheduler:
+            await scheduler.defer("jobs", "x")
+            with anyio.fail_after(5):
+                await got.wait()
+    failures = [log for log in logs if log["event"] == "store call failed, retrying"]
+    assert len(failures) == 2
+    assert store.failures == 0
