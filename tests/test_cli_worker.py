@@ -176,12 +176,30 @@ def test_second_signal_exits_at_once(app: Callable[..., Path], tmp_path: Path) -
     assert [info.claimed for info in state(url)] == [True, True]
 
 
+def _children_command_lines(pid: int) -> list[str]:
+    """The command lines of ``pid``'s child processes, from /proc."""
+    lines = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                lines.append((stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except (OSError, IndexError, ValueError):  # a process that ended meanwhile
+            continue
+    return lines
+
+
 def test_processes_share_the_work_once(app: Callable[..., Path], tmp_path: Path) -> None:
     log = app()
     url = f"sqlite:///{tmp_path / 'w.db'}"
     push(url, 400, {})
     parent = start(tmp_path, "wapp:scheduler", "--store", url, "--processes", "2", "--concurrency", "4")
     wait_for(lambda: len(entries(log)) >= 400, parent, "400 deliveries")
+    # The store reaches the children by their environment: a password in it is not on their
+    # command lines, which anyone on the machine can read (ps).
+    commands = _children_command_lines(parent.pid)
+    assert len(commands) == 2
+    assert all(url not in command and "--store" not in command for command in commands)
     parent.send_signal(signal.SIGTERM)
     code, logs = finish(parent)
     assert code == 0

@@ -329,9 +329,9 @@ def _child_command(args: argparse.Namespace) -> list[str]:
         command.append("-" + "v" * args.verbosity)
     elif args.verbosity < 0:
         command.append("-" + "q" * -args.verbosity)
+    # The store goes by the environment (``_child_environment``), never on the command line,
+    # where anyone on the machine could read a password in it with ``ps``.
     command += ["worker", args.target, "--processes", "1", "--backend", args.backend]
-    if args.store:  # else the children read $REHYDRATE_STORE as this process did
-        command += ["--store", args.store]
     if args.concurrency is not None:
         command += ["--concurrency", str(args.concurrency)]
     if args.grace is not None:
@@ -368,7 +368,15 @@ class _Child:
                     self.error = text.removeprefix("error ")
 
 
-def _spawn(command: list[str], watch_fd: int) -> _Child:
+def _child_environment(args: argparse.Namespace) -> dict[str, str]:
+    """The children's environment: ours, with ``--store`` (if given) as ``$REHYDRATE_STORE``."""
+    env = dict(os.environ)
+    if args.store:  # else the children read $REHYDRATE_STORE as this process did
+        env[STORE_ENV] = args.store
+    return env
+
+
+def _spawn(command: list[str], env: dict[str, str], watch_fd: int) -> _Child:
     """Start a child worker.
 
     Synchronously, in this (the event loop's, the main) thread: Linux sends a child's
@@ -383,7 +391,7 @@ def _spawn(command: list[str], watch_fd: int) -> _Child:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             pass_fds=(watch_fd, status_write),
-            env={**os.environ, _SUPERVISOR_ENV: f"{os.getpid()}:{watch_fd}:{status_write}"},
+            env={**env, _SUPERVISOR_ENV: f"{os.getpid()}:{watch_fd}:{status_write}"},
         )
     except BaseException:
         os.close(status_read)
@@ -425,6 +433,7 @@ async def _wait(child: _Child) -> int:
 async def _supervise(args: argparse.Namespace) -> int:
     """Run ``args.processes`` workers; forward signals; restart the ones that die on their own."""
     command = _child_command(args)
+    env = _child_environment(args)
     children: dict[int, _Child] = {}
     stopping = anyio.Event()
     codes: list[int] = []
@@ -442,7 +451,7 @@ async def _supervise(args: argparse.Namespace) -> int:
         failed_starts = 0
         while not stopping.is_set():
             started = time.monotonic()
-            child = children[slot] = _spawn(command, watch_read)
+            child = children[slot] = _spawn(command, env, watch_read)
             log.info("worker process started", slot=slot, child=child.process.pid)
             code = await _wait(child)
             if stopping.is_set() or code == 0:
