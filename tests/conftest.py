@@ -56,10 +56,7 @@ def no_blocking_calls_on_the_loop(request: pytest.FixtureRequest) -> Iterator[No
     if "anyio_backend" not in request.fixturenames:
         yield
         return
-    with blockbuster_ctx("rehydrate") as bb:
-        # Known issue, to be removed once the store is fixed: a rediss:// store builds its TLS
-        # context (reading the CA files) on the event loop, in coredis's from_url called by open().
-        bb.functions["os.stat"].can_block_in("coredis/connection/_base.py", "get")
+    with blockbuster_ctx("rehydrate"):
         yield
 
 

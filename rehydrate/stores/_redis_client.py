@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import pkgutil
 import ssl
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -19,6 +20,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
@@ -110,10 +112,17 @@ class SentinelTarget:
 
 
 def _tls_context(query: str) -> ssl.SSLContext:
-    """The TLS context of a ``rediss+sentinel://`` URL's ``ssl_*`` options (coredis reads them
-    itself from other URLs)."""
+    """The TLS context of a ``rediss://`` URL's ``ssl_*`` options, as coredis reads them.
+
+    Built here, in a worker thread (:meth:`_Backend.open`), and handed to coredis: left to
+    coredis, it is built in ``from_url`` on the event loop, reading the CA files from disk.
+    """
     options = dict(parse_qsl(query))
-    context = ssl.create_default_context(cafile=options.get("ssl_ca_certs"))
+    ca = options.get("ssl_ca_certs")
+    if ca is not None and os.path.isdir(ca):
+        context = ssl.create_default_context(capath=ca)
+    else:
+        context = ssl.create_default_context(cafile=ca)
     if "ssl_certfile" in options:
         context.load_cert_chain(options["ssl_certfile"], options.get("ssl_keyfile"))
     if options.get("ssl_check_hostname", "").lower() in ("0", "false", "no", "off"):
@@ -294,6 +303,9 @@ class Backend:
         }
         stack = AsyncExitStack()
         client: coredis.Redis[bytes] | coredis.RedisCluster[bytes]
+        parts = urlsplit(self.url)
+        if parts.scheme.lower().startswith("rediss") and "ssl_context" not in options:
+            options["ssl_context"] = await anyio.to_thread.run_sync(_tls_context, parts.query)
         try:
             if self.sentinel is not None:
                 client = await self._sentinel_client(coredis, stack, options)
@@ -301,7 +313,6 @@ class Backend:
                 from coredis.connection import TCPLocation
 
                 # Given as a TCPLocation: coredis 6.9's from_url would warn about its own dict form.
-                parts = urlsplit(self.url)
                 options.setdefault(
                     "startup_nodes", [TCPLocation(parts.hostname or "localhost", parts.port or 6379)]
                 )
@@ -333,8 +344,6 @@ class Backend:
             node_options["password"] = parts.password
         if parts.username:
             node_options["username"] = parts.username
-        if parts.scheme.lower().startswith("rediss"):
-            node_options.setdefault("ssl_context", _tls_context(parts.query))
         retry_policy = node_options.pop("retry_policy")
         node_options.pop("decode_responses", None)
         sentinel_options = {
