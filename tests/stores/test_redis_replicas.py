@@ -91,10 +91,15 @@ async def test_min_replicas_waits_for_a_replica_and_says_when_none_confirms(
 ) -> None:
     primary, replica = pair
     prefix = f"rhrep-{uuid.uuid4().hex[:8]}"
-    url = f"{primary.url}?prefix={prefix}&min_replicas=1&replica_timeout=200ms&retries=0"
+    url = f"{primary.url}?prefix={prefix}&min_replicas=1&retries=0"
     try:
-        async with RedisStore.from_url(url) as store:
-            await store.push("d", {"n": 1}, ttl=0, id="a")  # the replica confirms it
+        # The writes a replica confirms get time to spare (a loaded machine can take 200 ms to
+        # answer); the write it cannot confirm gets a short timeout.
+        async with (
+            RedisStore.from_url(f"{url}&replica_timeout=5s") as patient,
+            RedisStore.from_url(f"{url}&replica_timeout=200ms") as store,
+        ):
+            await patient.push("d", {"n": 1}, ttl=0, id="a")  # the replica confirms it
             assert await store.look("d", "a") == {"n": 1}
             # A replica that cannot answer: the write is not confirmed in time.
             admin(replica.port, "CLIENT", "PAUSE", 1500, "ALL")
@@ -105,7 +110,7 @@ async def test_min_replicas_waits_for_a_replica_and_says_when_none_confirms(
             # Reads do not wait for replicas.
             assert await store.size("d") == 2
             await anyio.sleep(1.6)
-            await store.push("d", {"n": 3}, ttl=0, id="c")
+            await patient.push("d", {"n": 3}, ttl=0, id="c")
         async with RedisStore.from_url(f"{primary.url}?min_replicas=2&replica_timeout=50ms") as two:
             with pytest.raises(StoreUnavailableError, match="fewer than 2 replica"):
                 await two.push("d", {}, ttl=0)
