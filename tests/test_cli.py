@@ -716,6 +716,38 @@ def _parser_commands() -> dict[str, argparse.ArgumentParser]:
     return dict(commands.choices)
 
 
+def test_a_store_verbs_parser_alone_parses_as_the_whole_one() -> None:
+    """A one-shot verb builds its own parser only (start-up); it must read a command line as the
+    whole parser does, and its help must be the same."""
+    from rehydrate.cli._main import _STORE_VERBS, build_parser
+
+    store = ["--store", "sqlite:///x.db", "--format", "json", "-v"]
+    lines = {
+        "push": ["jobs", '{"a": 1}', "--delay", "2m", "--id", "a", "--replace"],
+        "pull": ["jobs", "a"],
+        "look": ["jobs", "a"],
+        "poll": ["jobs", "--limit", "3"],
+        "xpoll": ["jobs"],
+        "xack": ["jobs", "a", "b"],
+        "ttn": ["jobs"],
+        "update": ["jobs", "a", "2"],
+        "stats": ["jobs"],
+        "dead": ["jobs"],
+        "requeue": ["jobs", "a", "--delay", "5s"],
+    }
+    assert set(lines) == _STORE_VERBS
+    commands = _parser_commands()
+    for verb, argv in lines.items():
+        whole = vars(build_parser(store_verb=True).parse_args(["-q", verb, *argv, *store]))
+        alone = vars(build_parser(store_verb=True, only=verb).parse_args(["-q", verb, *argv, *store]))
+        assert (
+            whole.pop("parser").format_help()
+            == alone.pop("parser").format_help()
+            == (commands[verb].format_help())
+        )
+        assert whole == alone, verb
+
+
 def test_every_command_says_what_it_does() -> None:
     for name, parser in _parser_commands().items():
         assert parser.description, name

@@ -19,7 +19,7 @@ import itertools
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn, cast
 
 from rehydrate._version import __version__
 from rehydrate.cli import _common
@@ -132,8 +132,20 @@ def _command_of(words: list[str]) -> str | None:
     return None
 
 
-def build_parser(*, store_verb: bool = False) -> argparse.ArgumentParser:
-    """The command line; ``store_verb``: a store verb is to run, leave the worker's help out."""
+class _Unused:
+    """What ``command()`` returns for a command that is not the one to run: it takes every call
+    that builds a parser and keeps nothing."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: self
+
+
+def build_parser(*, store_verb: bool = False, only: str | None = None) -> argparse.ArgumentParser:
+    """The command line; ``store_verb``: a store verb is to run, leave the worker's help out.
+
+    ``only``: build that command alone (the one the command line names). Building every
+    command's parser was a third of a one-shot verb's start-up; its help still lists it alone.
+    """
     worker_texts = _WorkerTexts(load=not store_verb)
     parser = _Parser(
         prog="rehydrate",
@@ -180,6 +192,8 @@ def build_parser(*, store_verb: bool = False) -> argparse.ArgumentParser:
     )
 
     def command(name: str, help: str, description: str, epilog: str, run: str, *parents: Any) -> _Parser:
+        if only is not None and name != only:
+            return cast(_Parser, _Unused())
         sub: _Parser = commands.add_parser(
             name, help=help, description=_wrap(description), epilog=_wrap(epilog), parents=[common, *parents]
         )
@@ -535,7 +549,11 @@ def _run(argv: Sequence[str] | None, store: Store | None) -> int:
     _JSON_ERRORS = "--log-format=json" in words or any(
         a == "--log-format" and b == "json" for a, b in itertools.pairwise(words)
     )
-    parser = build_parser(store_verb=_command_of(words) in _STORE_VERBS)
+    named = _command_of(words)
+    only = None
+    if named in _STORE_VERBS and not {"-h", "--help"} & set(words[: words.index(named)]):
+        only = named  # its parser alone; ``rehydrate -h push`` still lists every command
+    parser = build_parser(store_verb=named in _STORE_VERBS, only=only)
     args = parser.parse_args(words)
     if args.command is None:  # like git and pip: the help, on stdout; a command was missing (2)
         parser.print_help()
