@@ -3,19 +3,68 @@
 They live apart from the :class:`~rehydrate.Dehydrator` so that the contract (``rehydrate.abc``)
 and every store can name them without importing an implementation. Frozen: a record is a
 snapshot, never a handle on the element.
+
+Plain slotted classes, not attrs classes as elsewhere: every store imports these, and so does
+each ``rehydrate`` command that touches one, where importing attrs and generating the classes'
+methods was a third of a one-shot verb's start-up (``benchmarks/bench_cli.py``). What attrs gave
+them is here by hand: keyword-only ``__init__``, a ``repr``, equality and hashing on the fields
+that say which element it is, immutability, pickling.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import attrs
+from typing import Any, ClassVar, NoReturn
 
 __all__ = ["Claim", "ElementInfo", "Summary"]
 
 
-@attrs.frozen(kw_only=True)
-class Claim:
+class _Record:
+    """Frozen, slotted, compared and hashed by ``_eq`` fields, shown with all ``_fields``."""
+
+    __slots__ = ()
+    _fields: ClassVar[tuple[str, ...]]
+    #: The fields equality and the hash look at (all of them, unless a record says otherwise).
+    _eq: ClassVar[tuple[str, ...]]
+
+    def __init_subclass__(cls) -> None:
+        cls._eq = vars(cls).get("_eq") or cls._fields
+
+    def _values(self, names: tuple[str, ...]) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in names)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
+        return f"{type(self).__name__}({shown})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._values(self._eq) == other._values(self._eq)
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, *self._values(self._eq)))
+
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
+        raise AttributeError(f"{type(self).__name__} is frozen: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError(f"{type(self).__name__} is frozen: cannot delete {name!r}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self._values(self._fields)))
+
+
+def _rebuild(cls: type[_Record], values: tuple[Any, ...]) -> _Record:
+    record = object.__new__(cls)
+    for name, value in zip(cls._fields, values, strict=True):
+        object.__setattr__(record, name, value)
+    return record
+
+
+_set = object.__setattr__
+
+
+class Claim(_Record):
     """One element taken by :meth:`Dehydrator.claim`, leased to the claimer until ``lease_until``.
 
     ``attempt`` is 1 on first delivery and counts every claim since. ``token`` identifies this very
@@ -23,18 +72,45 @@ class Claim:
     lease runs out and someone else claims the element, or the element is pulled and a new one
     pushed under its id, a stale claimer's fenced calls do nothing. (Fencing with ``attempt`` alone,
     as ReDe's XACK does, cannot tell a new element under a reused id from the old one.)
+
+    Two claims are equal when ``id``, ``element``, ``attempt`` and ``lease_until`` are.
     """
+
+    __slots__ = ("attempt", "claimed_at", "due", "element", "id", "lease_until", "token")
+    _fields = ("id", "element", "attempt", "lease_until", "token", "due", "claimed_at")
+    _eq = ("id", "element", "attempt", "lease_until")
 
     id: str
     element: Any
     attempt: int
     lease_until: float
     #: The fencing token: unique to this claim in the store, never reused.
-    token: int = attrs.field(default=0, eq=False)
+    token: int
     #: When the element became due (its lateness is ``claimed_at - due``).
-    due: float = attrs.field(default=0.0, eq=False)
+    due: float
     #: When it was claimed, in the same clock.
-    claimed_at: float = attrs.field(default=0.0, eq=False)
+    claimed_at: float
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        element: Any,
+        attempt: int,
+        lease_until: float,
+        token: int = 0,
+        due: float = 0.0,
+        claimed_at: float = 0.0,
+    ) -> None:
+        # Through the slots' own setters: a claim is made per element claimed, and this is
+        # faster than ``object.__setattr__`` (or attrs's frozen ``__init__``).
+        _claim_id(self, id)
+        _claim_element(self, element)
+        _claim_attempt(self, attempt)
+        _claim_lease_until(self, lease_until)
+        _claim_token(self, token)
+        _claim_due(self, due)
+        _claim_claimed_at(self, claimed_at)
 
     @property
     def lateness(self) -> float:
@@ -42,9 +118,22 @@ class Claim:
         return max(0.0, self.claimed_at - self.due)
 
 
-@attrs.frozen(kw_only=True)
-class ElementInfo:
+(
+    _claim_id,
+    _claim_element,
+    _claim_attempt,
+    _claim_lease_until,
+    _claim_token,
+    _claim_due,
+    _claim_claimed_at,
+) = (vars(Claim)[name].__set__ for name in Claim._fields)
+
+
+class ElementInfo(_Record):
     """What :meth:`Dehydrator.info` knows about one element, in the dehydrator's clock."""
+
+    __slots__ = ("attempt", "claimed", "due", "id", "ttl")
+    _fields = ("id", "due", "ttl", "attempt", "claimed")
 
     id: str
     #: When the element is (or was) due, in the dehydrator's clock.
@@ -56,10 +145,19 @@ class ElementInfo:
     #: Whether it is under a claim that has not been acked or rescheduled (its lease may have run out).
     claimed: bool
 
+    def __init__(self, *, id: str, due: float, ttl: float, attempt: int, claimed: bool) -> None:
+        _set(self, "id", id)
+        _set(self, "due", due)
+        _set(self, "ttl", ttl)
+        _set(self, "attempt", attempt)
+        _set(self, "claimed", claimed)
 
-@attrs.frozen(kw_only=True)
-class Summary:
+
+class Summary(_Record):
     """A dehydrator at a glance (``rehydrate stats``): counts, and the time to the next due element."""
+
+    __slots__ = ("claimed", "due", "size", "ttn")
+    _fields = ("size", "due", "claimed", "ttn")
 
     #: Every element held: waiting, due and claimed.
     size: int
@@ -69,3 +167,9 @@ class Summary:
     claimed: int
     #: Seconds until the next element is due (``0.0`` if one is); ``None`` when empty.
     ttn: float | None
+
+    def __init__(self, *, size: int, due: int, claimed: int, ttn: float | None) -> None:
+        _set(self, "size", size)
+        _set(self, "due", due)
+        _set(self, "claimed", claimed)
+        _set(self, "ttn", ttn)

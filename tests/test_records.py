@@ -1,0 +1,68 @@
+"""The store records (``Claim``, ``ElementInfo``, ``Summary``): frozen, keyword-only, compared by
+what says which element they are, shown and pickled whole."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+
+from rehydrate import Claim, ElementInfo, Summary
+
+
+def _claim(**changes: object) -> Claim:
+    fields: dict[str, object] = {
+        "id": "a",
+        "element": {"to": "ann"},
+        "attempt": 1,
+        "lease_until": 30.0,
+        "token": 7,
+        "due": 1.0,
+        "claimed_at": 1.5,
+    }
+    return Claim(**{**fields, **changes})  # type: ignore[arg-type]
+
+
+def test_a_claim_is_equal_by_what_it_holds_not_by_its_token_or_times() -> None:
+    claim = _claim(element=("t", 1))
+    assert claim == _claim(element=("t", 1), token=8, due=0.0, claimed_at=9.0)
+    assert hash(claim) == hash(_claim(element=("t", 1), token=8))
+    assert claim != _claim(element=("t", 1), attempt=2)
+    assert claim != _claim(element=("t", 1), lease_until=31.0)
+    assert claim != ("a", ("t", 1), 1, 30.0)  # not a tuple
+    assert claim.lateness == 0.5
+    assert _claim(due=5.0, claimed_at=4.0).lateness == 0.0
+
+
+def test_records_are_frozen_and_keyword_only() -> None:
+    claim = _claim()
+    with pytest.raises(AttributeError, match="frozen"):
+        claim.id = "b"
+    with pytest.raises(AttributeError, match="frozen"):
+        del claim.token
+    with pytest.raises(AttributeError):
+        claim.extra = 1
+    with pytest.raises(TypeError):
+        Summary(1, 0, 0, None)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        ElementInfo(id="a", due=1.0, ttl=2.0, attempt=0)  # type: ignore[call-arg]
+
+
+def test_records_show_every_field_and_survive_pickle_and_copy() -> None:
+    records = [
+        _claim(),
+        ElementInfo(id="a", due=1.0, ttl=2.0, attempt=3, claimed=True),
+        Summary(size=4, due=1, claimed=2, ttn=None),
+    ]
+    assert repr(records[0]) == (
+        "Claim(id='a', element={'to': 'ann'}, attempt=1, lease_until=30.0, token=7, due=1.0, claimed_at=1.5)"
+    )
+    assert repr(records[1]) == "ElementInfo(id='a', due=1.0, ttl=2.0, attempt=3, claimed=True)"
+    assert repr(records[2]) == "Summary(size=4, due=1, claimed=2, ttn=None)"
+    for record in records:
+        for again in (pickle.loads(pickle.dumps(record)), copy.copy(record), copy.deepcopy(record)):
+            assert again == record
+            assert repr(again) == repr(record)
+    assert pickle.loads(pickle.dumps(records[0])).token == 7
+    assert {records[1], records[2]} == {copy.copy(records[1]), copy.copy(records[2])}
