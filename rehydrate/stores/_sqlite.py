@@ -359,7 +359,11 @@ class SQLiteStore(StoreBase):
             row = conn.execute(sql.GET_SCHEMA).fetchone()
             return None if row is None else int(row[0])
 
-        version = sql.transaction(conn, create)
+        # A file already at this version needs nothing created: one read, not a write transaction
+        # (and its fsync) at every open, which a one-shot ``rehydrate push`` would pay each time.
+        version = sql.current_schema(conn)
+        if version != sql.SCHEMA_VERSION:
+            version = sql.transaction(conn, create)
         if version != sql.SCHEMA_VERSION:
             raise RehydrateError(
                 f"{self._database!r} holds a rehydrate schema of version {version}, this version "

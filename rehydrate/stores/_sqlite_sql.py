@@ -37,6 +37,7 @@ __all__ = [
     "SIZE",
     "SUMMARY",
     "bump",
+    "current_schema",
     "head",
     "next_seq",
     "read_signal",
@@ -125,6 +126,15 @@ IDS: Final = "SELECT id FROM rehydrate_elements WHERE name = ? ORDER BY due, seq
 HAS_TABLES: Final = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rehydrate_elements'"
 SET_SCHEMA: Final = "INSERT OR IGNORE INTO rehydrate_meta (key, value) VALUES ('schema', ?)"
 GET_SCHEMA: Final = "SELECT value FROM rehydrate_meta WHERE key = 'schema'"
+
+
+def current_schema(conn: sqlite3.Connection) -> int | None:
+    """The file's schema version, read without a transaction; ``None`` before it has tables."""
+    try:
+        row = conn.execute(GET_SCHEMA).fetchone()
+    except sqlite3.OperationalError:  # no such table: a new file
+        return None
+    return None if row is None else int(row[0])
 
 
 def transaction(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T]) -> _T:
