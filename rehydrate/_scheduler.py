@@ -35,6 +35,7 @@ import anyio.abc
 import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream
 
+from rehydrate._batcher import DeferBatcher
 from rehydrate._clock import wall
 from rehydrate._core import _validate
 from rehydrate._core._retry import Retry
@@ -215,6 +216,8 @@ class Scheduler:
         self._running = False
         self._stopping = False
         self._stopped: anyio.Event | None = None
+        #: Coalesces concurrent defers while the scheduler runs (pushes them directly otherwise).
+        self._batcher = DeferBatcher(self.store)
 
     def __repr__(self) -> str:
         return f"<Scheduler store={self.store!r} handlers={sorted(self._handlers)}>"
@@ -349,11 +352,18 @@ class Scheduler:
         ``DuplicateIdError`` if ``id`` is already deferred in ``name``, unless ``replace``: then
         the pending element is replaced by this one, atomically, and due anew (a debounce). If
         the old one is running, it finishes, and its ack cannot touch the new one.
+
+        While the scheduler runs, defers issued concurrently (from many tasks) go to the store
+        together, one ``push_many`` per dehydrator and round trip; each still returns its own id
+        or raises its own error once its element is stored, and its due time counts from this
+        call. A defer cancelled before its batch was sent is not stored; after, it is.
         """
         ttl = self._ttl(delay, at, self.store.clock)
-        if replace and id is None:
-            raise InvalidArgumentError("replace needs an id: the element to replace is named by it")
-        return await self.store.push(name, element, ttl=ttl, id=id, replace=replace)
+        if replace:
+            if id is None:
+                raise InvalidArgumentError("replace needs an id: the element to replace is named by it")
+            return await self.store.push(name, element, ttl=ttl, id=id, replace=True)
+        return await self._batcher.push(name, element, ttl, id)
 
     @_needs_the_store
     async def cancel(self, name: str, id: str) -> Any:
@@ -631,6 +641,10 @@ class Scheduler:
         self._stopped = anyio.Event()
         if self._stopping:  # stop() came while the store opened (a SIGTERM at start-up): honour it
             self._stopped.set()
+        self._batcher = DeferBatcher(self.store)
+        if getattr(self.store, "_coalesce_pushes", True):
+            self._batcher.open()  # now: defers in the body coalesce even before its task runs
+            tg.start_soon(self._batcher.run)
         for handler in self._handlers.values():
             self._start(handler)
         return self
@@ -652,6 +666,7 @@ class Scheduler:
                 return False
             raise
         finally:
+            self._batcher.close()  # hands back what waits, if its task never got to run
             self._tg = None
             self._running = False
             self._stopping = False  # the next ``async with`` runs anew
@@ -670,6 +685,7 @@ class Scheduler:
         stops as soon as it has started.
         """
         self._stopping = True
+        self._batcher.stop()
         if self._stopped is not None:
             self._stopped.set()
         for runner in self._runners.values():

@@ -35,6 +35,9 @@ class MemoryStore(StoreBase):
     again finds them.
     """
 
+    #: Nothing to gain from coalescing concurrent defers: a push costs no round trip here.
+    _coalesce_pushes = False
+
     def __init__(self, *, clock: Clock | None = None) -> None:
         if clock is not None and not isinstance(clock, Clock):
             raise InvalidTypeError(
