@@ -181,16 +181,86 @@ async def test_a_push_retried_after_a_lost_reply_is_not_a_duplicate(
         return reply
 
     monkeypatch.setattr(client, "evalsha", lose_reply)
+    lane = store._backend._lane
+    if lane is not None:  # a single push goes over the store's own connection: lose its reply too
+        real_call = lane.call
+
+        async def lose_lane_reply(payload: bytes, **kwargs: Any) -> Any:
+            nonlocal lost
+            reply = await real_call(payload, **kwargs)
+            if lost < 1 and payload.startswith(b"*") and b"EVALSHA" in payload[:32]:
+                lost += 1
+                raise anyio.BrokenResourceError("reply lost")
+            return reply
+
+        monkeypatch.setattr(lane, "call", lose_lane_reply)
     assert await store.push(N, "x", ttl=5, id="x") == "x"
+    assert lost == 1
     lost = 0
     generated = await store.push(N, "y", ttl=5)
+    assert lost == 1
     lost = 0
     assert await store.push_many(N, [("p", 5, None), ("q", 5, "q")]) is not None
+    assert lost == 1
     assert await store.size(N) == 4
     lost = 0
     with pytest.raises(DuplicateIdError):  # a different payload under that id is a real duplicate
         await store.push(N, "not x", ttl=5, id="x")
     assert await store.look(N, generated) == "y"
+
+
+async def test_a_push_cancelled_mid_call_drops_its_connection(
+    store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A single push runs over the store's own connection (the lane); cancelled after its send,
+    before its reply is read, that connection is dropped, so no later call reads the stale reply."""
+    lane = store._backend._lane
+    assert lane is not None
+    await store.push(N, "first", ttl=60, id="first")  # connects the lane
+    stream = lane._stream
+    assert stream is not None
+    waiting = anyio.Event()
+
+    async def reply_held_back(max_bytes: int = 65536) -> bytes:
+        waiting.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr(stream, "receive", reply_held_back)
+    async with anyio.create_task_group() as tg:
+        scope = anyio.CancelScope()
+
+        async def cancelled_push() -> None:
+            with scope:
+                await store.push(N, "cut", ttl=60, id="cut")
+
+        tg.start_soon(cancelled_push)
+        await waiting.wait()
+        scope.cancel()
+    assert scope.cancelled_caught
+    assert lane._stream is None
+    assert await store.push(N, "next", ttl=60, id="next") == "next"
+    assert lane._stream is not None
+    assert lane._stream is not stream
+    assert await store.look(N, "cut") == "cut"  # the server had it: only the reply was cut off
+    assert sorted(await store.ids(N)) == ["cut", "first", "next"]
+
+
+async def test_the_lane_selects_the_database_of_the_url(url: str, prefix: str) -> None:
+    """The lane selects the URL's database (and authenticates, with a password), as coredis does."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    other = urlunsplit(parts._replace(path="/3"))
+    try:
+        async with RedisStore.from_url(other, prefix=prefix) as s:
+            assert s._backend._lane is not None
+            id = await s.push(N, "x", ttl=60)
+            assert await s.look(N, id) == "x"  # read through coredis: the same database
+        async with RedisStore.from_url(urlunsplit(parts._replace(path="/0")), prefix=prefix) as s:
+            assert await s.size(N) == 0
+    finally:
+        await drop_prefix(other, prefix)
 
 
 async def test_push_many_is_capped(store: RedisStore) -> None:
