@@ -71,7 +71,11 @@ async def floor_coredis(url: str, n: int) -> Result:
             t = time.perf_counter()
             await client.evalsha(sha, keys=["k"], args=["a"])
             lat.append(time.perf_counter() - t)
-        return {"rate": n / (time.perf_counter() - t0), "p50": percentile(lat, 0.5), "p99": percentile(lat, 0.99)}
+        return {
+            "rate": n / (time.perf_counter() - t0),
+            "p50": percentile(lat, 0.5),
+            "p99": percentile(lat, 0.99),
+        }
 
 
 async def floor_socket(port: int, n: int) -> Result:
@@ -89,7 +93,11 @@ async def floor_socket(port: int, n: int) -> Result:
             while not reply.endswith(b"\r\n"):
                 reply += await stream.receive()
             lat.append(time.perf_counter() - t)
-        return {"rate": n / (time.perf_counter() - t0), "p50": percentile(lat, 0.5), "p99": percentile(lat, 0.99)}
+        return {
+            "rate": n / (time.perf_counter() - t0),
+            "p50": percentile(lat, 0.5),
+            "p99": percentile(lat, 0.99),
+        }
 
 
 async def defers(store: Any, n: int, producers: int, *, coalesce: bool = True, lane: bool = True) -> Result:

@@ -238,10 +238,10 @@ async def test_a_push_cancelled_mid_call_drops_its_connection(
         await waiting.wait()
         scope.cancel()
     assert scope.cancelled_caught
-    assert lane._stream is None
+    dropped = lane._stream
+    assert dropped is None
     assert await store.push(N, "next", ttl=60, id="next") == "next"
-    assert lane._stream is not None
-    assert lane._stream is not stream
+    assert lane._stream not in (None, stream)  # a new connection
     assert await store.look(N, "cut") == "cut"  # the server had it: only the reply was cut off
     assert sorted(await store.ids(N)) == ["cut", "first", "next"]
 
