@@ -258,8 +258,13 @@ def _command(*parts: str | bytes | int) -> bytes:
     """One command in RESP."""
     out = [b"*%d\r\n" % len(parts)]
     for part in parts:
-        data = part if isinstance(part, bytes) else str(part).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+        if type(part) is str:
+            data = part.encode()
+        elif type(part) is int:
+            data = b"%d" % part
+        else:
+            data = part if isinstance(part, bytes) else str(part).encode()
+        out += (b"$%d\r\n" % len(data), data, b"\r\n")
     return b"".join(out)
 
 
