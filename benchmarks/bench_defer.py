@@ -17,7 +17,8 @@ always run in another's wake), and the table gives medians:
 * ``defer``, 64 tasks: 64 producer tasks deferring at once, as shipped (concurrent defers coalesce
   into one ``push_many`` per tick) and with coalescing off (one script call per defer, as before);
   with the script calls the server ran per defer (``INFO commandstats``);
-* the memory store, sequential and 64 tasks (it does not coalesce: nothing to gain).
+* the memory store, sequential and 64 tasks (it does not coalesce: nothing to gain), beside its
+  own ``push`` awaited one by one (what ``defer`` wraps).
 
 Every element is a small dict deferred 1,000 s ahead (nothing is delivered: no handler).
 """
@@ -155,6 +156,18 @@ async def main_async(args: argparse.Namespace) -> None:
 
             return run
 
+        async def memory_push() -> Result:
+            """The memory store's own push, awaited one by one: what ``defer`` wraps."""
+            async with MemoryStore() as store:
+                lat = []
+                t0 = time.perf_counter()
+                for i in range(args.memory):
+                    t = time.perf_counter()
+                    await store.push(NAME, {"i": i}, ttl=1000)
+                    lat.append(time.perf_counter() - t)
+                elapsed = time.perf_counter() - t0
+            return {"rate": args.memory / elapsed, "p50": percentile(lat, 0.5), "p99": percentile(lat, 0.99)}
+
         rows: dict[str, Callable[[], Awaitable[Result]]] = {
             "floor: EVALSHA 'return 1', coredis": lambda: floor_coredis(server.url, args.single),
             "floor: EVALSHA 'return 1', bare socket": lambda: floor_socket(server.port, args.single),
@@ -162,6 +175,7 @@ async def main_async(args: argparse.Namespace) -> None:
             "defer, sequential, push through coredis (before)": redis(producers=1, lane=False),
             "defer, 64 tasks": redis(producers=64),
             "defer, 64 tasks, not coalesced (before)": redis(producers=64, coalesce=False, lane=False),
+            "memory store: store.push, sequential (floor)": memory_push,
             "memory store: defer, sequential": memory(1),
             "memory store: defer, 64 tasks": memory(64),
         }
