@@ -28,6 +28,8 @@ from rehydrate.errors import (
     UnknownIdError,
 )
 from rehydrate.stores import _sqlite_sql as sql
+from rehydrate.stores._sqlite_wake import Listener
+from rehydrate.stores._sqlite_wake import notify as wake
 from rehydrate.stores._base import StoreBase, as_float, as_str, url_options
 
 __all__ = ["BlockingSQLiteStore", "SQLiteStore"]
@@ -37,6 +39,12 @@ _T = TypeVar("_T")
 #: The most elements one ``claim`` takes in one transaction (the write lock is held meanwhile).
 _CLAIM_BATCH: Final = 1000
 _SYNCHRONOUS: Final = ("FULL", "NORMAL")
+#: How often a subscription reads its counter row when other processes cannot wake it (no wake-up
+#: socket: ``:memory:``, no ``AF_UNIX``, a directory it may not write): the bound on their lateness.
+_NAP: Final = 0.05
+#: ...and when they can: the nap then only catches a writer that could not send (another user's
+#: process, an older version), so one read a second is enough.
+_NAP_WITH_WAKE: Final = 1.0
 
 #: What a ``sqlite://`` URL's query may say, and how to read it.
 _URL_OPTIONS: Final = {"serializer": as_str, "synchronous": as_str, "busy_timeout": as_float, "nap": as_float}
@@ -65,7 +73,8 @@ def _translated(where: str) -> Iterator[None]:
 
 
 class _SQLiteSubscription(Subscription):
-    """Woken at once by this store's own writes; checks the name's counter row for other processes'."""
+    """Woken at once by this store's own writes, by a datagram for other processes' (see
+    ``_sqlite_wake.py``), and failing both by the name's counter row, read every ``nap``."""
 
     def __init__(self, store: SQLiteStore, name: str) -> None:
         self._store = store
@@ -73,10 +82,16 @@ class _SQLiteSubscription(Subscription):
         self._event = anyio.Event()
         #: The last counter value this subscription has reported (or started from).
         self.seen = 0
+        #: This subscription's wake-up socket, ``None`` when other processes cannot wake it.
+        self.listener: Listener | None = None
+        #: The scope of the task waiting on the socket: a notification from this store cancels it.
+        self._listening: anyio.CancelScope | None = None
 
     def notify(self, counter: int) -> None:
         self.seen = max(self.seen, counter)
         self._event.set()
+        if self._listening is not None:
+            self._listening.cancel()
 
     def _consume(self, counter: int = 0) -> bool:
         self.seen = max(self.seen, counter)
@@ -89,15 +104,33 @@ class _SQLiteSubscription(Subscription):
             return self._consume(counter)
         return False
 
+    async def _listen(self, listener: Listener, nap: float) -> bool:
+        """Wait for a datagram (or this store's notification); ``False`` once ``nap`` passed."""
+        with anyio.move_on_after(nap) as scope:
+            self._listening = scope
+            try:
+                await anyio.wait_readable(listener.socket)
+            finally:
+                self._listening = None
+        for name, counter in listener.receive():
+            if name == self._name and counter > self.seen:  # older news is already seen
+                self.notify(counter)
+        return not scope.cancelled_caught or self._event.is_set()
+
     async def _nap_until_notified(self) -> bool:
-        """Wait for this process's notification; every ``nap`` seconds, look at the shared counter."""
-        nap = self._store._nap
+        """Wait for a notification; every ``nap`` seconds, look at the shared counter as well."""
+        nap = self._store._nap_for(self.listener)
         while True:
-            with anyio.move_on_after(nap):
-                await self._event.wait()
+            listener = self.listener
+            if listener is not None and self._listening is None:
+                woke = await self._listen(listener, nap)
+            else:  # no socket, or another task of this subscription already waits on it
+                with anyio.move_on_after(nap) as scope:
+                    await self._event.wait()
+                woke = not scope.cancelled_caught
             if self._event.is_set():
                 return self._consume()
-            if await self._changed():
+            if not woke and await self._changed():
                 return True
 
     async def wait(self, timeout: float | None) -> bool:
@@ -198,7 +231,7 @@ class SQLiteStore(StoreBase):
         serializer: str | Serializer | None = None,
         synchronous: str = "FULL",
         busy_timeout: Seconds = 5.0,
-        nap: Seconds = 0.05,
+        nap: Seconds | None = None,
         create: bool = True,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)):
@@ -212,8 +245,8 @@ class SQLiteStore(StoreBase):
             )
         if not isinstance(synchronous, str) or synchronous.upper() not in _SYNCHRONOUS:
             raise InvalidArgumentError(f"synchronous must be 'FULL' or 'NORMAL', not {synchronous!r}")
-        self._nap = _validate.seconds(nap, "nap")
-        if self._nap <= 0:
+        self._nap = None if nap is None else _validate.seconds(nap, "nap")
+        if self._nap is not None and self._nap <= 0:
             raise InvalidArgumentError("nap must be positive")
         self._busy_timeout = _validate.seconds(busy_timeout, "busy_timeout")
         self._database = database
@@ -225,6 +258,8 @@ class SQLiteStore(StoreBase):
         self._limiter: anyio.CapacityLimiter | None = None
         self._last_now = float("-inf")
         self._subscribers: dict[str, set[_SQLiteSubscription]] = {}
+        #: Names whose counter the transaction in progress bumped, and to what (worker thread only).
+        self._bumped: dict[str, int] = {}
 
     @classmethod
     def from_url(
@@ -388,8 +423,32 @@ class SQLiteStore(StoreBase):
         return await anyio.to_thread.run_sync(self._in_thread, conn, fn, limiter=limiter)
 
     async def _write(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
-        """Run ``fn(connection)`` in a worker thread, in one ``BEGIN IMMEDIATE`` transaction."""
-        return await self._run(lambda conn: sql.transaction(conn, fn))
+        """Run ``fn(connection)`` in a worker thread, in one ``BEGIN IMMEDIATE`` transaction; once it
+        has committed, wake the other processes' subscribers of the names it bumped."""
+        return await self._run(lambda conn: self._transaction(conn, fn))
+
+    def _transaction(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        self._bumped.clear()
+        try:
+            result = sql.transaction(conn, fn)
+        except BaseException:
+            self._bumped.clear()  # rolled back: nothing to tell
+            raise
+        if self._bumped:
+            bumped, self._bumped = self._bumped, {}
+            wake(self._database, bumped)  # in this thread: never on the event loop
+        return result
+
+    def _bump(self, conn: sqlite3.Connection, name: str) -> int:
+        """Bump ``name``'s counter (in a write transaction), to be announced once it commits."""
+        counter = sql.bump(conn, name)
+        self._bumped[name] = counter
+        return counter
+
+    def _nap_for(self, listener: Listener | None) -> float:
+        if self._nap is not None:
+            return self._nap
+        return _NAP if listener is None else _NAP_WITH_WAKE
 
     def _in_thread(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         if self._conn is not conn:  # closed (and maybe reopened) while this call waited for its turn
@@ -443,7 +502,7 @@ class SQLiteStore(StoreBase):
                 conn.execute(sql.INSERT, (name, key, payload, codec, due, sql.next_seq(conn, 1), seconds))
             except sqlite3.IntegrityError:
                 raise DuplicateIdError(key) from None
-            return sql.bump(conn, name) if head is None or due < head else None
+            return self._bump(conn, name) if head is None or due < head else None
 
         self._notify(name, await self._write(body))
         return key
@@ -480,7 +539,7 @@ class SQLiteStore(StoreBase):
             except sqlite3.IntegrityError:  # a generated id met an existing one: 2**-122 odds
                 raise DuplicateIdError(next(k for k, _, _ in batch if k not in given)) from None
             soonest = now + min(seconds for _, _, seconds in batch)
-            return sql.bump(conn, name) if head is None or soonest < head else None
+            return self._bump(conn, name) if head is None or soonest < head else None
 
         if not batch:
             if self._conn is None:
@@ -705,7 +764,7 @@ class SQLiteStore(StoreBase):
                 soonest = due if soonest is None else min(soonest, due)
                 done.append(True)
             sooner = soonest is not None and (head is None or soonest < head)
-            return done, (sql.bump(conn, name) if sooner else None)
+            return done, (self._bump(conn, name) if sooner else None)
 
         done, counter = await self._write(body)
         self._notify(name, counter)
@@ -739,7 +798,7 @@ class SQLiteStore(StoreBase):
         due = self._now() + seconds
         head = sql.head(conn, name)  # the row itself included: sooner means sooner than everything
         conn.execute(sql.REFILE, (due, sql.next_seq(conn, 1), seconds, int(claimed), rowid))
-        return due, (sql.bump(conn, name) if head is None or due < head else None)
+        return due, (self._bump(conn, name) if head is None or due < head else None)
 
     async def info(self, name: str, id: str) -> ElementInfo | None:
         _validate.element_id(name, "name")
@@ -799,9 +858,14 @@ class SQLiteStore(StoreBase):
     @asynccontextmanager
     async def _subscribe(self, name: str) -> AsyncIterator[Subscription]:
         subscription = _SQLiteSubscription(self, name)
+        if self._conn is None:
+            raise self._not_open()
         subscribers = self._subscribers.setdefault(name, set())
         subscribers.add(subscription)
         try:
+            # Bound before the counter is read: a write in between wakes it one way or both.
+            with anyio.CancelScope(shield=True):  # a bound socket must not be dropped by a cancel
+                subscription.listener = await anyio.to_thread.run_sync(Listener.bind, self._database, name)
             # Registered first, then the counter read: a write in between notifies one way or both.
             subscription.seen = max(subscription.seen, await self._signal(name))
             yield subscription
@@ -809,6 +873,10 @@ class SQLiteStore(StoreBase):
             subscribers.discard(subscription)
             if not subscribers and self._subscribers.get(name) is subscribers:
                 del self._subscribers[name]
+            listener, subscription.listener = subscription.listener, None
+            if listener is not None:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(listener.close)
 
     def subscribe(self, name: str) -> AbstractAsyncContextManager[Subscription]:
         """See :meth:`Store.subscribe`: this store's writes wake at once, other processes' within ``nap``."""

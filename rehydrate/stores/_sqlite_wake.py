@@ -1,0 +1,288 @@
+"""Wake-up datagrams between the processes that share a SQLite file.
+
+SQLite cannot tell another process that a row changed, so subscriptions in other processes used to
+notice a write only by reading the name's counter row every ``nap`` (50 ms). Processes that share a
+file share a machine, so they can share a directory of Unix datagram sockets beside it:
+
+* ``<database>-wake/`` holds one socket per waiting subscription, named ``<tag>.<random>``, where
+  the tag is a short hash of the dehydrator's name: a writer wakes only the subscribers of the
+  names it bumped, found by one ``listdir``, with no registry to keep consistent.
+* A writer whose committed transaction bumped a name's counter sends each of them one datagram
+  holding the new counter and the name (:func:`notify`). Sending is non-blocking and never fails
+  the write: a full buffer means a wake-up is already pending, a vanished file means the
+  subscriber left, and a refused send means its process died without removing its socket (it was
+  SIGKILLed), so the writer removes the file. A subscription starting up removes such files of its
+  name too, so they cannot pile up where nobody writes.
+
+Why datagram sockets, rather than the alternatives (``docs/stores-design-history.md``): a FIFO
+wakes one reader per byte and blocks or fails a writer when no reader has it open; inotify is
+Linux-only, needs a file that every write touches (an extra write per commit) and a watch per
+process; a stream socket needs a listener, accepts and connection state. A datagram is one
+non-blocking ``sendto`` per subscriber, needs no connection, and is delivered or refused at once.
+
+This module imports neither anyio nor asyncio: the store calls :func:`notify` in its worker thread
+after the commit, and plain synchronous code (a one-shot command) can call it just the same.
+Nothing here is needed for correctness: the counter row stays the truth, and a subscription still
+reads it every ``nap`` in case a datagram could not be sent (no ``AF_UNIX``, a directory it may not
+write, a writer of an older version).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import secrets
+import socket
+import stat
+import struct
+import sys
+from collections.abc import Mapping
+from typing import Final
+
+__all__ = ["MAX_SUBSCRIBERS", "Listener", "directory", "notify"]
+
+#: Beside ``jobs.db``, ``jobs.db-wake/`` (as SQLite's own ``jobs.db-wal`` and ``jobs.db-shm``).
+_SUFFIX: Final = "-wake"
+#: The longest socket address ``bind``/``sendto`` take (``sun_path`` less its NUL): 108 on Linux,
+#: 104 on the BSDs and macOS.
+_MAX_ADDRESS: Final = 107 if sys.platform.startswith("linux") else 103
+#: The most sockets one name may have: beyond it a subscription naps instead (a writer's work per
+#: bump is bounded by it).
+MAX_SUBSCRIBERS: Final = 256
+_TAG_LENGTH: Final = 12
+#: A datagram: the name's new counter (8 bytes, big-endian) then the name in UTF-8.
+_COUNTER: Final = struct.Struct(">q")
+_AVAILABLE: Final = hasattr(socket, "AF_UNIX")
+
+_sender: socket.socket | None = None
+
+
+def directory(database: str) -> str | None:
+    """The wake-up directory of a database file, ``None`` where there is none to have.
+
+    ``:memory:`` is private to its connection, and a platform without ``AF_UNIX`` sockets (Windows)
+    keeps the nap. The path is resolved (``realpath``), so that two processes naming one file by
+    two paths meet in one directory.
+    """
+    if not _AVAILABLE or database == ":memory:":
+        return None
+    return os.path.realpath(database) + _SUFFIX
+
+
+def tag(name: str) -> str:
+    """A name's socket prefix: 48 bits of its hash (a collision only wakes a subscriber in vain)."""
+    digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=_TAG_LENGTH // 2)
+    return digest.hexdigest()
+
+
+def _encode(name: str, counter: int) -> bytes:
+    return _COUNTER.pack(counter) + name.encode("utf-8", "surrogatepass")
+
+
+def _decode(datagram: bytes) -> tuple[str, int] | None:
+    if len(datagram) < _COUNTER.size:
+        return None
+    (counter,) = _COUNTER.unpack_from(datagram)
+    return datagram[_COUNTER.size :].decode("utf-8", "surrogatepass"), counter
+
+
+def _address(path: str, dirfd: int | None) -> str | None:
+    """Where to bind or send for a socket file: its path if short enough, else (on Linux) the same
+    file reached through an open descriptor of its directory, ``/proc/self/fd/N/<file>``."""
+    if len(os.fsencode(path)) <= _MAX_ADDRESS:
+        return path
+    if dirfd is None:
+        return None
+    return f"/proc/self/fd/{dirfd}/{os.path.basename(path)}"
+
+
+def _open_dir(path: str) -> int | None:
+    """A descriptor of the directory, for addresses too long to name it (Linux only)."""
+    if not sys.platform.startswith("linux") or not os.path.isdir("/proc/self/fd"):
+        return None
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def _get_sender() -> socket.socket:
+    global _sender  # noqa: PLW0603 - one unbound socket per process, shared by every writer thread
+    if _sender is None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.setblocking(False)
+        _sender = sock
+    return _sender
+
+
+def notify(database: str, counters: Mapping[str, int]) -> int:
+    """Wake every subscriber of the names in ``counters`` (name -> its counter after the bump).
+
+    Call it after the transaction that bumped the counters has committed (a subscriber woken
+    earlier would read the old counter). Synchronous, non-blocking, and it never raises: a wake-up
+    that cannot be sent is noticed at the subscriber's next nap. Returns how many were sent.
+    """
+    where = directory(database)
+    if where is None or not counters:
+        return 0
+    try:
+        entries = os.listdir(where)
+    except OSError:  # no directory: nobody has ever waited on this file (or it is not ours to read)
+        return 0
+    tags = {tag(name): name for name in counters}
+    targets = [entry for entry in entries if entry[:_TAG_LENGTH] in tags]
+    if not targets:
+        return 0
+    sent = 0
+    dirfd: int | None = None
+    try:
+        sender = _get_sender()
+        for entry in targets[:MAX_SUBSCRIBERS]:
+            path = os.path.join(where, entry)
+            if len(os.fsencode(path)) > _MAX_ADDRESS and dirfd is None:
+                dirfd = _open_dir(where)
+            address = _address(path, dirfd)
+            if address is None:
+                continue
+            name = tags[entry[:_TAG_LENGTH]]
+            try:
+                sender.sendto(_encode(name, counters[name]), address)
+                sent += 1
+            except ConnectionRefusedError:  # nobody bound: its process died without cleaning up
+                _remove_stale(path)
+            except OSError:
+                # EAGAIN: its buffer is full, so a wake-up is already waiting there; ENOENT: it
+                # just left; EACCES/EPERM: not ours to wake. None may fail the write.
+                pass
+    except OSError:  # no socket to send from (out of descriptors): the naps will notice
+        pass
+    finally:
+        if dirfd is not None:
+            os.close(dirfd)
+    return sent
+
+
+def _remove_stale(path: str) -> None:
+    """Remove a dead subscriber's socket file (only a socket: never anything else found there)."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+
+
+class Listener:
+    """One subscription's socket in the wake-up directory. Blocking calls: use from a worker thread,
+    except :meth:`receive`, which never blocks."""
+
+    def __init__(self, sock: socket.socket, path: str, directory: str) -> None:
+        self.socket = sock
+        self.path = path
+        self._directory = directory
+
+    @classmethod
+    def bind(cls, database: str, name: str) -> Listener | None:
+        """A bound, non-blocking socket for ``name``'s wake-ups, or ``None`` (then nap)."""
+        where = directory(database)
+        if where is None:
+            return None
+        prefix = tag(name)
+        for _ in range(3):  # the directory may be removed by a last leaver between mkdir and bind
+            try:
+                _make_directory(where, os.path.dirname(os.path.realpath(database)))
+                if _sweep(where, prefix) >= MAX_SUBSCRIBERS:
+                    return None
+                return cls._bind_in(where, prefix)
+            except FileNotFoundError:
+                continue
+            except OSError:  # read-only or foreign directory, descriptors exhausted...: nap instead
+                return None
+        return None
+
+    @classmethod
+    def _bind_in(cls, where: str, prefix: str) -> Listener | None:
+        path = os.path.join(where, f"{prefix}.{secrets.token_hex(4)}")
+        dirfd = _open_dir(where) if len(os.fsencode(path)) > _MAX_ADDRESS else None
+        try:
+            address = _address(path, dirfd)
+            if address is None:
+                return None
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            try:
+                sock.bind(address)
+                # Whoever may create files beside the database may wake its subscribers.
+                os.chmod(path, stat.S_IMODE(os.stat(where).st_mode) & 0o666)
+                sock.setblocking(False)
+            except BaseException:
+                sock.close()
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                raise
+        finally:
+            if dirfd is not None:
+                os.close(dirfd)
+        return cls(sock, path, where)
+
+    def receive(self) -> list[tuple[str, int]]:
+        """Every datagram waiting, as (name, counter); never blocks."""
+        out: list[tuple[str, int]] = []
+        while True:
+            try:
+                datagram = self.socket.recv(4096)
+            except (BlockingIOError, InterruptedError):
+                return out
+            except OSError:  # closed under us
+                return out
+            decoded = _decode(datagram)
+            if decoded is not None:
+                out.append(decoded)
+
+    def close(self) -> None:
+        """Close the socket, remove its file, and the directory if it is left empty."""
+        self.socket.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        with contextlib.suppress(OSError):  # not empty, or gone: both fine
+            os.rmdir(self._directory)
+
+
+def _make_directory(where: str, parent: str) -> None:
+    """Create the directory with the database directory's permissions (not this process's umask)."""
+    try:
+        os.mkdir(where)
+    except FileExistsError:
+        return
+    with contextlib.suppress(OSError):
+        os.chmod(where, stat.S_IMODE(os.stat(parent).st_mode))
+
+
+def _sweep(where: str, prefix: str) -> int:
+    """Remove the sockets of ``prefix`` whose process is gone; how many live ones remain."""
+    live = 0
+    dirfd: int | None = None
+    try:
+        for entry in os.listdir(where):
+            if entry[:_TAG_LENGTH] != prefix:
+                continue
+            path = os.path.join(where, entry)
+            if len(os.fsencode(path)) > _MAX_ADDRESS and dirfd is None:
+                dirfd = _open_dir(where)
+            address = _address(path, dirfd)
+            if address is None:
+                live += 1
+                continue
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            try:
+                probe.connect(address)  # a datagram socket's connect sends nothing: no spurious wake
+                live += 1
+            except ConnectionRefusedError:
+                _remove_stale(path)
+            except OSError as exc:
+                if exc.errno != errno.ENOENT:
+                    live += 1
+            finally:
+                probe.close()
+    finally:
+        if dirfd is not None:
+            os.close(dirfd)
+    return live
