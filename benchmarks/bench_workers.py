@@ -1,13 +1,17 @@
 """End to end: worker processes sharing a store, deliveries per second and lateness.
 
     python benchmarks/bench_workers.py [--store redis|redis-cluster|sqlite|postgres] [--workers 2]
-        [--n 20000]
+        [--n 20000] [--enqueue batch|one]
 
 Starts a throwaway Redis or PostgreSQL server (or a temporary SQLite file) and ``--workers`` processes, each running a
 ``Scheduler`` with a no-op async handler. Then, measured from outside:
 
-* lateness: N elements due evenly over ``--spread`` seconds; each handler records how late it
-  runs (the store clock at the handler minus the element's due time), across all processes;
+* lateness: N elements due evenly over ``--spread`` seconds, pushed in batches in due order
+  before the first is due; or, with ``--enqueue one`` (the peers' method), pushed one awaited
+  ``push`` at a time, each due after U(0, ``--spread``) s, while the workers run (then most pushes
+  make something due sooner and must wake a worker in another process). Each handler records how
+  late it runs (the store clock at the handler minus the element's due time), across all
+  processes. The producer is this process: never one of the workers;
 * throughput: N elements all due at the same instant; deliveries per second from that instant to
   the last delivery.
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import platform
+import random
 import statistics
 import sys
 import tempfile
@@ -88,7 +93,13 @@ def spread_names(base: str, count: int) -> list[str]:
 
 
 def one_run(
-    url: str, options: dict[str, Any], workers: int, n: int, spread: float, dehydrators: int = 1
+    url: str,
+    options: dict[str, Any],
+    workers: int,
+    n: int,
+    spread: float,
+    dehydrators: int = 1,
+    enqueue: str = "batch",
 ) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     out: dict[str, Any] = {}
@@ -108,6 +119,16 @@ def one_run(
         async def produce(names: list[str] = names, phase: str = phase) -> float:
             async with open_store(url, **options) as store:
                 start = store.clock() + 0.5
+                if phase == "lateness" and enqueue == "one":
+                    # As a web service defers: one element per awaited push, due after U(0, spread),
+                    # so most pushes find an empty or later dehydrator and must wake a worker.
+                    rng = random.Random(n)
+                    for i in range(n):
+                        await store.push(names[i % len(names)], i, ttl=rng.uniform(0, spread))
+                    for name in names:
+                        while await store.size(name):  # noqa: ASYNC110 - watched from outside
+                            await anyio.sleep(0.05)
+                    return start
                 for lo in range(0, n, 1000):
                     now = store.clock()
                     batches: list[list[tuple[int, float, None]]] = [[] for _ in names]
@@ -151,9 +172,19 @@ def main() -> int:
     parser.add_argument("--spread", type=float, default=2.0)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dehydrators", type=int, default=None)
+    parser.add_argument(
+        "--enqueue",
+        choices=["batch", "one"],
+        default="batch",
+        help="lateness phase: push_many in due order before the first is due (batch), or one awaited "
+        "push per element due after U(0, spread) while the workers run (one: the peers' method)",
+    )
     args = parser.parse_args()
 
-    print(f"end-to-end: {args.workers} worker processes, {args.store} store, no-op async handler")
+    print(
+        f"end-to-end: {args.workers} worker processes, {args.store} store, no-op async handler, "
+        f"the producer in this process, enqueue={args.enqueue}"
+    )
     print(f"Python {platform.python_version()} on {platform.platform()}; medians of {args.repeat}\n")
     if args.store == "redis-cluster":
         return compare_cluster(args)
@@ -165,19 +196,23 @@ def main() -> int:
         with RedisServer() as server:
             print(f"server: {server.kind} ({server.binary}) on port {server.port}")
             for _ in range(args.repeat):
-                runs.append(one_run(server.url, {}, args.workers, args.n, args.spread, dehydrators))
+                runs.append(
+                    one_run(server.url, {}, args.workers, args.n, args.spread, dehydrators, args.enqueue)
+                )
     elif args.store == "postgres":
         from tests.pg_server import PostgresServer
 
         with PostgresServer(fsync=True) as server:  # a throwaway server, fsync on as in production
             print(f"server: PostgreSQL ({server.bin}) on port {server.port}")
             for _ in range(args.repeat):
-                runs.append(one_run(server.url, {}, args.workers, args.n, args.spread, dehydrators))
+                runs.append(
+                    one_run(server.url, {}, args.workers, args.n, args.spread, dehydrators, args.enqueue)
+                )
     else:
         with tempfile.TemporaryDirectory() as tmp:
             url = f"sqlite:///{tmp}/bench.db"
             for _ in range(args.repeat):
-                runs.append(one_run(url, {}, args.workers, args.n, args.spread, dehydrators))
+                runs.append(one_run(url, {}, args.workers, args.n, args.spread, dehydrators, args.enqueue))
     p50 = statistics.median(r["lateness"][0] for r in runs)
     p99 = statistics.median(r["lateness"][1] for r in runs)
     mx = statistics.median(r["lateness"][2] for r in runs)

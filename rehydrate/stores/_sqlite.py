@@ -28,9 +28,9 @@ from rehydrate.errors import (
     UnknownIdError,
 )
 from rehydrate.stores import _sqlite_sql as sql
+from rehydrate.stores._base import StoreBase, as_float, as_str, url_options
 from rehydrate.stores._sqlite_wake import Listener
 from rehydrate.stores._sqlite_wake import notify as wake
-from rehydrate.stores._base import StoreBase, as_float, as_str, url_options
 
 __all__ = ["BlockingSQLiteStore", "SQLiteStore"]
 

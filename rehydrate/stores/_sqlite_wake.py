@@ -109,7 +109,7 @@ def _open_dir(path: str) -> int | None:
 
 
 def _get_sender() -> socket.socket:
-    global _sender  # noqa: PLW0603 - one unbound socket per process, shared by every writer thread
+    global _sender
     if _sender is None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.setblocking(False)

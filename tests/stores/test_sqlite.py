@@ -6,8 +6,11 @@ The verbs themselves are covered by the contract suite (``test_contract.py`` wit
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue
+import socket
 import sqlite3
+import stat
 import subprocess
 import sys
 import time
@@ -19,6 +22,7 @@ from typing import Any
 import anyio
 import pytest
 
+import rehydrate
 from rehydrate import (
     InvalidArgumentError,
     InvalidTypeError,
@@ -26,7 +30,7 @@ from rehydrate import (
     StoreNotOpenError,
     StoreUnavailableError,
 )
-from rehydrate.stores import open_store
+from rehydrate.stores import _sqlite_wake, open_store
 from rehydrate.stores._sqlite import SQLiteStore
 from rehydrate.testing import FakeClock
 
@@ -273,6 +277,130 @@ async def test_wait_times_out_on_the_store_clock(tmp_path: Path) -> None:
             assert result == []
             clock.advance(10)
         assert result == [False]
+
+
+# -- waking other processes ----------------------------------------------------------------------
+
+#: So that a child process runs this checkout's rehydrate, not whichever one is installed.
+_CHILD_ENV = {**os.environ, "PYTHONPATH": str(Path(rehydrate.__file__).resolve().parent.parent)}
+
+
+def _entries(directory: Path) -> list[str] | None:
+    """The files in a wake-up directory, ``None`` if there is none (sync: the tests' own look)."""
+    return sorted(os.listdir(directory)) if directory.is_dir() else None
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+async def _woken_by(sub: Any, run: Any, *, within: float = 20) -> float:
+    """Wait on ``sub`` while ``run()`` writes; how long after the write returned the wait ended."""
+    woken = anyio.Event()
+    when: list[float] = []
+
+    async def waiter() -> None:
+        assert await sub.wait(None) is True
+        when.append(time.monotonic())
+        woken.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter)
+        await anyio.sleep(0.01)  # the waiter is asleep
+        with anyio.fail_after(within):
+            await run()
+            wrote = time.monotonic()
+            await woken.wait()
+    return when[0] - wrote
+
+
+@pytest.mark.anyio
+async def test_a_push_by_the_command_in_another_process_wakes_a_subscription(tmp_path: Path) -> None:
+    """No nap: the naps are 60 s apart, so only the wake-up datagram can end the wait in time."""
+    path = tmp_path / "shared.db"
+    async with SQLiteStore(path, nap=60) as store, store.subscribe(N) as sub:
+        assert sub.listener is not None  # type: ignore[attr-defined]
+        wake = Path(f"{path}-wake")
+        assert _mode(wake) == _mode(tmp_path)  # the database directory's, not the umask's
+
+        async def push() -> None:
+            argv = [sys.executable, "-m", "rehydrate", "push", N, '"x"', "--store", f"sqlite:///{path}"]
+            done = await anyio.run_process(argv, env=_CHILD_ENV, check=False)
+            assert done.returncode == 0, done.stderr
+
+        assert await _woken_by(sub, push) < 10  # the nap alone would take 60 s
+        assert await store.ttn(N) is not None
+    assert _entries(wake) is None  # the last subscriber removes the directory
+
+
+@pytest.mark.anyio
+async def test_a_dead_processs_socket_is_removed_by_the_next_write(tmp_path: Path) -> None:
+    """A SIGKILLed subscriber leaves its socket file: a writer's refused datagram removes it."""
+    path = tmp_path / "shared.db"
+    script = (
+        "import anyio, sys\n"
+        "from rehydrate.stores._sqlite import SQLiteStore\n"
+        "async def main():\n"
+        f"    async with SQLiteStore({str(path)!r}) as s, s.subscribe({N!r}):\n"
+        "        print('ready', flush=True)\n"
+        "        await anyio.sleep(60)\n"
+        "anyio.run(main)\n"
+    )
+    wake = Path(f"{path}-wake")
+    async with SQLiteStore(path) as store:
+        async with await anyio.open_process([sys.executable, "-c", script], env=_CHILD_ENV) as child:
+            assert child.stdout is not None
+            with anyio.fail_after(20):
+                assert b"ready" in await child.stdout.receive()
+            child.kill()  # SIGKILL: no clean-up
+            await child.wait()
+        assert len(_entries(wake) or []) == 1  # left behind
+        await store.push(N, "x", ttl=1)  # bumps the counter: wakes (tries to) every subscriber
+        assert _entries(wake) == []
+
+
+@pytest.mark.anyio
+async def test_a_new_subscription_removes_dead_sockets_of_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where nobody writes, dead sockets still do not pile up; and past the cap, subscriptions nap."""
+    path = tmp_path / "shared.db"
+    wake = Path(f"{path}-wake")
+    os.mkdir(wake)
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    dead.bind(str(wake / f"{_sqlite_wake.tag(N)}.deadbeef"))
+    dead.close()  # the file stays, as after a SIGKILL
+    other = wake / f"{_sqlite_wake.tag('other')}.feedface"
+    os.close(os.open(other, os.O_CREAT | os.O_WRONLY))  # another name's (not even a socket): left alone
+    monkeypatch.setattr(_sqlite_wake, "MAX_SUBSCRIBERS", 1)
+    async with SQLiteStore(path) as store, store.subscribe(N) as first, store.subscribe(N) as second:
+        names = _entries(wake) or []
+        assert len(names) == 2  # the dead one is gone, the first subscription's socket came
+        assert other.name in names
+        assert first.listener is not None  # type: ignore[attr-defined]
+        assert second.listener is None  # type: ignore[attr-defined]  # over the cap: the nap
+
+
+@pytest.mark.anyio
+async def test_without_the_channel_the_nap_still_wakes(tmp_path: Path) -> None:
+    """A file where the directory would be: no socket, and another store's push is seen by the nap."""
+    path = tmp_path / "shared.db"
+    os.close(os.open(f"{path}-wake", os.O_CREAT | os.O_WRONLY))
+    async with SQLiteStore(path) as a, SQLiteStore(path) as b, a.subscribe(N) as sub:
+        assert sub.listener is None  # type: ignore[attr-defined]
+        assert await _woken_by(sub, lambda: b.push(N, "x", ttl=1)) < 10  # the nap is 0.05 s
+    async with SQLiteStore(":memory:") as memory, memory.subscribe(N) as sub:
+        assert sub.listener is None  # type: ignore[attr-defined]
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="addresses through /proc/self/fd")
+async def test_a_path_too_long_for_a_socket_address_still_wakes(tmp_path: Path) -> None:
+    """Over 107 bytes, sockets are bound and reached through a descriptor of their directory."""
+    path = tmp_path / ("x" * 120 + ".db")
+    async with SQLiteStore(path, nap=60) as a, SQLiteStore(path) as b, a.subscribe(N) as sub:
+        assert sub.listener is not None  # type: ignore[attr-defined]
+        assert await _woken_by(sub, lambda: b.push(N, "x", ttl=1)) < 10
 
 
 # -- several processes on one file --------------------------------------------------------------
