@@ -1,15 +1,18 @@
 """End to end: worker processes sharing a store, deliveries per second and lateness.
 
     python benchmarks/bench_workers.py [--store redis|redis-cluster|sqlite|postgres] [--workers 2]
-        [--n 20000] [--enqueue batch|one]
+        [--n 20000] [--enqueue batch|one|sparse]
 
 Starts a throwaway Redis or PostgreSQL server (or a temporary SQLite file) and ``--workers`` processes, each running a
 ``Scheduler`` with a no-op async handler. Then, measured from outside:
 
 * lateness: N elements due evenly over ``--spread`` seconds, pushed in batches in due order
   before the first is due; or, with ``--enqueue one`` (the peers' method), pushed one awaited
-  ``push`` at a time, each due after U(0, ``--spread``) s, while the workers run (then most pushes
-  make something due sooner and must wake a worker in another process). Each handler records how
+  ``push`` at a time, each due after U(0, ``--spread``) s, while the workers run (a push wakes a
+  worker only when it is due sooner than everything pending); or, with ``--enqueue
+  sparse``, one push every ``spread/n`` s, each due within 10 ms, so that the workers have nearly
+  always emptied the dehydrator and nearly every push must wake one (what a cross-process wake-up
+  costs, alone). Each handler records how
   late it runs (the store clock at the handler minus the element's due time), across all
   processes. The producer is this process: never one of the workers;
 * throughput: N elements all due at the same instant; deliveries per second from that instant to
@@ -129,6 +132,18 @@ def one_run(
                         while await store.size(name):  # noqa: ASYNC110 - watched from outside
                             await anyio.sleep(0.05)
                     return start
+                if phase == "lateness" and enqueue == "sparse":
+                    # One push every spread/n seconds, each due within 10 ms: the workers have
+                    # nearly always emptied the dehydrator, so nearly every push must wake one.
+                    rng = random.Random(n)
+                    began = anyio.current_time()
+                    for i in range(n):
+                        await store.push(names[i % len(names)], i, ttl=rng.uniform(0, 0.01))
+                        await anyio.sleep(max(0.0, began + spread * (i + 1) / n - anyio.current_time()))
+                    for name in names:
+                        while await store.size(name):  # noqa: ASYNC110 - watched from outside
+                            await anyio.sleep(0.05)
+                    return start
                 for lo in range(0, n, 1000):
                     now = store.clock()
                     batches: list[list[tuple[int, float, None]]] = [[] for _ in names]
@@ -174,10 +189,11 @@ def main() -> int:
     parser.add_argument("--dehydrators", type=int, default=None)
     parser.add_argument(
         "--enqueue",
-        choices=["batch", "one"],
+        choices=["batch", "one", "sparse"],
         default="batch",
-        help="lateness phase: push_many in due order before the first is due (batch), or one awaited "
-        "push per element due after U(0, spread) while the workers run (one: the peers' method)",
+        help="lateness phase: push_many in due order before the first is due (batch); one awaited "
+        "push per element due after U(0, spread) while the workers run (one: the peers' method); "
+        "or one push every spread/n s, each due within 10 ms (sparse: nearly every push wakes a worker)",
     )
     args = parser.parse_args()
 

@@ -330,7 +330,8 @@ class Store(ABC):
     def subscribe(self, name: str) -> AbstractAsyncContextManager[Subscription]:
         """Listen for "something may be due sooner" in ``name``; see :class:`Subscription`.
 
-        Works across processes for shared stores (Redis: pub/sub; SQLite: a short bounded nap).
+        Works across processes for shared stores (Redis: pub/sub; PostgreSQL: ``NOTIFY``; SQLite:
+        a datagram through a socket beside the file).
         """
 
     @abstractmethod

@@ -28,9 +28,9 @@ from rehydrate.errors import (
     UnknownIdError,
 )
 from rehydrate.stores import _sqlite_sql as sql
+from rehydrate.stores import _sqlite_wake as wake
 from rehydrate.stores._base import StoreBase, as_float, as_str, url_options
 from rehydrate.stores._sqlite_wake import Listener
-from rehydrate.stores._sqlite_wake import notify as wake
 
 __all__ = ["BlockingSQLiteStore", "SQLiteStore"]
 
@@ -201,13 +201,17 @@ class SQLiteStore(StoreBase):
     with each element, and reading one written by another serializer raises
     :class:`~rehydrate.errors.SerializerMismatchError` rather than guessing (loading pickle runs code).
 
-    **Subscriptions** are woken at once by this store's own writes. Writes from other processes
-    (or other store objects) are noticed by a *bounded nap*: a waiting subscription reads a
-    per-name counter row, which every write that makes something due sooner bumps in the same
-    transaction, at least every ``nap`` seconds (0.05 by default). SQLite cannot push a
-    notification to another process, and one indexed read of one row is cheaper than the moving
-    parts of a side channel (``docs/stores-design-history.md`` weighs them). A notification is
-    never lost, only noticed up to ``nap`` later.
+    **Subscriptions** are woken at once by this store's own writes, and by other processes' (or
+    other store objects') through a *wake-up datagram*: every write that makes something due
+    sooner bumps a per-name counter row in the same transaction, and once it has committed, the
+    writer sends the new counter to each subscriber of that name, one Unix datagram socket per
+    waiting subscription in a directory beside the file (``jobs.db-wake/``; see
+    ``_sqlite_wake.py``). SQLite itself cannot push a notification to another process. The
+    counter row stays the truth: a waiting subscription also reads it every ``nap`` seconds, in
+    case a datagram could not be sent (1 s by default; 0.05 s where there is no socket to wait
+    on: ``:memory:``, no ``AF_UNIX``, a directory it may not write). A notification is never
+    lost, at worst noticed up to ``nap`` later. ``docs/stores-design-history.md`` has the
+    alternatives and the measurements.
 
     Args:
         path: the database file, created by :meth:`open` if missing (its directory must exist), or
@@ -217,7 +221,9 @@ class SQLiteStore(StoreBase):
         serializer: ``"json"`` (default), ``"msgpack"``, ``"pickle"`` or a serializer object.
         synchronous: ``"FULL"`` (default, an fsync per commit) or ``"NORMAL"``; see above.
         busy_timeout: seconds to wait for another process's write lock.
-        nap: the longest a subscription sleeps before looking for other processes' notifications.
+        nap: the longest a subscription sleeps before reading its counter row for other processes'
+            notifications (the datagrams aside); by default 1 s with a wake-up socket, 0.05 s
+            without one.
         create: ``False`` to refuse to create a missing file (or its tables) and raise
             :class:`~rehydrate.errors.StoreUnavailableError` instead, as the command's read-only
             verbs do: a mistyped path must not leave an empty database behind.
@@ -260,6 +266,10 @@ class SQLiteStore(StoreBase):
         self._subscribers: dict[str, set[_SQLiteSubscription]] = {}
         #: Names whose counter the transaction in progress bumped, and to what (worker thread only).
         self._bumped: dict[str, int] = {}
+        #: The wake-up directory, found at open (the path resolved once). This store's own
+        #: subscriptions get its datagrams too: they cover a write whose caller was cancelled
+        #: before it could notify them in-process.
+        self._wake_dir: str | None = None
 
     @classmethod
     def from_url(
@@ -348,6 +358,7 @@ class SQLiteStore(StoreBase):
     def _connect(self) -> sqlite3.Connection:
         if not self._create and self._database != ":memory:" and not os.path.isfile(self._database):
             raise StoreUnavailableError(f"no SQLite database at {self._database!r} (nothing was created)")
+        self._wake_dir = wake.directory(self._database)
         with _translated(f"{self._database!r} could not be opened"):
             conn = sqlite3.connect(
                 self._database,
@@ -436,7 +447,7 @@ class SQLiteStore(StoreBase):
             raise
         if self._bumped:
             bumped, self._bumped = self._bumped, {}
-            wake(self._database, bumped)  # in this thread: never on the event loop
+            wake.send(self._wake_dir, bumped)  # in this thread, never on the event loop
         return result
 
     def _bump(self, conn: sqlite3.Connection, name: str) -> int:
@@ -865,7 +876,8 @@ class SQLiteStore(StoreBase):
         try:
             # Bound before the counter is read: a write in between wakes it one way or both.
             with anyio.CancelScope(shield=True):  # a bound socket must not be dropped by a cancel
-                subscription.listener = await anyio.to_thread.run_sync(Listener.bind, self._database, name)
+                listener = await anyio.to_thread.run_sync(Listener.bind, self._wake_dir, name)
+            subscription.listener = listener
             # Registered first, then the counter read: a write in between notifies one way or both.
             subscription.seen = max(subscription.seen, await self._signal(name))
             yield subscription
@@ -879,7 +891,8 @@ class SQLiteStore(StoreBase):
                     await anyio.to_thread.run_sync(listener.close)
 
     def subscribe(self, name: str) -> AbstractAsyncContextManager[Subscription]:
-        """See :meth:`Store.subscribe`: this store's writes wake at once, other processes' within ``nap``."""
+        """See :meth:`Store.subscribe`: this store's writes wake at once, other processes' by a
+        datagram (failing that, within ``nap``)."""
         _validate.element_id(name, "name")
         return self._subscribe(name)
 

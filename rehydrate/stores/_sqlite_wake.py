@@ -38,10 +38,11 @@ import socket
 import stat
 import struct
 import sys
+import threading
 from collections.abc import Mapping
 from typing import Final
 
-__all__ = ["MAX_SUBSCRIBERS", "Listener", "directory", "notify"]
+__all__ = ["MAX_SUBSCRIBERS", "Listener", "directory", "notify", "send"]
 
 #: Beside ``jobs.db``, ``jobs.db-wake/`` (as SQLite's own ``jobs.db-wal`` and ``jobs.db-shm``).
 _SUFFIX: Final = "-wake"
@@ -54,9 +55,10 @@ MAX_SUBSCRIBERS: Final = 256
 _TAG_LENGTH: Final = 12
 #: A datagram: the name's new counter (8 bytes, big-endian) then the name in UTF-8.
 _COUNTER: Final = struct.Struct(">q")
-_AVAILABLE: Final = hasattr(socket, "AF_UNIX")
+_AVAILABLE: Final = os.name == "posix" and hasattr(socket, "AF_UNIX")
 
 _sender: socket.socket | None = None
+_sender_lock: Final = threading.Lock()
 
 
 def directory(database: str) -> str | None:
@@ -109,12 +111,14 @@ def _open_dir(path: str) -> int | None:
 
 
 def _get_sender() -> socket.socket:
+    """One unbound socket per process, shared by every writer thread (``sendto`` is thread-safe)."""
     global _sender
-    if _sender is None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        sock.setblocking(False)
-        _sender = sock
-    return _sender
+    with _sender_lock:
+        if _sender is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sock.setblocking(False)
+            _sender = sock
+        return _sender
 
 
 def notify(database: str, counters: Mapping[str, int]) -> int:
@@ -124,7 +128,11 @@ def notify(database: str, counters: Mapping[str, int]) -> int:
     earlier would read the old counter). Synchronous, non-blocking, and it never raises: a wake-up
     that cannot be sent is noticed at the subscriber's next nap. Returns how many were sent.
     """
-    where = directory(database)
+    return send(directory(database), counters)
+
+
+def send(where: str | None, counters: Mapping[str, int]) -> int:
+    """:func:`notify` for a wake-up directory already found by :func:`directory`."""
     if where is None or not counters:
         return 0
     try:
@@ -181,15 +189,15 @@ class Listener:
         self._directory = directory
 
     @classmethod
-    def bind(cls, database: str, name: str) -> Listener | None:
-        """A bound, non-blocking socket for ``name``'s wake-ups, or ``None`` (then nap)."""
-        where = directory(database)
+    def bind(cls, where: str | None, name: str) -> Listener | None:
+        """A bound, non-blocking socket for ``name``'s wake-ups in the wake-up directory ``where``
+        (from :func:`directory`), or ``None``: then the subscription naps."""
         if where is None:
             return None
         prefix = tag(name)
         for _ in range(3):  # the directory may be removed by a last leaver between mkdir and bind
             try:
-                _make_directory(where, os.path.dirname(os.path.realpath(database)))
+                _make_directory(where, os.path.dirname(where))
                 if _sweep(where, prefix) >= MAX_SUBSCRIBERS:
                     return None
                 return cls._bind_in(where, prefix)

@@ -334,6 +334,25 @@ async def test_a_push_by_the_command_in_another_process_wakes_a_subscription(tmp
 
 
 @pytest.mark.anyio
+async def test_plain_synchronous_code_wakes_subscribers_with_notify(tmp_path: Path) -> None:
+    """``notify`` is what a writer without an event loop calls after its commit; it never raises."""
+    path = str(tmp_path / "shared.db")
+    async with SQLiteStore(path, nap=60) as store, store.subscribe(N) as sub:
+
+        async def wake() -> None:
+            sent = await anyio.to_thread.run_sync(_sqlite_wake.notify, path, {N: 7, "other": 1})
+            assert sent == 1  # the one subscriber of N; nobody waits on "other"
+
+        assert await _woken_by(sub, wake) < 10
+        assert sub.seen == 7  # type: ignore[attr-defined]  # the counter came with the datagram
+        # Old news (a counter already seen) does not wake it.
+        await anyio.to_thread.run_sync(_sqlite_wake.notify, path, {N: 7})
+        assert await sub.wait(0.01) is False
+    for nowhere in (":memory:", str(tmp_path / "missing" / "x.db")):
+        assert await anyio.to_thread.run_sync(_sqlite_wake.notify, nowhere, {N: 1}) == 0
+
+
+@pytest.mark.anyio
 async def test_a_dead_processs_socket_is_removed_by_the_next_write(tmp_path: Path) -> None:
     """A SIGKILLed subscriber leaves its socket file: a writer's refused datagram removes it."""
     path = tmp_path / "shared.db"
