@@ -5,7 +5,7 @@ notice a write only by reading the name's counter row every ``nap`` (50 ms). Pro
 file share a machine, so they can share a directory of Unix datagram sockets beside it:
 
 * ``<database>-wake/`` holds one socket per waiting subscription, named ``<tag>.<random>``, where
-  the tag is a short hash of the dehydrator's name: a writer wakes only the subscribers of the
+  the tag is the CRC-32 of the dehydrator's name: a writer wakes only the subscribers of the
   names it bumped, found by one ``listdir``, with no registry to keep consistent.
 * A writer whose committed transaction bumped a name's counter sends each of them one datagram
   holding the new counter and the name (:func:`notify`). Sending is non-blocking and never fails
@@ -31,16 +31,17 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
-import secrets
-import socket
 import stat
 import struct
 import sys
 import threading
+import zlib
 from collections.abc import Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    import socket
 
 __all__ = ["MAX_SUBSCRIBERS", "Listener", "directory", "notify", "send"]
 
@@ -52,10 +53,12 @@ _MAX_ADDRESS: Final = 107 if sys.platform.startswith("linux") else 103
 #: The most sockets one name may have: beyond it a subscription naps instead (a writer's work per
 #: bump is bounded by it).
 MAX_SUBSCRIBERS: Final = 256
-_TAG_LENGTH: Final = 12
+_TAG_LENGTH: Final = 8
 #: A datagram: the name's new counter (8 bytes, big-endian) then the name in UTF-8.
 _COUNTER: Final = struct.Struct(">q")
-_AVAILABLE: Final = os.name == "posix" and hasattr(socket, "AF_UNIX")
+#: Every POSIX Python has ``AF_UNIX``. (``socket`` itself is imported only to bind or send: a
+#: one-shot command that finds nobody to wake never pays for its import.)
+_AVAILABLE: Final = os.name == "posix"
 
 _sender: socket.socket | None = None
 _sender_lock: Final = threading.Lock()
@@ -74,9 +77,9 @@ def directory(database: str) -> str | None:
 
 
 def tag(name: str) -> str:
-    """A name's socket prefix: 48 bits of its hash (a collision only wakes a subscriber in vain)."""
-    digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=_TAG_LENGTH // 2)
-    return digest.hexdigest()
+    """A name's socket prefix: its CRC-32 (a collision only costs a datagram, which the subscriber
+    drops: the datagram names the name)."""
+    return f"{zlib.crc32(name.encode('utf-8', 'surrogatepass')):08x}"
 
 
 def _encode(name: str, counter: int) -> bytes:
@@ -115,6 +118,8 @@ def _get_sender() -> socket.socket:
     global _sender
     with _sender_lock:
         if _sender is None:
+            import socket
+
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             sock.setblocking(False)
             _sender = sock
@@ -209,7 +214,9 @@ class Listener:
 
     @classmethod
     def _bind_in(cls, where: str, prefix: str) -> Listener | None:
-        path = os.path.join(where, f"{prefix}.{secrets.token_hex(4)}")
+        import socket
+
+        path = os.path.join(where, f"{prefix}.{os.urandom(4).hex()}")
         dirfd = _open_dir(where) if len(os.fsencode(path)) > _MAX_ADDRESS else None
         try:
             address = _address(path, dirfd)
@@ -266,6 +273,8 @@ def _make_directory(where: str, parent: str) -> None:
 
 def _sweep(where: str, prefix: str) -> int:
     """Remove the sockets of ``prefix`` whose process is gone; how many live ones remain."""
+    import socket
+
     live = 0
     dirfd: int | None = None
     try:
