@@ -105,17 +105,21 @@ class _SQLiteSubscription(Subscription):
         return False
 
     async def _listen(self, listener: Listener, nap: float) -> bool:
-        """Wait for a datagram (or this store's notification); ``False`` once ``nap`` passed."""
+        """Wait for a datagram (or this store's notification); ``False`` when the counter row must
+        be read: ``nap`` passed, or a datagram could not be read (cut short, another name's)."""
         with anyio.move_on_after(nap) as scope:
             self._listening = scope
             try:
                 await anyio.wait_readable(listener.socket)
             finally:
                 self._listening = None
-        for name, counter in listener.receive():
-            if name == self._name and counter > self.seen:  # older news is already seen
-                self.notify(counter)
-        return not scope.cancelled_caught or self._event.is_set()
+        understood = True
+        for news in listener.receive():
+            if news is None or news[0] != self._name:
+                understood = False
+            elif news[1] > self.seen:  # older news is already seen
+                self.notify(news[1])
+        return self._event.is_set() or (understood and not scope.cancelled_caught)
 
     async def _nap_until_notified(self) -> bool:
         """Wait for a notification; every ``nap`` seconds, look at the shared counter as well."""

@@ -54,8 +54,11 @@ _MAX_ADDRESS: Final = 107 if sys.platform.startswith("linux") else 103
 #: bump is bounded by it).
 MAX_SUBSCRIBERS: Final = 256
 _TAG_LENGTH: Final = 8
-#: A datagram: the name's new counter (8 bytes, big-endian) then the name in UTF-8.
+#: A datagram: the name's new counter (8 bytes, big-endian) then the name in UTF-8. A name too
+#: long to send (``EMSGSIZE``, beyond the socket buffer) or to receive whole is left to the nap,
+#: or to a read of the counter row.
 _COUNTER: Final = struct.Struct(">q")
+_RECEIVE: Final = 65536
 #: Every POSIX Python has ``AF_UNIX``. (``socket`` itself is imported only to bind or send: a
 #: one-shot command that finds nobody to wake never pays for its import.)
 _AVAILABLE: Final = os.name == "posix"
@@ -90,7 +93,10 @@ def _decode(datagram: bytes) -> tuple[str, int] | None:
     if len(datagram) < _COUNTER.size:
         return None
     (counter,) = _COUNTER.unpack_from(datagram)
-    return datagram[_COUNTER.size :].decode("utf-8", "surrogatepass"), counter
+    try:
+        return datagram[_COUNTER.size :].decode("utf-8", "surrogatepass"), counter
+    except UnicodeDecodeError:
+        return None
 
 
 def _address(path: str, dirfd: int | None) -> str | None:
@@ -238,19 +244,18 @@ class Listener:
                 os.close(dirfd)
         return cls(sock, path, where)
 
-    def receive(self) -> list[tuple[str, int]]:
-        """Every datagram waiting, as (name, counter); never blocks."""
-        out: list[tuple[str, int]] = []
+    def receive(self) -> list[tuple[str, int] | None]:
+        """Every datagram waiting, as (name, counter), ``None`` for one that could not be read
+        (cut short, or not ours): its subscriber reads the counter row instead. Never blocks."""
+        out: list[tuple[str, int] | None] = []
         while True:
             try:
-                datagram = self.socket.recv(4096)
+                datagram = self.socket.recv(_RECEIVE)
             except (BlockingIOError, InterruptedError):
                 return out
             except OSError:  # closed under us
                 return out
-            decoded = _decode(datagram)
-            if decoded is not None:
-                out.append(decoded)
+            out.append(_decode(datagram))
 
     def close(self) -> None:
         """Close the socket, remove its file, and the directory if it is left empty."""

@@ -352,6 +352,30 @@ async def test_plain_synchronous_code_wakes_subscribers_with_notify(tmp_path: Pa
         assert await anyio.to_thread.run_sync(_sqlite_wake.notify, nowhere, {N: 1}) == 0
 
 
+def _bump_behind_the_stores_back(path: str) -> None:
+    """A writer that sends no datagram (another tool, an older version): only the row changes."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE rehydrate_signals SET counter = counter + 1 WHERE name = ?", (N,))
+
+
+@pytest.mark.anyio
+async def test_a_datagram_it_cannot_read_makes_it_read_the_counter_row(tmp_path: Path) -> None:
+    """Garbage (or a name cut short) in the socket: not ignored, not a crash, but a look at the row."""
+    path = str(tmp_path / "shared.db")
+    async with SQLiteStore(path, nap=60) as store:
+        await store.push(N, "x", ttl=100)  # the name's counter row exists
+        async with store.subscribe(N) as sub:
+            listener = sub.listener  # type: ignore[attr-defined]
+            assert listener is not None
+
+            async def garbage() -> None:
+                await anyio.to_thread.run_sync(_bump_behind_the_stores_back, path)
+                with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+                    sender.sendto(b"\0" * 8 + b"\xff\xfe", listener.path)
+
+            assert await _woken_by(sub, garbage) < 10  # the nap (60 s) did not do it
+
+
 @pytest.mark.anyio
 async def test_a_dead_processs_socket_is_removed_by_the_next_write(tmp_path: Path) -> None:
     """A SIGKILLed subscriber leaves its socket file: a writer's refused datagram removes it."""
