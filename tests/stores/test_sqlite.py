@@ -255,7 +255,9 @@ async def test_two_stores_on_one_file_see_and_wake_each_other(tmp_path: Path) ->
                 tg.start_soon(push_soon)
                 with anyio.fail_after(5):
                     assert await sub.wait(30) is True  # 30 s of the FakeClock: never passes here
-            assert time.monotonic() - started < 1.0  # woken within the nap bound (0.05 s), not late
+            assert (
+                time.monotonic() - started < 1.0
+            )  # woken by the datagram (or, failing it, the nap), not late
         assert await a.xpoll(N) == []
         clock.advance(1)
         assert await a.claim(N, lease=5) != []
