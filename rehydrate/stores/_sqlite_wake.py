@@ -35,7 +35,6 @@ import os
 import stat
 import struct
 import sys
-import threading
 import zlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
@@ -62,9 +61,6 @@ _RECEIVE: Final = 65536
 #: Every POSIX Python has ``AF_UNIX``. (``socket`` itself is imported only to bind or send: a
 #: one-shot command that finds nobody to wake never pays for its import.)
 _AVAILABLE: Final = os.name == "posix"
-
-_sender: socket.socket | None = None
-_sender_lock: Final = threading.Lock()
 
 
 def directory(database: str) -> str | None:
@@ -119,19 +115,6 @@ def _open_dir(path: str) -> int | None:
         return None
 
 
-def _get_sender() -> socket.socket:
-    """One unbound socket per process, shared by every writer thread (``sendto`` is thread-safe)."""
-    global _sender
-    with _sender_lock:
-        if _sender is None:
-            import socket
-
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            sock.setblocking(False)
-            _sender = sock
-        return _sender
-
-
 def notify(database: str, counters: Mapping[str, int]) -> int:
     """Wake every subscriber of the names in ``counters`` (name -> its counter after the bump).
 
@@ -154,11 +137,19 @@ def send(where: str | None, counters: Mapping[str, int]) -> int:
     targets = [entry for entry in entries if entry[:_TAG_LENGTH] in tags]
     if not targets:
         return 0
+    import socket
+
     sent = 0
     dirfd: int | None = None
     try:
-        sender = _get_sender()
-        for entry in targets[:MAX_SUBSCRIBERS]:
+        # A socket per call, not one kept per process: nothing left open at exit, and a call
+        # that finds somebody to wake has a commit behind it, far dearer than a socket().
+        sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    except OSError:  # out of descriptors: the naps will notice
+        return 0
+    try:
+        sender.setblocking(False)
+        for entry in targets[: MAX_SUBSCRIBERS * len(tags)]:
             path = os.path.join(where, entry)
             if len(os.fsencode(path)) > _MAX_ADDRESS and dirfd is None:
                 dirfd = _open_dir(where)
@@ -175,9 +166,8 @@ def send(where: str | None, counters: Mapping[str, int]) -> int:
                 # EAGAIN: its buffer is full, so a wake-up is already waiting there; ENOENT: it
                 # just left; EACCES/EPERM: not ours to wake. None may fail the write.
                 pass
-    except OSError:  # no socket to send from (out of descriptors): the naps will notice
-        pass
     finally:
+        sender.close()
         if dirfd is not None:
             os.close(dirfd)
     return sent
