@@ -43,6 +43,8 @@ from rehydrate.testing import FakeClock
 from tests.redis_server import KINDS, RedisServer, available_servers, drop_prefix, shared_server_url
 
 pytestmark = pytest.mark.anyio
+#: asyncio without debug mode: the Redis store never leaves the loop's thread (tests/conftest.py).
+ASYNCIO_DEBUG = False
 
 EXTERNAL = os.environ.get("REHYDRATE_TEST_REDIS_URL")
 N = "jobs"
