@@ -23,6 +23,12 @@ PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") 
 settings.load_profile(PROFILE)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "asyncio_debug: run asyncio in debug mode even where the module turns it off"
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A thorough search runs as long as it takes: no per-test timeout for the property tests."""
     if PROFILE == "thorough":
@@ -54,14 +60,18 @@ NO_ASYNCIO_DEBUG_HARNESSES = frozenset({"valkey", "redis_cluster"})
 
 def asyncio_debug(item: pytest.Item) -> bool:
     """Whether ``item`` runs asyncio in debug mode: yes, unless its module says ``ASYNCIO_DEBUG =
-    False`` or it is a contract test on one of ``NO_ASYNCIO_DEBUG_HARNESSES``.
+    False`` or it is a contract test on one of ``NO_ASYNCIO_DEBUG_HARNESSES``; a test marked
+    ``asyncio_debug`` always does.
 
     Of what debug mode checks, only a loop call from another thread fails a test (a coroutine never
     awaited fails one anyway, and a slow callback is only logged), while it records a stack on every
     callback and task, a tax on each store round trip: two to five times the CPU of a test on Redis.
-    The Redis store never leaves the loop's thread, so the tests of the Redis family run without it,
-    except the contract suite on Redis 7, which keeps the same calls covered in debug mode.
+    The Redis store stays on the loop's thread but to build a ``rediss://`` TLS context (its TLS
+    test is marked), so the tests of the Redis family run without it, except the contract suite
+    on Redis 7, which keeps the same calls covered in debug mode.
     """
+    if item.get_closest_marker("asyncio_debug") is not None:
+        return True
     callspec = getattr(item, "callspec", None)
     if callspec is not None and callspec.params.get("harness") in NO_ASYNCIO_DEBUG_HARNESSES:
         return False

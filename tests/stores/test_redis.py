@@ -43,7 +43,7 @@ from rehydrate.testing import FakeClock
 from tests.redis_server import KINDS, RedisServer, available_servers, drop_prefix, shared_server_url
 
 pytestmark = pytest.mark.anyio
-#: asyncio without debug mode: the Redis store never leaves the loop's thread (tests/conftest.py).
+#: asyncio without debug mode: the Redis store stays on the loop's thread (see tests/conftest.py).
 ASYNCIO_DEBUG = False
 
 EXTERNAL = os.environ.get("REHYDRATE_TEST_REDIS_URL")
@@ -567,6 +567,7 @@ async def test_password_in_the_url(owned_kind: str, prefix: str, breaks_connecti
 
 
 @tolerate_coredis_leaks
+@pytest.mark.asyncio_debug  # the store builds the TLS context in a worker thread
 async def test_tls(owned_kind: str, prefix: str) -> None:
     server = RedisServer(owned_kind, tls=True)
     try:
