@@ -196,23 +196,23 @@ class TestDrivenWithAFakeClock:
                 "delivered ['hook-flaky', 'hook-outage']; still dead: ['hook-broken']",
             ],
         ),
+        # The two below run in real time (20 ms units, 0.3 s spacing): on a loaded machine a unit
+        # can slip, and how edits group or when a cancel lands with it. What they must print
+        # whatever the timing is checked here; their exact outcomes, in fake time, above.
         (
             "debounce",
             [
-                "reindex 'readme' with 'readme v5' (5 edits merged, attempt 1)",
-                "reindex 'essay' with 'essay v7' (7 edits merged",
-                "reindex 'essay' with 'essay v12' (5 edits merged",
-                "19 edits, 4 reindexings",
+                "reindex 'readme' with 'readme v5'",  # the last edit is always delivered
+                "reindex 'essay' with 'essay v12'",
+                "19 edits, ",
             ],
         ),
         (
             "reminders",
             [
-                "cancel bob's gym: True",
                 "-- the service restarts --",
-                "pending: bob: standup moved to room 4",
                 "REMINDER for ann: dentist",
-                "3 reminders fired",
+                " reminders fired, at most ",
             ],
         ),
         (
