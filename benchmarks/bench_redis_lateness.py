@@ -14,7 +14,7 @@ and delivered in another process:
   ``await scheduler.defer(...)`` for each element.
 * the floor: a bare consumer process (coredis on asyncio, the store's client): a ZSET scored by
   the due time (the server's ``TIME`` in microseconds, read by the add script). One Lua script
-  takes what is due atomically (``TIME``, ``ZRANGEBYSCORE -inf now LIMIT 0 100 WITHSCORES``,
+  takes what is due atomically (``TIME``, ``ZRANGEBYSCORE -inf now WITHSCORES LIMIT 0 100``,
   ``ZREM`` of those, and the new head's score, all in one round trip); the consumer then sleeps
   until that head is due or until a pub/sub message, which the add script publishes when an
   element goes in ahead of the current head. This is the least a correct delayed delivery does
@@ -23,7 +23,10 @@ and delivered in another process:
 Both record lateness as the server's clock at delivery minus the element's due time, each process
 reading the server's clock the same way (``ServerClock``: the local monotonic clock plus the
 offset to ``TIME`` measured at start-up, the best of three round trips); rehydrate in the handler,
-the floor when the take script's reply is in hand. Medians of ``--repeat`` runs of p50, p99 and
+the floor when the take script's reply is in hand. Also the consumer's CPU time from its first
+delivery to its last, per element (``time.process_time``): what the process spends per element
+while the due times pass; and the server's time in commands per element over the same while
+(``INFO commandstats``, reset once the last element is deferred). Medians of ``--repeat`` runs of p50, p99 and
 max, the gaps to the floor, the load average at the start and the end, and whether p99 is within
 3 ms of the floor's (the issue's bar).
 
@@ -55,9 +58,6 @@ from bench_scheduler import PATTERNS, due_offsets, percentiles
 
 from rehydrate import Scheduler, current_delivery, open_store
 from rehydrate._clock import ServerClock
-
-#: Elements taken per script by the floor: the scheduler's default batch at ``concurrency=1000``.
-FLOOR_BATCH = 100
 
 #: The server's time in µs, as the store's own time script reads it.
 TIME = """
@@ -117,16 +117,21 @@ async def server_clock(client: Any) -> ServerClock:
 # -- the rehydrate worker process ------------------------------------------------------------------
 
 
-def rehydrate_worker(url: str, name: str, n: int, backend: str, ready: Any, results: Any, profile: str) -> None:
+def rehydrate_worker(
+    url: str, name: str, n: int, batch: int, backend: str, ready: Any, results: Any, profile: str
+) -> None:
     async def main() -> None:
         store = open_store(url)
         scheduler = Scheduler(store, grace=5)
         late: list[float] = []
+        cpu = [0.0]
         done = anyio.Event()
 
-        @scheduler.handler(name, concurrency=1000, lease=60)
+        @scheduler.handler(name, concurrency=1000, lease=60, batch=batch)
         async def noop(element: Any) -> None:
             late.append(store.clock() - current_delivery().due)
+            if len(late) == 1:
+                cpu[0] = time.process_time()
             if len(late) == n:
                 done.set()
 
@@ -134,7 +139,8 @@ def rehydrate_worker(url: str, name: str, n: int, backend: str, ready: Any, resu
             ready.set()
             with anyio.fail_after(120):
                 await done.wait()
-        results.put(late)
+            cpu[0] = time.process_time() - cpu[0]
+        results.put((late, cpu[0]))
 
     gc.collect()
     if profile:
@@ -150,11 +156,12 @@ def rehydrate_worker(url: str, name: str, n: int, backend: str, ready: Any, resu
 # -- the floor's consumer process ------------------------------------------------------------------
 
 
-def floor_worker(url: str, key: str, n: int, ready: Any, results: Any) -> None:
+def floor_worker(url: str, key: str, n: int, batch: int, ready: Any, results: Any) -> None:
     async def main() -> None:
         import coredis
 
         late: list[float] = []
+        cpu: list[float] = []
         async with coredis.Redis.from_url(url, decode_responses=False) as client:
             clock = await server_clock(client)
             take = client.register_script(TAKE)
@@ -178,11 +185,13 @@ def floor_worker(url: str, key: str, n: int, ready: Any, results: Any) -> None:
                 with anyio.fail_after(120):
                     while len(late) < n:
                         woken = anyio.Event()  # cleared before the take: a later add wakes us
-                        reply = await take(keys=[key], args=[FLOOR_BATCH])
+                        reply = await take(keys=[key], args=[batch])
                         now = clock()
                         for score in reply[2::2]:
                             late.append(now - float(score) / 1e6)
-                        if len(late) >= n or len(reply) - 1 == 2 * FLOOR_BATCH:
+                        if late and not cpu:
+                            cpu.append(time.process_time())
+                        if len(late) >= n or len(reply) - 1 == 2 * batch:
                             continue  # done, or a full batch: more may be due already
                         head = float(reply[0])
                         if head < 0:
@@ -190,8 +199,9 @@ def floor_worker(url: str, key: str, n: int, ready: Any, results: Any) -> None:
                         else:
                             with clock.move_on_at(head / 1e6):
                                 await woken.wait()
+                cpu[0] = time.process_time() - cpu[0]
                 tg.cancel_scope.cancel()
-        results.put(late)
+        results.put((late, cpu[0]))
 
     gc.collect()
     anyio.run(main, backend="asyncio")
@@ -200,16 +210,33 @@ def floor_worker(url: str, key: str, n: int, ready: Any, results: Any) -> None:
 # -- the producer (this process) -------------------------------------------------------------------
 
 
-def check_lead(start: float, offsets: list[float], now: float, lead: float, n: int) -> None:
-    if now > start + min(offsets):
-        raise SystemExit(
-            f"deferring {n} elements one by one took {now - start + lead:.2f} s, longer than "
-            f"--lead {lead} s: the first were due before the last were deferred; raise --lead"
+async def server_time_spent(url: str, reset: bool) -> float:
+    """µs the server spent in commands since the last reset (``INFO commandstats``), or reset them.
+
+    Read after the consumer's last delivery and reset after the producer's last defer: the server's
+    work while the due times pass (claims, acks, lease renewals, ``ttn``; or the floor's takes).
+    """
+    import coredis
+
+    async with coredis.Redis.from_url(url, decode_responses=True) as client:
+        if reset:
+            await client.config_resetstat()
+            return 0.0
+        stats = await client.info("commandstats")
+        return float(
+            sum(
+                value["usec"]
+                for key, value in stats.items()
+                if key.startswith("cmdstat_") and key not in ("cmdstat_info", "cmdstat_config|resetstat")
+            )
         )
 
 
 async def produce_rehydrate(url: str, name: str, offsets: list[float], lead: float, producers: int) -> float:
-    """Defer every element one by one (``producers`` tasks, each its share in turn); seconds it took."""
+    """Defer every element one by one (``producers`` tasks, each its share in turn).
+
+    Seconds it took; more than ``lead`` means the first were due before the last were deferred.
+    """
     async with open_store(url) as store:
         scheduler = Scheduler(store)
         clock = store.clock
@@ -223,12 +250,11 @@ async def produce_rehydrate(url: str, name: str, offsets: list[float], lead: flo
         async with anyio.create_task_group() as tg:
             for k in range(producers):
                 tg.start_soon(share, k)
-        check_lead(start, offsets, clock(), lead, len(offsets))
         return clock() - begun
 
 
 async def produce_floor(url: str, key: str, offsets: list[float], lead: float, producers: int) -> float:
-    """Add every element one by one with the add script, as :func:`produce_rehydrate`; seconds it took."""
+    """Add every element one by one with the add script, as :func:`produce_rehydrate`."""
     import coredis
 
     async with coredis.Redis.from_url(url, decode_responses=False) as client:
@@ -246,22 +272,34 @@ async def produce_floor(url: str, key: str, offsets: list[float], lead: float, p
         async with anyio.create_task_group() as tg:
             for k in range(producers):
                 tg.start_soon(share, k)
-        check_lead(start, offsets, clock(), lead, len(offsets))
         return clock() - begun
 
 
 def one(
-    kind: str, url: str, offsets: list[float], lead: float, producers: int, backend: str, profile: str
+    kind: str,
+    url: str,
+    offsets: list[float],
+    lead: float,
+    producers: int,
+    batch: int,
+    backend: str,
+    profile: str,
 ) -> tuple[float, ...]:
-    """One run of ``kind`` (rehydrate or floor): start its process, produce, collect; percentiles."""
+    """One run of ``kind`` (rehydrate or floor): start its process, produce, collect.
+
+    p50, p99, max (ms), seconds the producer took, the consumer's CPU µs per element, and the
+    server's µs per element while the due times passed.
+    """
     ctx = mp.get_context("spawn")
     ready, results = ctx.Event(), ctx.Queue()
     name = f"lateness-{uuid.uuid4().hex[:8]}"
     n = len(offsets)
     if kind == "rehydrate":
-        proc = ctx.Process(target=rehydrate_worker, args=(url, name, n, backend, ready, results, profile))
+        proc = ctx.Process(
+            target=rehydrate_worker, args=(url, name, n, batch, backend, ready, results, profile)
+        )
     else:
-        proc = ctx.Process(target=floor_worker, args=(url, name, n, ready, results))
+        proc = ctx.Process(target=floor_worker, args=(url, name, n, batch, ready, results))
     proc.start()
     try:
         if not ready.wait(60):
@@ -269,7 +307,14 @@ def one(
         gc.collect()
         producer = produce_rehydrate if kind == "rehydrate" else produce_floor
         took = anyio.run(producer, url, name, offsets, lead, producers)
-        late = results.get(timeout=max(offsets) + 60)
+        anyio.run(server_time_spent, url, True)
+        if took > lead + min(offsets):
+            raise SystemExit(
+                f"{kind}: deferring {n} elements one by one took {took:.2f} s, longer than --lead "
+                f"{lead} s: the first were due before the last were deferred; raise --lead"
+            )
+        late, cpu = results.get(timeout=max(offsets) + 60)
+        server = anyio.run(server_time_spent, url, False)
         proc.join(30)
     finally:
         if proc.is_alive():
@@ -277,7 +322,7 @@ def one(
             proc.join()
     if len(late) != n:
         raise SystemExit(f"{kind}: {len(late)} deliveries of {n}")
-    return (*percentiles(late), took)
+    return (*percentiles(late), took, cpu / n * 1e6, server / n)
 
 
 def main() -> int:
@@ -291,10 +336,18 @@ def main() -> int:
     )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument(
+        "--batch",
+        type=int,
+        default=100,
+        help="elements per claim, and per take of the floor (default: the handler's, min(concurrency, 100))",
+    )
+    parser.add_argument(
         "--producers", type=int, default=8, help="tasks deferring at once, each one element at a time"
     )
     parser.add_argument("--patterns", default=",".join(PATTERNS))
-    parser.add_argument("--backends", default="asyncio,trio", help="of the rehydrate worker (the floor: asyncio)")
+    parser.add_argument(
+        "--backends", default="asyncio,trio", help="of the rehydrate worker (the floor: asyncio)"
+    )
     parser.add_argument("--quick", action="store_true", help="--n 5000 --repeat 1, asyncio only")
     args = parser.parse_args()
     if args.quick:
@@ -307,8 +360,17 @@ def main() -> int:
     for backend in backends:
         if backend not in ("asyncio", "trio"):
             parser.error(f"unknown backend {backend!r}: asyncio or trio")
-    if args.n < 1 or args.repeat < 1 or args.producers < 1 or args.spread <= 0 or args.lead <= 0:
-        parser.error("--n, --repeat and --producers must be positive, --spread and --lead more than 0")
+    if (
+        args.n < 1
+        or args.repeat < 1
+        or args.producers < 1
+        or args.batch < 1
+        or args.spread <= 0
+        or args.lead <= 0
+    ):
+        parser.error(
+            "--n, --repeat, --batch and --producers must be positive, --spread and --lead more than 0"
+        )
     profile_dir = os.environ.get("REHYDRATE_BENCH_PROFILE", "")
 
     from tests.redis_server import RedisServer
@@ -320,11 +382,14 @@ def main() -> int:
             f"server: {server.kind} ({server.binary}); {args.n:,} elements deferred one by one by "
             f"{args.producers} tasks "
             f"{args.lead} s ahead, due over {args.spread} s; worker in another process, no-op async "
-            f"handler (concurrency 1000); floor: a ZSET consumer woken by pub/sub (asyncio, coredis); "
+            f"handler (concurrency 1000, batch {args.batch}); floor: a ZSET consumer woken by pub/sub (asyncio, coredis); "
             f"medians of {args.repeat}; load average at the start {load_start[0]:.2f} {load_start[1]:.2f}\n"
         )
-        print("| backend | pattern | what | p50 ms | p99 ms | max ms | p99 - floor | max - floor | defer s |")
-        print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        print(
+            "| backend | pattern | what | p50 ms | p99 ms | max ms | p99 - floor | max - floor | defer s "
+            "| CPU µs/element | server µs/element |"
+        )
+        print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         verdicts = []
         ok = True
         for pattern in patterns:
@@ -332,27 +397,40 @@ def main() -> int:
             ours: dict[str, list[tuple[float, ...]]] = {b: [] for b in backends}
             for r in range(args.repeat):
                 offsets = due_offsets(pattern, args.n, args.spread, seed=r)
-                floors.append(one("floor", server.url, offsets, args.lead, args.producers, "asyncio", ""))
+                floors.append(
+                    one("floor", server.url, offsets, args.lead, args.producers, args.batch, "asyncio", "")
+                )
                 for backend in backends:
                     profile = (
                         str(Path(profile_dir) / f"worker-{backend}-{pattern}-{r}.prof") if profile_dir else ""
                     )
-                    ours[backend].append(one("rehydrate", server.url, offsets, args.lead, args.producers, backend, profile))
+                    ours[backend].append(
+                        one(
+                            "rehydrate",
+                            server.url,
+                            offsets,
+                            args.lead,
+                            args.producers,
+                            args.batch,
+                            backend,
+                            profile,
+                        )
+                    )
 
             def med(rows: list[tuple[float, ...]]) -> list[float]:
-                return [statistics.median(row[i] for row in rows) for i in range(4)]
+                return [statistics.median(row[i] for row in rows) for i in range(6)]
 
             f = med(floors)
             print(
                 f"| asyncio | {pattern} | floor: ZSET + pub/sub | {f[0]:.2f} | {f[1]:.2f} | {f[2]:.2f} "
-                f"| | | {f[3]:.2f} |"
+                f"| | | {f[3]:.2f} | {f[4]:.1f} | {f[5]:.1f} |"
             )
             for backend in backends:
                 s = med(ours[backend])
                 gap_p99, gap_max = s[1] - f[1], s[2] - f[2]
                 print(
                     f"| {backend} | {pattern} | rehydrate Scheduler | {s[0]:.2f} | {s[1]:.2f} | {s[2]:.2f} "
-                    f"| {gap_p99:+.2f} | {gap_max:+.2f} | {s[3]:.2f} |"
+                    f"| {gap_p99:+.2f} | {gap_max:+.2f} | {s[3]:.2f} | {s[4]:.1f} | {s[5]:.1f} |"
                 )
                 passed = gap_p99 <= 3.0
                 ok &= passed
@@ -363,7 +441,9 @@ def main() -> int:
     print()
     print("\n".join(verdicts))
     load_end = os.getloadavg()
-    print(f"load average at the start {load_start[0]:.2f}, at the end {load_end[0]:.2f} ({time.strftime('%Y-%m-%d')})")
+    print(
+        f"load average at the start {load_start[0]:.2f}, at the end {load_end[0]:.2f} ({time.strftime('%Y-%m-%d')})"
+    )
     return 0 if ok else 1
 
 

@@ -27,6 +27,7 @@ BENCHMARKS: Final = {
     "sqlite": ("bench_sqlite.py", ["--n", "5000"]),
     "redis": ("bench_redis.py", ["--quick"]),
     "workers": ("bench_workers.py", ["--n", "5000", "--repeat", "1"]),
+    "redis-lateness": ("bench_redis_lateness.py", ["--quick"]),
     "cli": ("bench_cli.py", ["--n", "5"]),
 }
 _SPINNER: Final = "|/-\\"
