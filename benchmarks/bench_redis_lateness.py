@@ -147,7 +147,7 @@ def rehydrate_worker(
         import cProfile
 
         profiler = cProfile.Profile()
-        profiler.runcall(anyio.run, main, backend=backend)
+        profiler.runcall(lambda: anyio.run(main, backend=backend))
         profiler.dump_stats(profile)
     else:
         anyio.run(main, backend=backend)
@@ -185,7 +185,7 @@ def floor_worker(url: str, key: str, n: int, batch: int, ready: Any, results: An
                 with anyio.fail_after(120):
                     while len(late) < n:
                         woken = anyio.Event()  # cleared before the take: a later add wakes us
-                        reply = await take(keys=[key], args=[batch])
+                        reply: list[bytes] = await take(keys=[key], args=[batch])
                         now = clock()
                         for score in reply[2::2]:
                             late.append(now - float(score) / 1e6)
@@ -222,7 +222,7 @@ async def server_time_spent(url: str, reset: bool) -> float:
         if reset:
             await client.config_resetstat()
             return 0.0
-        stats = await client.info("commandstats")
+        stats: dict[str, Any] = await client.info("commandstats")
         return float(
             sum(
                 value["usec"]
