@@ -40,6 +40,9 @@ Rules that hold for every method unless its docstring says otherwise:
   too, at once, for a backend that is not there (``create=False`` and no database, a wrong URL).
 * **Cancellation.** A call cancelled while it waits on its backend may or may not have taken
   effect (the same as a lost connection); retrying it is safe.
+* **Workers.** :meth:`Store.heartbeat`, :meth:`Store.deregister_worker` and :meth:`Store.workers`
+  keep a small registry of running workers beside the dehydrators (not in any of them), so any
+  process can see which workers are alive. Its data is JSON whatever the store's serializer.
 * **Elements** are what the store's serializer accepts (any object for the memory store, JSON data
   by default for SQLite and Redis).
 """
@@ -47,12 +50,12 @@ Rules that hold for every method unless its docstring says otherwise:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
-from rehydrate._core._records import Claim, ElementInfo, Summary
+from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord
 from rehydrate._core._validate import Seconds
 
 if TYPE_CHECKING:
@@ -341,3 +344,34 @@ class Store(ABC):
         For inspection (listing dead letters, the ``stats`` command): it may cost O(n), and a store
         may read it in pages, so it is not a snapshot of a dehydrator that changes meanwhile.
         """
+
+    # -- workers ---------------------------------------------------------------------------------
+    # Not abstract: a store written before these verbs still serves handlers; a scheduler on it
+    # logs once that it cannot send heartbeats. Every store of this package implements them.
+
+    async def heartbeat(self, worker: str, data: Mapping[str, Any], *, ttl: Seconds) -> None:
+        """Say that ``worker`` is alive, with ``data``, until ``ttl`` seconds from now (store clock).
+
+        An upsert: the first heartbeat registers the worker, each later one replaces its data and
+        moves its expiry to ``now + ttl``, even if that is earlier than before. ``data`` is a
+        mapping with ``str`` keys and JSON values (a JSON object of at most 64 KiB), stored as
+        JSON: ``workers()`` returns it as ``json.loads`` makes it. ``ttl`` must be positive.
+        Raises ``InvalidArgumentError`` (or ``InvalidTypeError``) for a bad ``worker`` id,
+        ``data`` or ``ttl`` before anything changes. A store may forget here the workers expired
+        longer than ``WORKER_KEEP`` (``rehydrate._core._workers``) ago.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement worker heartbeats")
+
+    async def deregister_worker(self, worker: str) -> bool:
+        """Forget ``worker`` (it stopped cleanly); ``True`` if it was listed, alive or expired."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement worker heartbeats")
+
+    async def workers(self) -> list[WorkerRecord]:
+        """The workers that sent a heartbeat, sorted by id, as of one instant of the store's clock.
+
+        A worker is ``alive`` until its last heartbeat's expiry (``now < expires``); after that it
+        is listed, not alive, for ``WORKER_KEEP`` (3600) seconds more, then forgotten: a worker
+        that died shows as expired for an hour, one that deregistered not at all. ``age`` is the
+        seconds since its last heartbeat. Not a hot path: it reads every worker.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement worker heartbeats")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, NoReturn
 
-__all__ = ["Claim", "ElementInfo", "Summary"]
+__all__ = ["Claim", "ElementInfo", "Summary", "WorkerRecord"]
 
 
 class _Record:
@@ -173,3 +173,39 @@ class Summary(_Record):
         _set(self, "due", due)
         _set(self, "claimed", claimed)
         _set(self, "ttn", ttn)
+
+
+class WorkerRecord(_Record):
+    """A running worker as the store last heard of it (:meth:`Store.workers`).
+
+    A :class:`~rehydrate.Scheduler` sends one every few seconds (its heartbeat); a worker that
+    stopped cleanly is gone, one that died stays listed, no longer ``alive``, for a while after its
+    heartbeat expired, so an operator can see what went missing and when. (Not hashable: ``data``
+    is a dict.)
+    """
+
+    __slots__ = ("age", "alive", "data", "expires", "id", "last_seen")
+    _fields = ("id", "data", "last_seen", "expires", "age", "alive")
+
+    #: The worker's id (``host:pid:random`` for a scheduler).
+    id: str
+    #: What the worker sent with its last heartbeat, as a JSON object (see ``docs/monitoring.md``).
+    data: dict[str, Any]
+    #: When the store received the last heartbeat, in the store's clock.
+    last_seen: float
+    #: When that heartbeat expires (or expired), in the store's clock.
+    expires: float
+    #: Seconds since the last heartbeat, when the store answered.
+    age: float
+    #: Whether the heartbeat had not yet expired when the store answered.
+    alive: bool
+
+    def __init__(
+        self, *, id: str, data: dict[str, Any], last_seen: float, expires: float, age: float, alive: bool
+    ) -> None:
+        _set(self, "id", id)
+        _set(self, "data", data)
+        _set(self, "last_seen", last_seen)
+        _set(self, "expires", expires)
+        _set(self, "age", age)
+        _set(self, "alive", alive)

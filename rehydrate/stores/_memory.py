@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
@@ -10,9 +10,9 @@ from urllib.parse import urlsplit
 import anyio
 
 from rehydrate._clock import SystemClock
-from rehydrate._core import _validate
+from rehydrate._core import _validate, _workers
 from rehydrate._core._dehydrator import Dehydrator
-from rehydrate._core._records import Claim, ElementInfo, Summary
+from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Clock, Subscription
 from rehydrate.errors import DuplicateIdError, InvalidArgumentError, InvalidTypeError
@@ -49,6 +49,8 @@ class MemoryStore(StoreBase):
         #: does and answers as an empty one. Only reads and fenced calls reach it, so it stays empty.
         self._nothing = Dehydrator(clock=self.clock)
         self._subscribers: dict[str, set[EventSubscription]] = {}
+        #: Worker id -> (data as JSON text, last seen, expires), in this store's clock.
+        self._workers: dict[str, tuple[str, float, float]] = {}
         self._open = False
 
     @classmethod
@@ -243,6 +245,39 @@ class MemoryStore(StoreBase):
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
         return d.ids(limit=limit)
+
+    # -- workers ---------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise self._not_open()
+
+    async def heartbeat(self, worker: str, data: Mapping[str, Any], *, ttl: Seconds) -> None:
+        await anyio.lowlevel.checkpoint()
+        worker = _workers.check_worker(worker)
+        text, seconds = _workers.worker_data(data), _workers.worker_ttl(ttl)
+        self._check_open()
+        now = self.clock()
+        self._workers[worker] = (text, now, now + seconds)
+        for id, (_, _, until) in list(self._workers.items()):
+            if _workers.forgotten(until, now):
+                del self._workers[id]
+
+    async def deregister_worker(self, worker: str) -> bool:
+        await anyio.lowlevel.checkpoint()
+        worker = _workers.check_worker(worker)
+        self._check_open()
+        return self._workers.pop(worker, None) is not None
+
+    async def workers(self) -> list[WorkerRecord]:
+        await anyio.lowlevel.checkpoint()
+        self._check_open()
+        now = self.clock()
+        return [
+            _workers.record(id, text, seen, expires, now)
+            for id, (text, seen, expires) in sorted(self._workers.items())
+            if not _workers.forgotten(expires, now)
+        ]
 
     @asynccontextmanager
     async def _subscribe(self, name: str) -> AsyncIterator[Subscription]:

@@ -49,7 +49,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -60,9 +60,9 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from rehydrate._clock import ServerClock
-from rehydrate._core import _validate
+from rehydrate._core import _validate, _workers
 from rehydrate._core._fence import attempt_of
-from rehydrate._core._records import Claim, ElementInfo, Summary
+from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Serializer, Subscription
 from rehydrate.errors import (
@@ -511,7 +511,8 @@ class PostgresStore(StoreBase):
 
     async def _prepare_schema(self) -> None:
         version = await self._run(self._check)
-        if version is None and self._create_tables:
+        if (version is None or version < SCHEMA_VERSION) and self._create_tables:
+            # Create the tables, or bring an earlier schema up to this one (it only adds tables).
             version = await self._run(self._create)
         problem = self._problem(version)
         if problem is not None:
@@ -1018,6 +1019,27 @@ class PostgresStore(StoreBase):
         params = {"name": name, "limit": n}
         rows = await self._run(lambda conn: conn.execute(self._sql.ids, params, prepare=True).fetchall())
         return [row[0] for row in rows]
+
+    # -- workers ---------------------------------------------------------------------------------
+
+    async def heartbeat(self, worker: str, data: Mapping[str, Any], *, ttl: Seconds) -> None:
+        worker = _text(_workers.check_worker(worker), "worker")
+        text, seconds = _workers.worker_data(data), _workers.worker_ttl(ttl)
+        params = self._params(id=worker, data=text, ttl=_micros(seconds), keep=_micros(_workers.WORKER_KEEP))
+        await self._run(lambda conn: conn.execute(self._sql.heartbeat, params, prepare=True))
+
+    async def deregister_worker(self, worker: str) -> bool:
+        params = {"id": _text(_workers.check_worker(worker), "worker")}
+        rows = await self._run(lambda conn: conn.execute(self._sql.deregister, params).fetchall())
+        return bool(rows)
+
+    async def workers(self) -> list[WorkerRecord]:
+        params = self._params(keep=_micros(_workers.WORKER_KEEP))
+        rows = await self._run(lambda conn: conn.execute(self._sql.workers, params).fetchall())
+        return [
+            _workers.record(id, text, seen / 1e6, expires / 1e6, now / 1e6)
+            for id, text, seen, expires, now in rows
+        ]
 
     async def _listen(self) -> None:
         """Start this store's listening connection and thread, once."""

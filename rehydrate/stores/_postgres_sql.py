@@ -27,7 +27,8 @@ from typing import Final
 __all__ = ["SCHEMA_VERSION", "Statements"]
 
 #: Bumped when the tables change shape; a later release migrates from the recorded version.
-SCHEMA_VERSION: Final = 1
+#: 2: the ``_workers`` table (worker heartbeats), added by ``create`` to a version 1 schema.
+SCHEMA_VERSION: Final = 2
 #: How many counter rows one name may spread over.
 SHARDS: Final = 16
 #: The attempt bits of a claim stamp (rehydrate._core._fence.ATTEMPTS).
@@ -98,7 +99,16 @@ _TEMPLATES: Final = {
             PRIMARY KEY (name, shard)
         ) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000)""",
         "CREATE SEQUENCE IF NOT EXISTS {seq} AS bigint",
+        # One row per worker that sent a heartbeat (Store.heartbeat); times in server microseconds.
+        """CREATE TABLE IF NOT EXISTS {workers} (
+            id text COLLATE "C" PRIMARY KEY,
+            data text NOT NULL,
+            last_seen bigint NOT NULL,
+            expires bigint NOT NULL
+        )""",
         "INSERT INTO {meta} (key, value) VALUES ('schema', %(version)s) ON CONFLICT (key) DO NOTHING",
+        # Migrations, each from one version to the next (the tables above exist by now).
+        "UPDATE {meta} SET value = 2 WHERE key = 'schema' AND value = 1",
     ),
     "version": "SELECT value FROM {meta} WHERE key = 'schema'",
     "exists": "SELECT to_regclass(%(meta_name)s) IS NOT NULL, to_regclass(%(table_name)s) IS NOT NULL",
@@ -308,7 +318,21 @@ _TEMPLATES: Final = {
             (SELECT due FROM {{table}} WHERE name = %(name)s ORDER BY due, seq LIMIT 1),
             (SELECT now FROM t)""",
     "ids": "SELECT id FROM {table} WHERE name = %(name)s ORDER BY due, seq LIMIT %(limit)s",
+    # Workers: an upsert that also forgets the workers expired longer than %(keep)s (µs) ago.
+    "heartbeat": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
+        gone AS (
+            DELETE FROM {{workers}} WHERE expires <= (SELECT now FROM t) - %(keep)s AND id <> %(id)s
+        )
+        INSERT INTO {{workers}} (id, data, last_seen, expires)
+        SELECT %(id)s, %(data)s, t.now, t.now + %(ttl)s FROM t
+        ON CONFLICT (id) DO UPDATE
+        SET data = excluded.data, last_seen = excluded.last_seen, expires = excluded.expires""",
+    "deregister": "DELETE FROM {workers} WHERE id = %(id)s RETURNING 1",
+    "workers": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now)
+        SELECT id, data, last_seen, expires, (SELECT now FROM t) FROM {{workers}}
+        WHERE expires > (SELECT now FROM t) - %(keep)s ORDER BY id""",
     "drop": (
+        "DROP TABLE IF EXISTS {workers}",
         "DROP TABLE IF EXISTS {table}",
         "DROP TABLE IF EXISTS {counts}",
         "DROP TABLE IF EXISTS {meta}",
@@ -331,6 +355,7 @@ class Statements:
             "meta": f"{_quote(schema)}.{_quote(table + '_meta')}",
             "counts": f"{_quote(schema)}.{_quote(table + '_counts')}",
             "seq": f"{_quote(schema)}.{_quote(table + '_seq')}",
+            "workers": f"{_quote(schema)}.{_quote(table + '_workers')}",
             "due_index": _quote(table + "_due"),
         }
         # nextval() takes the sequence's name as text: quoted identifiers inside a string literal.
@@ -372,3 +397,6 @@ class Statements:
     size: str
     summary: str
     ids: str
+    heartbeat: str
+    deregister: str
+    workers: str

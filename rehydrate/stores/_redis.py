@@ -33,9 +33,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import anyio
 
 from rehydrate._clock import ServerClock
-from rehydrate._core import _validate
+from rehydrate._core import _validate, _workers
 from rehydrate._core._fence import STAMP, stamp
-from rehydrate._core._records import Claim, ElementInfo, Summary
+from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Serializer, Subscription
 from rehydrate.errors import (
@@ -269,6 +269,8 @@ class RedisStore(StoreBase):
         self._join_flag = "1" if self._join else "0"
         self._prefix = prefix
         self._registry = f"{prefix}:names"
+        #: The worker registry: one hash, so one slot on a cluster (see worker.lua).
+        self._workers_key = f"{prefix}:workers"
         self._batch = _int_option(batch_size, "batch_size", 1, _MAX_BATCH)
         retries = _int_option(retries, "retries", 0, 100)
         timeout = _validate.seconds(timeout, "timeout")
@@ -750,6 +752,46 @@ class RedisStore(StoreBase):
                 ordered = list(found)
                 return ordered if n is None else ordered[:n]
             after = ["+inf", reply[1], reply[2]]
+
+    # -- workers ---------------------------------------------------------------------------------
+
+    def _worker_head(self) -> _Args:
+        pinned = self.clock.pinned_us
+        return [self.clock.skew_us, "" if pinned is None else pinned, self._serializer.name, ""]
+
+    async def heartbeat(self, worker: str, data: Mapping[str, Any], *, ttl: Seconds) -> None:
+        """See :meth:`Store.heartbeat`: one script on the registry hash (O(workers): it forgets
+        the long-expired ones as it goes)."""
+        worker = _workers.check_worker(worker)
+        text, seconds = _workers.worker_data(data), _workers.worker_ttl(ttl)
+        args: _Args = [
+            *self._worker_head(),
+            "beat",
+            worker,
+            _micros(seconds, "ttl"),
+            _micros(_workers.WORKER_KEEP, "keep"),
+            text,
+        ]
+        await self._backend.eval(SCRIPTS["worker"], [self._workers_key], args)
+
+    async def deregister_worker(self, worker: str) -> bool:
+        worker = _workers.check_worker(worker)
+        args: _Args = [*self._worker_head(), "drop", worker]
+        return bool(await self._backend.eval(SCRIPTS["worker"], [self._workers_key], args))
+
+    async def workers(self) -> list[WorkerRecord]:
+        args: _Args = [*self._worker_head(), _micros(_workers.WORKER_KEEP, "keep")]
+        reply = await self._backend.eval(SCRIPTS["workers"], [self._workers_key], args)
+        now = int(reply[0]) / 1e6
+        found = []
+        for i in range(1, len(reply), 2):
+            value = _text(reply[i + 1])
+            found.append(
+                _workers.record(
+                    _text(reply[i]), value[32:], int(value[:16]) / 1e6, int(value[16:32]) / 1e6, now
+                )
+            )
+        return sorted(found, key=lambda w: w.id)
 
     @asynccontextmanager
     async def _subscribe(self, name: str) -> AsyncIterator[Subscription]:

@@ -46,6 +46,8 @@ _SCRIPT_NAMES: Final = (
     "time",
     "ttn",
     "update",
+    "worker",
+    "workers",
 )
 
 
@@ -96,7 +98,7 @@ class RedisRefusedError(RehydrateError):
 _BUSY_REPLIES: Final = ("BUSY", "MASTERDOWN", "NOREPLICAS", "OOM", "LOADING", "TRYAGAIN", "CLUSTERDOWN")
 
 #: Scripts that only read: they never wait for replicas (``min_replicas``).
-_READ_ONLY: Final = frozenset({"look", "range", "size", "summary", "time", "ttn"})
+_READ_ONLY: Final = frozenset({"look", "range", "size", "summary", "time", "ttn", "workers"})
 
 #: Scripts run through the fast lane when it is free: a single defer's push, whose round trip
 #: is what a web request waiting on ``defer`` pays.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from typing import Any, Final, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -14,9 +14,9 @@ import anyio
 import anyio.to_thread
 
 from rehydrate._clock import WallClock
-from rehydrate._core import _validate
+from rehydrate._core import _validate, _workers
 from rehydrate._core._fence import attempt_of, stamp
-from rehydrate._core._records import Claim, ElementInfo, Summary
+from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Clock, Serializer, Subscription
 from rehydrate.errors import (
@@ -407,7 +407,12 @@ class SQLiteStore(StoreBase):
                 conn.execute(statement)
             conn.execute(sql.SET_SCHEMA, (sql.SCHEMA_VERSION,))
             row = conn.execute(sql.GET_SCHEMA).fetchone()
-            return None if row is None else int(row[0])
+            version = None if row is None else int(row[0])
+            # A file of an earlier version: its new tables now exist; record each step.
+            while version is not None and version in sql.MIGRATE:
+                conn.execute(sql.MIGRATE[version])
+                version += 1
+            return version
 
         # A file already at this version needs nothing created: one read, not a write transaction
         # (and its fsync) at every open, which a one-shot ``rehydrate push`` would pay each time.
@@ -867,6 +872,31 @@ class SQLiteStore(StoreBase):
                 (name, -1 if n is None else n),
             ).fetchall()
             return [row[0] for row in rows]
+
+        return await self._run(body)
+
+    # -- workers ---------------------------------------------------------------------------------
+
+    async def heartbeat(self, worker: str, data: Mapping[str, Any], *, ttl: Seconds) -> None:
+        worker = _workers.check_worker(worker)
+        text, seconds = _workers.worker_data(data), _workers.worker_ttl(ttl)
+
+        def body(conn: sqlite3.Connection) -> None:
+            now = self._now()
+            conn.execute(sql.HEARTBEAT, (worker, text, now, now + seconds))
+            conn.execute(sql.FORGET_WORKERS, (now - _workers.WORKER_KEEP,))
+
+        await self._write(body)
+
+    async def deregister_worker(self, worker: str) -> bool:
+        worker = _workers.check_worker(worker)
+        return await self._write(lambda conn: conn.execute(sql.DEREGISTER, (worker,)).rowcount > 0)
+
+    async def workers(self) -> list[WorkerRecord]:
+        def body(conn: sqlite3.Connection) -> list[WorkerRecord]:
+            now = self._now()
+            rows = conn.execute(sql.WORKERS, (now - _workers.WORKER_KEEP,)).fetchall()
+            return [_workers.record(id, text, seen, expires, now) for id, text, seen, expires in rows]
 
         return await self._run(body)
 

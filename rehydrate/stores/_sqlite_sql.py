@@ -18,14 +18,18 @@ __all__ = [
     "DELETE",
     "DELETE_ID",
     "DUE",
+    "DEREGISTER",
     "DUE_IDS",
+    "FORGET_WORKERS",
     "GET_SCHEMA",
     "HAS_TABLES",
     "HEAD",
+    "HEARTBEAT",
     "IDS",
     "INFO",
     "INSERT",
     "LOOK",
+    "MIGRATE",
     "NAMES",
     "REARM",
     "REFILE",
@@ -36,6 +40,7 @@ __all__ = [
     "SET_SCHEMA",
     "SIZE",
     "SUMMARY",
+    "WORKERS",
     "bump",
     "current_schema",
     "head",
@@ -46,8 +51,10 @@ __all__ = [
 
 _T = TypeVar("_T")
 
-#: Bumped when the tables change shape; a file written by another version is refused, not guessed at.
-SCHEMA_VERSION: Final = 1
+#: Bumped when the tables change shape; a file written by a later version is refused, not guessed
+#: at, and one written by an earlier version is brought up to this one when opened (``MIGRATE``).
+#: 2: ``rehydrate_workers`` (worker heartbeats).
+SCHEMA_VERSION: Final = 2
 
 SCHEMA: Final = (
     """CREATE TABLE IF NOT EXISTS rehydrate_meta (
@@ -76,8 +83,20 @@ SCHEMA: Final = (
         name TEXT PRIMARY KEY,
         counter INTEGER NOT NULL
     ) WITHOUT ROWID""",
+    # One row per worker that sent a heartbeat (Store.heartbeat): its data as JSON text.
+    """CREATE TABLE IF NOT EXISTS rehydrate_workers (
+        id TEXT PRIMARY KEY,
+        data TEXT NOT NULL,
+        last_seen REAL NOT NULL,
+        expires REAL NOT NULL
+    ) WITHOUT ROWID""",
     "INSERT OR IGNORE INTO rehydrate_meta (key, value) VALUES ('seq', 0)",
 )
+#: From each earlier schema version to the next: what SCHEMA's ``IF NOT EXISTS`` statements do not
+#: do by themselves (they create new tables; this records the version).
+MIGRATE: Final = {
+    1: "UPDATE rehydrate_meta SET value = 2 WHERE key = 'schema' AND value = 1",
+}
 
 HEAD: Final = "SELECT due FROM rehydrate_elements WHERE name = ? ORDER BY due, seq LIMIT 1"
 DUE: Final = (
@@ -126,6 +145,14 @@ IDS: Final = "SELECT id FROM rehydrate_elements WHERE name = ? ORDER BY due, seq
 HAS_TABLES: Final = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rehydrate_elements'"
 SET_SCHEMA: Final = "INSERT OR IGNORE INTO rehydrate_meta (key, value) VALUES ('schema', ?)"
 GET_SCHEMA: Final = "SELECT value FROM rehydrate_meta WHERE key = 'schema'"
+HEARTBEAT: Final = (
+    "INSERT INTO rehydrate_workers (id, data, last_seen, expires) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (id) DO UPDATE SET data = excluded.data, last_seen = excluded.last_seen,"
+    " expires = excluded.expires"
+)
+FORGET_WORKERS: Final = "DELETE FROM rehydrate_workers WHERE expires <= ?"
+DEREGISTER: Final = "DELETE FROM rehydrate_workers WHERE id = ?"
+WORKERS: Final = "SELECT id, data, last_seen, expires FROM rehydrate_workers WHERE expires > ? ORDER BY id"
 
 
 def current_schema(conn: sqlite3.Connection) -> int | None:

@@ -17,6 +17,7 @@ from rehydrate import (
     UnknownIdError,
 )
 from rehydrate._core._validate import MAX_SECONDS
+from rehydrate._core._workers import WORKER_KEEP
 from rehydrate.abc import Store
 
 from .harnesses import Harness
@@ -573,6 +574,75 @@ class TestLifecycle:
         await store.aclose()
         async with store:
             assert await store.look(N, "k") == "kept"
+
+
+class TestWorkers:
+    """The worker registry: heartbeats upsert, expire after their TTL, stay listed as expired for
+    ``WORKER_KEEP``, and a deregistered worker is gone at once."""
+
+    async def test_register_refresh_expire_forget(self, harness: Harness) -> None:
+        s = harness.store
+        assert await s.workers() == []
+        await s.heartbeat("w2", {"host": "b", "n": 1}, ttl=3)
+        await s.heartbeat("w1", {"host": "a", "handlers": {"jobs": {"in_flight": 2}}}, ttl=3)
+        (w1, w2) = await s.workers()
+        jobs = {"jobs": {"in_flight": 2}}
+        assert (w1.id, w1.data, w1.alive) == ("w1", {"host": "a", "handlers": jobs}, True)
+        assert (w2.id, w2.data, w2.alive) == ("w2", {"host": "b", "n": 1}, True)
+        assert w1.expires == about(w1.last_seen + 3)
+        assert w1.age == about(0)
+        harness.advance(2)
+        await s.heartbeat("w2", {"host": "b", "n": 2}, ttl=3)  # replaces the data, moves the expiry
+        harness.advance(1.5)  # w1 expired at 3; w2 expires at 5
+        (w1, w2) = await s.workers()
+        assert (w1.alive, w1.age) == (False, about(3.5))
+        assert (w2.alive, w2.data["n"], w2.age) == (True, 2, about(1.5))
+        harness.advance(2)
+        assert [w.alive for w in await s.workers()] == [False, False]
+        await s.heartbeat("w1", {"host": "a"}, ttl=3)  # a worker that comes back is alive again
+        assert [(w.id, w.alive) for w in await s.workers()] == [("w1", True), ("w2", False)]
+        harness.advance(WORKER_KEEP)  # w2 expired WORKER_KEEP ago: forgotten
+        await s.heartbeat("w1", {"host": "a"}, ttl=3)
+        assert [(w.id, w.alive) for w in await s.workers()] == [("w1", True)]
+        # Workers are not elements: no dehydrator holds them.
+        assert await s.names() == []
+
+    async def test_deregister(self, harness: Harness) -> None:
+        s = harness.store
+        await s.heartbeat("w", {}, ttl=10)
+        await s.heartbeat("other", {}, ttl=10)
+        assert await s.deregister_worker("w") is True
+        assert await s.deregister_worker("w") is False
+        assert [w.id for w in await s.workers()] == ["other"]
+
+    async def test_bad_input_and_not_open(self, harness: Harness) -> None:
+        s = harness.store
+        bad: list[Any] = [
+            lambda: s.heartbeat("", {}, ttl=1),
+            lambda: s.heartbeat(cast(str, 7), {}, ttl=1),
+            lambda: s.heartbeat("w", {}, ttl=0),
+            lambda: s.heartbeat("w", {}, ttl=MAX_SECONDS + 1),
+            lambda: s.heartbeat("w", cast(dict[str, Any], ["not", "an", "object"]), ttl=1),
+            lambda: s.heartbeat("w", cast(Any, {1: "key not a str"}), ttl=1),
+            lambda: s.heartbeat("w", {"x": object()}, ttl=1),
+            lambda: s.heartbeat("w", {"x": float("nan")}, ttl=1),
+            lambda: s.heartbeat("w", {"x": "\ud800"}, ttl=1),
+            lambda: s.heartbeat("w", {"x": "y" * 70_000}, ttl=1),
+            lambda: s.deregister_worker(""),
+        ]
+        for call in bad:
+            with pytest.raises(InvalidArgumentError):
+                await call()
+        assert await s.workers() == []
+        assert harness.twin is not None, TWIN_NEEDED
+        store = harness.twin()
+        for call in (
+            lambda: store.heartbeat("w", {}, ttl=1),
+            lambda: store.deregister_worker("w"),
+            lambda: store.workers(),
+        ):
+            with pytest.raises(StoreNotOpenError):
+                await call()
 
 
 class TestSerializers:

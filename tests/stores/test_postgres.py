@@ -122,11 +122,26 @@ async def test_an_unreachable_server_is_unavailable() -> None:
 
 
 async def test_tables_are_created_on_first_use_with_a_version_row(store: PostgresStore, table: str) -> None:
-    assert await store.schema_version() == 1
+    assert await store.schema_version() == 2
     rows = await sql(store, "SELECT indexdef FROM pg_indexes WHERE tablename = %s ORDER BY indexname", table)
     assert any("(name, due, seq)" in row[0] for row in rows)
     assert any("(name, id)" in row[0] for row in rows)
-    assert await store.migrate() == 1  # again: nothing to do
+    assert await store.migrate() == 2  # again: nothing to do
+
+
+async def test_a_version_1_schema_is_migrated(store: PostgresStore, url: str, table: str) -> None:
+    """Version 2 added the workers table: a version 1 schema gets it when a store that may create
+    tables opens it (or from ``rehydrate migrate``); one that may not asks for the migration."""
+    await store.push(N, "kept", ttl=0, id="k")
+    await store._run(lambda conn: conn.execute(f"DROP TABLE {table}_workers"))
+    await sql(store, f"UPDATE {table}_meta SET value = 1 WHERE key = 'schema' RETURNING 1")
+    with pytest.raises(RehydrateError, match=r"version 1.*rehydrate migrate"):
+        await PostgresStore.from_url(f"{url}?create=0&table={table}").open()
+    async with PostgresStore.from_url(url, table=table) as s:
+        assert await s.schema_version() == 2
+        assert await s.look(N, "k") == "kept"
+        await s.heartbeat("w", {"ok": True}, ttl=5)
+        assert [w.data for w in await s.workers()] == [{"ok": True}]
 
 
 async def test_create_false_refuses_missing_tables_then_works_after_migrate(url: str, table: str) -> None:
@@ -615,7 +630,7 @@ def test_migrate_command_creates_and_checks(
     unopened = PostgresStore.from_url(url, table=table)
     assert anyio.run(unopened.schema_version) is None  # --check created nothing
     assert cli(["migrate", "--store", target]) == 0
-    assert "schema version 1" in capsys.readouterr().out
+    assert "schema version 2" in capsys.readouterr().out
     assert cli(["migrate", "--store", target]) == 0  # again: nothing to do
     assert cli(["migrate", "--store", target, "--check"]) == 0
     assert "up to date" in capsys.readouterr().out

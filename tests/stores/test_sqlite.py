@@ -575,3 +575,23 @@ def test_push_creates_the_database(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done
     assert (tmp_path / "new.db").exists()
+
+
+@pytest.mark.anyio
+async def test_a_version_1_file_is_migrated_when_opened(tmp_path: Path) -> None:
+    """Version 2 added the workers table: a file of version 1 gets it, its elements untouched."""
+    path = tmp_path / "v1.db"
+    async with SQLiteStore(path) as store:
+        await store.push("jobs", "kept", ttl=0, id="k")
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("DROP TABLE rehydrate_workers")
+        conn.execute("UPDATE rehydrate_meta SET value = 1 WHERE key = 'schema'")
+    conn.close()
+    async with SQLiteStore(path) as store:
+        assert await store.look("jobs", "k") == "kept"
+        await store.heartbeat("w", {"ok": True}, ttl=5)
+        assert [w.data for w in await store.workers()] == [{"ok": True}]
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT value FROM rehydrate_meta WHERE key = 'schema'").fetchone() == (2,)
+    conn.close()
