@@ -6,8 +6,10 @@ They are the scheduler's public vocabulary, kept apart from the machinery that m
 
 from __future__ import annotations
 
+import bisect
 import contextvars
 from collections import deque
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Final
 
@@ -18,10 +20,22 @@ from rehydrate._core._validate import Seconds
 from rehydrate.abc import Store
 from rehydrate.errors import SchedulerNotRunningError
 
-__all__ = ["Counters", "DeadLetter", "Delivery", "Stats", "current_delivery", "delivery_var"]
+__all__ = [
+    "LATENESS_BUCKETS",
+    "Counters",
+    "DeadLetter",
+    "Delivery",
+    "Stats",
+    "current_delivery",
+    "delivery_var",
+    "stats_of",
+]
 
-#: How many lateness samples the stats keep (the most recent ones).
+#: How many lateness samples the stats keep (the most recent ones), per dehydrator.
 _LATENESS_SAMPLES: Final = 10_000
+#: The upper bounds (seconds) of the lateness histogram that ``rehydrate worker --metrics-port``
+#: serves: from "on time" (the timer loop's own jitter) to "a worker was missing for minutes".
+LATENESS_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
 @attrs.frozen(kw_only=True)
@@ -147,7 +161,13 @@ class Stats:
 
 @attrs.define(eq=False)
 class Counters:
-    """What :meth:`Scheduler.stats` reports, counted as it happens (in the event loop's thread)."""
+    """What :meth:`Scheduler.stats` reports for one dehydrator, counted as it happens (in the event
+    loop's thread).
+
+    ``histogram`` (bucket counts over :data:`LATENESS_BUCKETS`, then +Inf) and ``lateness_sum``
+    are kept only once :meth:`keep_histogram` is called (``rehydrate worker --metrics-port``):
+    a scheduler nobody scrapes pays nothing for them per delivery.
+    """
 
     delivered: int = 0
     acked: int = 0
@@ -156,25 +176,43 @@ class Counters:
     lost: int = 0
     lateness: deque[float] = attrs.field(factory=lambda: deque(maxlen=_LATENESS_SAMPLES))
     lateness_max: float | None = None
+    histogram: list[int] | None = None
+    lateness_sum: float = 0.0
+
+    def keep_histogram(self) -> None:
+        """Count lateness into buckets from now on (idempotent)."""
+        if self.histogram is None:
+            self.histogram = [0] * (len(LATENESS_BUCKETS) + 1)
 
     def record_lateness(self, seconds: float) -> None:
         self.lateness.append(seconds)
         if self.lateness_max is None or seconds > self.lateness_max:
             self.lateness_max = seconds
+        if self.histogram is not None:
+            self.histogram[bisect.bisect_left(LATENESS_BUCKETS, seconds)] += 1
+            self.lateness_sum += seconds
 
     def snapshot(self, in_flight: int) -> Stats:
-        ordered = sorted(self.lateness)
-        return Stats(
-            delivered=self.delivered,
-            acked=self.acked,
-            retried=self.retried,
-            dead_lettered=self.dead_lettered,
-            lost=self.lost,
-            in_flight=in_flight,
-            lateness_p50=_percentile(ordered, 0.50) if ordered else None,
-            lateness_p99=_percentile(ordered, 0.99) if ordered else None,
-            lateness_max=self.lateness_max,
-        )
+        return stats_of([self], in_flight)
+
+
+def stats_of(parts: Iterable[Counters], in_flight: int) -> Stats:
+    """The :class:`Stats` of several dehydrators' counters together (their sums; the percentiles
+    of their recent lateness samples taken together)."""
+    parts = list(parts)
+    ordered = sorted(sample for part in parts for sample in part.lateness)
+    maxima = [part.lateness_max for part in parts if part.lateness_max is not None]
+    return Stats(
+        delivered=sum(part.delivered for part in parts),
+        acked=sum(part.acked for part in parts),
+        retried=sum(part.retried for part in parts),
+        dead_lettered=sum(part.dead_lettered for part in parts),
+        lost=sum(part.lost for part in parts),
+        in_flight=in_flight,
+        lateness_p50=_percentile(ordered, 0.50) if ordered else None,
+        lateness_p99=_percentile(ordered, 0.99) if ordered else None,
+        lateness_max=max(maxima) if maxima else None,
+    )
 
 
 def _percentile(ordered: list[float], fraction: float) -> float:

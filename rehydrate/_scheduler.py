@@ -41,7 +41,8 @@ from rehydrate._core import _validate
 from rehydrate._core._retry import Retry
 from rehydrate._core._triggers import Every, Misfire, Trigger, trigger_from_dict
 from rehydrate._core._validate import Seconds
-from rehydrate._deliveries import Counters, DeadLetter, Delivery, Stats, current_delivery
+from rehydrate._deliveries import Counters, DeadLetter, Delivery, Stats, current_delivery, stats_of
+from rehydrate._heartbeat import Heartbeat, new_worker_id
 from rehydrate._runner import DEAD_SUFFIX, HandlerSpec, Runner, Settings, feed_channel, handler_label, release
 from rehydrate._schedules import (
     PAUSED_TTL,
@@ -110,6 +111,15 @@ def _positive_int(value: object, name: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InvalidArgumentError(f"{name} must be an int of at least 1, got {value!r}")
     return value
+
+
+def _heartbeat_interval(value: Seconds | None) -> float | None:
+    if value is None:
+        return None
+    seconds = _validate.seconds(value, "heartbeat")
+    if seconds <= 0:
+        raise InvalidArgumentError("heartbeat must be positive (or None: no heartbeats)")
+    return seconds
 
 
 def _anchor(trigger: Trigger, now: float) -> float | None:
@@ -188,6 +198,11 @@ class Scheduler:
     running, with a warning: their elements are neither acked nor handed back, and come back when
     their leases run out (within ``lease`` seconds); if the thread still completes its work, that
     element runs twice. The interpreter may still wait for such a thread when it exits.
+
+    While it runs, the scheduler sends a heartbeat to the store every ``heartbeat`` seconds (its
+    id, host, pid, handlers and counters; ``None`` sends none): ``rehydrate workers`` and the
+    dashboard list the workers alive, and a worker that died shows as expired after three
+    intervals. See ``docs/monitoring.md``.
     """
 
     def __init__(
@@ -197,6 +212,7 @@ class Scheduler:
         grace: Seconds = 10.0,
         sync_grace: Seconds = 20.0,
         dead_letter_ttl: Seconds = timedelta(days=365),
+        heartbeat: Seconds | None = 5.0,
         rng: random.Random | None = None,
     ) -> None:
         self.store, self._owns_store = _as_store(store)
@@ -211,7 +227,13 @@ class Scheduler:
         self._handlers: dict[str, HandlerSpec] = {}
         #: The runner of each handler while the scheduler runs.
         self._runners: dict[str, Runner] = {}
-        self._counters = Counters()
+        #: The counters of each dehydrator served (by a handler or a channel), since it was made.
+        self._counters: dict[str, Counters] = {}
+        self._histograms = False
+        self._heartbeat_interval = _heartbeat_interval(heartbeat)
+        self._worker_id = new_worker_id()
+        #: What the heartbeat waits on (``None``: real time; see ``_heartbeat.py``); tests set it.
+        self._heartbeat_clock: Clock | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._running = False
         self._stopping = False
@@ -244,6 +266,22 @@ class Scheduler:
     @sync_grace.setter
     def sync_grace(self, value: Seconds) -> None:
         self._settings.sync_grace = _validate.seconds(value, "sync_grace")
+
+    @property
+    def heartbeat(self) -> float | None:
+        """Seconds between heartbeats to the store (``None``: none are sent). Set before running."""
+        return self._heartbeat_interval
+
+    @heartbeat.setter
+    def heartbeat(self, value: Seconds | None) -> None:
+        if self._running:
+            raise RehydrateError("a running scheduler cannot change its heartbeat")
+        self._heartbeat_interval = _heartbeat_interval(value)
+
+    @property
+    def worker_id(self) -> str:
+        """This scheduler's id in the store's list of workers (``host:pid:random``)."""
+        return self._worker_id
 
     @property
     def dead_letter_ttl(self) -> float:
@@ -578,9 +616,31 @@ class Scheduler:
 
     # -- stats -----------------------------------------------------------------------------------
 
-    def stats(self) -> Stats:
-        """Counters since the scheduler was made, and the lateness of the recent deliveries."""
-        return self._counters.snapshot(in_flight=sum(r.in_flight for r in self._runners.values()))
+    def stats(self, name: str | None = None) -> Stats:
+        """Counters since the scheduler was made, and the lateness of the recent deliveries.
+
+        Of every dehydrator it served (handlers and channels), or of ``name`` only.
+        """
+        if name is None:
+            return stats_of(self._counters.values(), sum(r.in_flight for r in self._runners.values()))
+        _validate.element_id(name, "name")
+        runner = self._runners.get(name)
+        in_flight = 0 if runner is None else runner.in_flight
+        return stats_of([self._counters[name]] if name in self._counters else [], in_flight)
+
+    def _counters_of(self, name: str) -> Counters:
+        counters = self._counters.get(name)
+        if counters is None:
+            counters = self._counters[name] = Counters()
+            if self._histograms:
+                counters.keep_histogram()
+        return counters
+
+    def _keep_histograms(self) -> None:
+        """Count lateness into histogram buckets from now on (for ``--metrics-port``)."""
+        self._histograms = True
+        for counters in self._counters.values():
+            counters.keep_histogram()
 
     # -- channels --------------------------------------------------------------------------------
 
@@ -607,7 +667,8 @@ class Scheduler:
         send, receive = anyio.create_memory_object_stream[Delivery](max_buffer_size=prefetch)
         with receive:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(feed_channel, self.store, self._counters, name, seconds, prefetch, batch, send)
+                counters = self._counters_of(name)
+                tg.start_soon(feed_channel, self.store, counters, name, seconds, prefetch, batch, send)
                 try:
                     yield receive
                 finally:
@@ -647,6 +708,18 @@ class Scheduler:
             tg.start_soon(self._batcher.run)
         for handler in self._handlers.values():
             self._start(handler)
+        if self._heartbeat_interval is not None:
+            heartbeat = Heartbeat(
+                store=self.store,
+                worker_id=self._worker_id,
+                interval=self._heartbeat_interval,
+                concurrency=lambda: {name: h.concurrency for name, h in self._handlers.items()},
+                counters=self._counters,
+                in_flight=lambda name: r.in_flight if (r := self._runners.get(name)) else 0,
+                total=self.stats,
+                clock=self._heartbeat_clock,
+            )
+            await tg.start(heartbeat.run, self._stopped)
         return self
 
     async def __aexit__(
@@ -705,7 +778,8 @@ class Scheduler:
     def _start(self, handler: HandlerSpec) -> None:
         """Serve ``handler`` in the scheduler's task group (stopped at once if stopping)."""
         assert self._tg is not None
-        runner = self._runners[handler.name] = Runner(handler, self.store, self._counters, self._settings)
+        counters = self._counters_of(handler.name)
+        runner = self._runners[handler.name] = Runner(handler, self.store, counters, self._settings)
         if self._stopping:
             runner.stop()
         self._tg.start_soon(runner.run)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -770,6 +772,91 @@ class TestStats:
         assert stats.lateness_max == pytest.approx(0.99)  # element 0 was due at once
         assert stats.lateness_p50 == pytest.approx(0.5, abs=0.02)
         assert stats.lateness_p99 == pytest.approx(0.99, abs=0.02)
+
+
+class _DownForHeartbeats(MemoryStore):
+    """A memory store whose worker registry is unreachable until ``up`` (a store outage that
+    hits heartbeats only, so the scheduler's own work shows it carries on)."""
+
+    up = False
+
+    async def heartbeat(self, worker: str, data: Any, *, ttl: Any) -> None:
+        if not self.up:
+            raise rehydrate.StoreUnavailableError("registry down")
+        await super().heartbeat(worker, data, ttl=ttl)
+
+
+class TestHeartbeats:
+    async def test_registers_refreshes_and_deregisters(
+        self, scheduler: Scheduler, clock: FakeClock, anyio_backend_name: str
+    ) -> None:
+        """The first heartbeat is sent before ``async with`` returns, then one every interval
+        (on the heartbeat's clock) with fresh counters; stopping deregisters the worker."""
+        scheduler._heartbeat_clock = clock
+        scheduler.heartbeat = 2
+
+        @scheduler.handler("jobs", concurrency=3)
+        async def job(element: int) -> None: ...
+
+        async with scheduler:
+            (w,) = await scheduler.store.workers()
+            assert w.id == scheduler.worker_id
+            assert w.alive
+            assert w.expires - w.last_seen == pytest.approx(6)  # three intervals
+            data = w.data
+            assert data["pid"] == os.getpid()
+            assert data["host"] == socket.gethostname()
+            assert data["backend"] == anyio_backend_name
+            assert data["version"] == rehydrate.__version__
+            assert data["interval"] == 2
+            assert data["handlers"]["jobs"]["concurrency"] == 3
+            assert data["handlers"]["jobs"]["delivered"] == 0
+            for i in range(4):
+                await scheduler.defer("jobs", i, delay=1)
+            await advance(clock, 1.5)  # delivered, 0.5 s late each; no heartbeat yet
+            (w,) = await scheduler.store.workers()
+            assert w.data["handlers"]["jobs"]["delivered"] == 0
+            await advance(clock, 0.5)
+            (w,) = await scheduler.store.workers()
+            jobs = w.data["handlers"]["jobs"]
+            assert (jobs["delivered"], jobs["acked"], jobs["in_flight"]) == (4, 4, 0)
+            assert jobs["lateness_p50"] == pytest.approx(0.5)
+            assert w.data["totals"]["delivered"] == 4
+            assert w.age == 0
+            assert scheduler.stats("jobs").delivered == scheduler.stats().delivered == 4
+            assert scheduler.stats("other").delivered == 0
+        assert await scheduler.store.workers() == []
+        with pytest.raises(InvalidArgumentError):
+            scheduler.heartbeat = 0
+
+    async def test_a_failing_heartbeat_never_stops_the_scheduler(self, clock: FakeClock) -> None:
+        async with _DownForHeartbeats(clock=clock) as store:
+            scheduler = Scheduler(store, grace=0, heartbeat=1)
+            scheduler._heartbeat_clock = clock
+            done: list[int] = []
+
+            @scheduler.handler("jobs")
+            async def job(element: int) -> None:
+                done.append(element)
+
+            with capture_logs() as logs:
+                async with scheduler:
+                    await scheduler.defer("jobs", 1)
+                    await advance(clock, 1)
+                    await advance(clock, 1)
+                    assert done == [1]
+                    assert await store.workers() == []
+                    store.up = True
+                    await advance(clock, 1)
+                    assert [w.id for w in await store.workers()] == [scheduler.worker_id]
+            failures = [e for e in logs if e["event"].startswith("heartbeat failed")]
+            assert len(failures) == 1  # logged once, not at every interval
+            assert "registry down" in failures[0]["error"]
+            assert any(e["event"] == "heartbeat sent again" for e in logs)
+
+    async def test_none_sends_no_heartbeats(self, store: MemoryStore) -> None:
+        async with Scheduler(store, heartbeat=None):
+            assert await store.workers() == []
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite", "redis"])
