@@ -28,7 +28,7 @@ from rehydrate import Retry, Scheduler
 from rehydrate.abc import Store
 from rehydrate.cli._common import duration
 from rehydrate.cli._main import run
-from rehydrate.stores import MemoryStore
+from rehydrate.stores import MemoryStore, open_store
 from tests.redis_server import shared_server_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -254,6 +254,54 @@ def test_stats_dead_and_requeue(cli: CLI) -> None:
     assert cli.json("look", "jobs", "a") == {"n": "a"}
     (jobs,) = cli.json("stats", "jobs")
     assert (jobs["size"], jobs["due"], jobs["dead"]) == (4, 2, 0)
+
+
+async def _beat(store: Store | str, worker: str, data: dict[str, Any], ttl: float) -> None:
+    if isinstance(store, str):
+        async with open_store(store) as opened:
+            await opened.heartbeat(worker, data, ttl=ttl)
+    else:
+        await store.heartbeat(worker, data, ttl=ttl)
+
+
+def test_workers(cli: CLI) -> None:
+    cli.json("push", "jobs", "1")  # a store there (a reading verb creates no SQLite file)
+    assert cli.json("workers") == []
+    code, out, _ = cli("workers", "--format", "text")
+    assert (code, out) == (0, "no workers: none is running, or they send no heartbeats to this store\n")
+    handlers = {
+        "jobs": {"concurrency": 10, "in_flight": 3, "lateness_p50": 0.002, "lateness_p99": 0.04},
+        "mail": {"concurrency": 2, "in_flight": 0, "lateness_p50": None, "lateness_p99": None},
+    }
+    data = {
+        "host": "box",
+        "pid": 42,
+        "backend": "trio",
+        "version": "9.9",
+        "started_at": 1_700_000_000.0,
+        "handlers": handlers,
+        "totals": {"in_flight": 3, "lateness_p50": 0.002, "lateness_p99": 0.04},
+    }
+    anyio.run(_beat, cli.store(), "box:42:abc", data, 60.0)
+    anyio.run(_beat, cli.store(), "box:7:dead", {"host": "box", "pid": 7}, 0.001)  # expired by now
+    rows = cli.json("workers")
+    assert [(r["id"], r["alive"]) for r in rows] == [("box:42:abc", True), ("box:7:dead", False)]
+    alive, dead = rows
+    assert alive["handlers"] == handlers
+    assert (alive["host"], alive["pid"], alive["backend"], alive["in_flight"]) == ("box", 42, "trio", 3)
+    assert alive["started_at"] == "2023-11-14T22:13:20+00:00"
+    assert alive["last_seen_ago"] == pytest.approx(0, abs=5)
+    assert alive["expires_in"] == pytest.approx(60, abs=5)
+    assert dead["expires_in"] < 0
+    assert (dead["handlers"], dead["in_flight"], dead["lateness_p99"]) == ({}, None, None)
+    code, out, _ = cli("workers", "--format", "text")
+    lines = out.splitlines()
+    assert lines[0].split()[:4] == ["STATUS", "ID", "HOST", "PID"]
+    assert lines[1].split()[:4] == ["alive", "box:42:abc", "box", "42"]
+    assert "jobs 3/10, mail 0/2" in lines[1]
+    assert "2ms / 40ms" in lines[1]
+    assert lines[2].split()[:2] == ["EXPIRED", "box:7:dead"]
+    assert lines[3] == "1 worker alive, 1 expired"
 
 
 def test_stats_watch(cli: CLI) -> None:

@@ -111,7 +111,7 @@ class _WorkerTexts:
 
 #: The commands that run in one short process and import only what they use.
 _STORE_VERBS: Final = frozenset(
-    {"push", "pull", "look", "poll", "xpoll", "xack", "ttn", "update", "stats", "dead", "requeue"}
+    {"push", "pull", "look", "poll", "xpoll", "xack", "ttn", "update", "stats", "dead", "requeue", "workers"}
 )
 #: The main parser's options that take a value (to find the command in a command line).
 _VALUED: Final = frozenset({"--store", "--log-format", "--format"})
@@ -428,6 +428,21 @@ def build_parser(*, store_verb: bool = False, only: str | None = None) -> argpar
     )
     stats.add_argument("--count", type=positive_int, help="with --watch, stop after this many refreshes")
     stats.set_defaults(verb="stats", light=True)
+
+    workers = command(
+        "workers",
+        "the workers alive (and those that died lately), from their heartbeats",
+        "List the workers (running schedulers) that send heartbeats to the store: alive or expired, "
+        "host, pid, handlers with what each has in flight out of its concurrency, lateness (p50/p99 "
+        "of recent deliveries) and when each was last heard from. A worker that stopped cleanly is "
+        "not listed; one that died is listed as expired for an hour after its heartbeat ran out "
+        "(three heartbeat intervals). JSON gives last_seen_ago and expires_in (negative once "
+        "expired), in seconds.",
+        _epilog("never"),
+        "rehydrate.cli._main:_run_verb",
+        store,
+    )
+    workers.set_defaults(verb="workers", light=True)
 
     dead = verb(
         "dead",

@@ -41,7 +41,7 @@ from rehydrate.cli._common import (
 from rehydrate.errors import DuplicateIdError, UnknownIdError
 
 if TYPE_CHECKING:
-    from rehydrate._core._records import Claim, ElementInfo
+    from rehydrate._core._records import Claim, ElementInfo, WorkerRecord
     from rehydrate.abc import Store
 
 Verb = Callable[[argparse.Namespace, "Store"], Awaitable[int]]
@@ -298,6 +298,79 @@ async def stats(args: argparse.Namespace, store: Store) -> int:
             break
         deadline += args.interval
         await _sleep(max(0.0, deadline - time.monotonic()))
+    return 0
+
+
+def _worker_row(worker: WorkerRecord) -> dict[str, Any]:
+    """A worker as ``rehydrate workers`` shows it (JSON), from what its heartbeat said."""
+    data = worker.data
+    found = data.get("totals")
+    totals: dict[str, Any] = found if isinstance(found, dict) else {}
+    started = data.get("started_at")
+    return {
+        "id": worker.id,
+        "alive": worker.alive,
+        "host": data.get("host"),
+        "pid": data.get("pid"),
+        "backend": data.get("backend"),
+        "version": data.get("version"),
+        "started_at": utc_text(float(started)) if isinstance(started, (int, float)) else None,
+        "last_seen_ago": worker.age,
+        "expires_in": worker.expires - worker.last_seen - worker.age,
+        "in_flight": totals.get("in_flight"),
+        "lateness_p50": totals.get("lateness_p50"),
+        "lateness_p99": totals.get("lateness_p99"),
+        "handlers": data.get("handlers") if isinstance(data.get("handlers"), dict) else {},
+    }
+
+
+def _handlers_text(handlers: dict[str, Any]) -> str:
+    """``jobs 3/100, mail 0/10``: in flight out of the concurrency, per handler."""
+    parts = []
+    for name, entry in handlers.items():
+        entry = entry if isinstance(entry, dict) else {}
+        limit = entry.get("concurrency")
+        parts.append(f"{show_id(name)} {entry.get('in_flight', 0)}/{'-' if limit is None else limit}")
+    return ", ".join(parts) or "-"
+
+
+def _lateness_text(row: dict[str, Any]) -> str:
+    if row["lateness_p50"] is None:
+        return "-"
+    return f"{seconds_text(row['lateness_p50'])} / {seconds_text(row['lateness_p99'])}"
+
+
+async def workers(args: argparse.Namespace, store: Store) -> int:
+    rows = [_worker_row(w) for w in await store.workers()]
+    if wants_json(args):
+        emit(json_text(rows))
+        return 0
+    if not rows:
+        emit("no workers: none is running, or they send no heartbeats to this store")
+        return 0
+    headers = [
+        "STATUS",
+        "ID",
+        "HOST",
+        "PID",
+        "HANDLERS (IN FLIGHT/CONCURRENCY)",
+        "LATENESS P50/P99",
+        "LAST SEEN",
+    ]
+    lines = [
+        [
+            "alive" if r["alive"] else "EXPIRED",
+            show_id(r["id"]),
+            str(r["host"] or "-"),
+            str(r["pid"] or "-"),
+            _handlers_text(r["handlers"]),
+            _lateness_text(r),
+            f"{seconds_text(r['last_seen_ago'])} ago",
+        ]
+        for r in rows
+    ]
+    alive = sum(r["alive"] for r in rows)
+    emit(table(headers, lines) + f"\n{plural(alive, 'worker')} alive, {len(rows) - alive} expired")
     return 0
 
 
