@@ -225,6 +225,21 @@ def build_parser(*, store_verb: bool = False, only: str | None = None) -> argpar
         default="asyncio",
         help="event loop (default asyncio; trio needs pip install 'rehydrate[trio]')",
     )
+    worker.add_argument(
+        "--heartbeat",
+        type=duration,
+        metavar="DURATION",
+        help="seconds between heartbeats to the store (default: the scheduler's, 5s); expires after 3",
+    )
+    worker.add_argument(
+        "--metrics-port",
+        type=port,
+        metavar="N",
+        help="serve Prometheus metrics on this port (with --processes, child i on N+i)",
+    )
+    worker.add_argument(
+        "--metrics-host", default="127.0.0.1", metavar="HOST", help="where metrics listen (default 127.0.0.1)"
+    )
 
     demo = command(
         "demo",

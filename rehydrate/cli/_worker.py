@@ -27,6 +27,7 @@ import importlib
 import importlib.util
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -127,6 +128,12 @@ def _run(args: argparse.Namespace, supervisor: _Supervisor | None) -> int:
     scheduler._override(store=url, concurrency=args.concurrency)
     if args.grace is not None:
         scheduler.grace = args.grace
+    if args.heartbeat is not None:
+        scheduler.heartbeat = args.heartbeat
+    if args.metrics_port is not None and args.metrics_port + args.processes - 1 > 65535:
+        raise CLIError(
+            f"--metrics-port {args.metrics_port} leaves no port for each of {args.processes} processes"
+        )
     if isinstance(scheduler.store, MemoryStore):
         if args.processes > 1:
             raise CLIError(
@@ -142,7 +149,23 @@ def _run(args: argparse.Namespace, supervisor: _Supervisor | None) -> int:
         )
     if args.processes > 1:
         return anyio.run(_supervise, args, backend=args.backend)
-    return anyio.run(_serve, scheduler, source, supervisor, backend=args.backend)
+    listener = _metrics_listener(args) if args.metrics_port is not None else None
+    return anyio.run(_serve, scheduler, source, supervisor, listener, args.backend, backend=args.backend)
+
+
+def _metrics_listener(args: argparse.Namespace) -> socket.socket:
+    """The metrics port, bound before anything runs: a missing extra or a busy port is one line."""
+    for module in ("prometheus_client", "hypercorn"):
+        if importlib.util.find_spec(module) is None:
+            raise CLIError(f"--metrics-port needs {module}: pip install 'rehydrate[web]'")
+    from rehydrate.web._worker_metrics import listen
+
+    try:
+        return listen(args.metrics_host, args.metrics_port)
+    except OSError as exc:
+        raise CLIError(
+            f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc.strerror or exc}"
+        ) from None
 
 
 def _store_choice(args: argparse.Namespace) -> tuple[str | None, str]:
@@ -160,9 +183,16 @@ def _scheme(url: str) -> str:
     return url.split("://", 1)[0] + "://..." if "://" in url else "(not a URL)"
 
 
-async def _serve(scheduler: Scheduler, source: str, supervisor: _Supervisor | None) -> int:
+async def _serve(
+    scheduler: Scheduler,
+    source: str,
+    supervisor: _Supervisor | None,
+    listener: socket.socket | None = None,
+    backend: str = "asyncio",
+) -> int:
     log = logger.bind(pid=os.getpid())
     signals_seen: list[int] = []
+    metrics_stop = anyio.Event()
 
     async def watch(signals: Any) -> None:
         # Linux sends one SIGTERM when the supervisor dies: after a signal it forwarded, that
@@ -205,9 +235,17 @@ async def _serve(scheduler: Scheduler, source: str, supervisor: _Supervisor | No
                 # for a store the scheduler made from a URL, which closes it itself.
                 async with scheduler.store:
                     await scheduler.run(task_status=task_status)
-                tg.cancel_scope.cancel()  # stopped: the watchers are done too
+                metrics_stop.set()
+                tg.cancel_scope.cancel()  # stopped: the watchers (and the metrics server) are done too
 
             tg.start_soon(watch, signals)
+            if listener is not None:
+                from rehydrate.web._worker_metrics import serve as serve_metrics
+
+                host, port = listener.getsockname()[:2]
+                tg.start_soon(serve_metrics, scheduler, listener, metrics_stop, backend)
+                shown = f"[{host}]" if ":" in host else host
+                log.info("metrics listening", url=f"http://{shown}:{port}/metrics")
             await tg.start(serve)  # raises if the store cannot be opened
             if signals_seen:
                 # Signalled while starting: a scheduler that was not running yet forgets a stop()
@@ -323,7 +361,7 @@ class _Supervisor:
 # -- the supervisor ----------------------------------------------------------------------------
 
 
-def _child_command(args: argparse.Namespace) -> list[str]:
+def _child_command(args: argparse.Namespace, slot: int = 0) -> list[str]:
     command = [sys.executable, "-m", "rehydrate", "--log-format", args.log_format]
     if args.verbosity > 0:
         command.append("-" + "v" * args.verbosity)
@@ -336,6 +374,10 @@ def _child_command(args: argparse.Namespace) -> list[str]:
         command += ["--concurrency", str(args.concurrency)]
     if args.grace is not None:
         command += ["--grace", repr(args.grace)]
+    if args.heartbeat is not None:
+        command += ["--heartbeat", repr(args.heartbeat)]
+    if args.metrics_port is not None:  # a port per process: N, N+1, ... by slot, kept on restart
+        command += ["--metrics-port", str(args.metrics_port + slot), "--metrics-host", args.metrics_host]
     return command
 
 
@@ -432,7 +474,6 @@ async def _wait(child: _Child) -> int:
 
 async def _supervise(args: argparse.Namespace) -> int:
     """Run ``args.processes`` workers; forward signals; restart the ones that die on their own."""
-    command = _child_command(args)
     env = _child_environment(args)
     children: dict[int, _Child] = {}
     stopping = anyio.Event()
@@ -451,7 +492,7 @@ async def _supervise(args: argparse.Namespace) -> int:
         failed_starts = 0
         while not stopping.is_set():
             started = time.monotonic()
-            child = children[slot] = _spawn(command, env, watch_read)
+            child = children[slot] = _spawn(_child_command(args, slot), env, watch_read)
             log.info("worker process started", slot=slot, child=child.process.pid)
             code = await _wait(child)
             if stopping.is_set() or code == 0:
@@ -553,4 +594,12 @@ stopping:
 exit status:
   0 stopped by a signal; 1 an error, said in one line (bad module, store unreachable...);
   2 a malformed command line; 128+N exited at once on a second signal N.
+
+heartbeats and metrics:
+  The worker registers itself in the store and refreshes a heartbeat every --heartbeat seconds
+  (default 5s; it expires after three): 'rehydrate workers' lists the workers alive and expired.
+  --metrics-port N serves this process's counters for Prometheus at http://HOST:N/metrics
+  (rehydrate_deliveries_total, rehydrate_lateness_seconds...; needs pip install 'rehydrate[web]');
+  with --processes, child i serves port N+i. --metrics-host (default 127.0.0.1) sets where it
+  listens: 0.0.0.0 for a scraper on another host.
 """
