@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx
@@ -119,6 +119,39 @@ async def test_overview_matches_the_stores_summary(store: Store) -> None:
     assert data["sms"]["dead"] == 1
     assert data["mail"]["dead"] == 0
     assert data["mail"]["next_due"] == 0.0  # one is due now, for no time yet
+
+
+async def test_workers_alive_and_expired(store: Store) -> None:
+    """The workers section: what each worker's heartbeat said, alive or expired, escaped; the same
+    rows as JSON at /workers and in every server-sent sample."""
+    jobs = {"concurrency": 8, "in_flight": 2, "lateness_p50": 0.004, "lateness_p99": 0.25}
+    data = {"host": "<b>box</b>", "pid": 42, "handlers": {"jobs": jobs}, "totals": {"in_flight": 2}}
+    await store.heartbeat("w-alive", data, ttl=60)
+    await store.heartbeat("w-dead", {"host": "gone", "pid": 7}, ttl=1)
+    cast(FakeClock, store.clock).advance(2)  # w-dead's heartbeat expired a second ago
+    board = app(store, sample_interval=0.05)
+    async with client(board) as http:
+        page = (await http.get("/")).text
+        listed = (await http.get("/workers")).json()
+    assert "<h1>Workers</h1>" in page
+    assert '<tr data-worker="w-alive" class="alive">' in page
+    assert '<tr data-worker="w-dead" class="expired">' in page
+    assert "&lt;b&gt;box&lt;/b&gt;" in page
+    assert "<b>box</b>" not in page
+    assert "jobs 2/8 · 4ms / 250ms" in page
+    assert 'id="no-workers" class="muted" hidden' in page
+    assert "needs worker heartbeats" not in page  # the footer no longer says they are missing
+    assert [(w["id"], w["alive"], w["pid"]) for w in listed] == [("w-alive", True, 42), ("w-dead", False, 7)]
+    assert listed[0]["handlers"] == {"jobs": jobs}
+    (_, first), (_, sample) = await read_events(board, "/events", 2)
+    assert (
+        [w["id"] for w in first["workers"]] == [w["id"] for w in sample["workers"]] == ["w-alive", "w-dead"]
+    )
+    await store.deregister_worker("w-alive")
+    await store.deregister_worker("w-dead")
+    async with client(board) as http:
+        page = (await http.get("/")).text
+    assert 'id="no-workers" class="muted">' in page  # shown: nobody sends heartbeats
 
 
 async def test_elements_in_due_order_paged(store: Store) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Final
+from datetime import UTC, datetime
+from typing import Any, Final
 
 from rehydrate._core import _validate
 from rehydrate._core._records import WorkerRecord
@@ -21,6 +22,7 @@ __all__ = [
     "check_worker",
     "forgotten",
     "record",
+    "summary",
     "worker_data",
     "worker_ttl",
 ]
@@ -77,3 +79,34 @@ def record(worker: str, text: str, last_seen: float, expires: float, now: float)
 def forgotten(expires: float, now: float) -> bool:
     """Whether a worker whose heartbeat expires at ``expires`` is no longer listed at ``now``."""
     return expires + WORKER_KEEP <= now
+
+
+def summary(worker: WorkerRecord) -> dict[str, Any]:
+    """A worker as ``rehydrate workers`` and the dashboard show it (JSON), from its heartbeat's data.
+
+    Fields a heartbeat lacks (a worker of another version, another kind of worker) are ``None``.
+    """
+    data = worker.data
+    found = data.get("totals")
+    totals: dict[str, Any] = found if isinstance(found, dict) else {}
+    started = data.get("started_at")
+    handlers = data.get("handlers")
+    return {
+        "id": worker.id,
+        "alive": worker.alive,
+        "host": data.get("host"),
+        "pid": data.get("pid"),
+        "backend": data.get("backend"),
+        "version": data.get("version"),
+        "started_at": (
+            datetime.fromtimestamp(float(started), UTC).isoformat(timespec="seconds")
+            if isinstance(started, (int, float)) and not isinstance(started, bool)
+            else None
+        ),
+        "last_seen_ago": worker.age,
+        "expires_in": worker.expires - worker.last_seen - worker.age,
+        "in_flight": totals.get("in_flight"),
+        "lateness_p50": totals.get("lateness_p50"),
+        "lateness_p99": totals.get("lateness_p99"),
+        "handlers": handlers if isinstance(handlers, dict) else {},
+    }

@@ -41,7 +41,7 @@ from rehydrate.cli._common import (
 from rehydrate.errors import DuplicateIdError, UnknownIdError
 
 if TYPE_CHECKING:
-    from rehydrate._core._records import Claim, ElementInfo, WorkerRecord
+    from rehydrate._core._records import Claim, ElementInfo
     from rehydrate.abc import Store
 
 Verb = Callable[[argparse.Namespace, "Store"], Awaitable[int]]
@@ -301,29 +301,6 @@ async def stats(args: argparse.Namespace, store: Store) -> int:
     return 0
 
 
-def _worker_row(worker: WorkerRecord) -> dict[str, Any]:
-    """A worker as ``rehydrate workers`` shows it (JSON), from what its heartbeat said."""
-    data = worker.data
-    found = data.get("totals")
-    totals: dict[str, Any] = found if isinstance(found, dict) else {}
-    started = data.get("started_at")
-    return {
-        "id": worker.id,
-        "alive": worker.alive,
-        "host": data.get("host"),
-        "pid": data.get("pid"),
-        "backend": data.get("backend"),
-        "version": data.get("version"),
-        "started_at": utc_text(float(started)) if isinstance(started, (int, float)) else None,
-        "last_seen_ago": worker.age,
-        "expires_in": worker.expires - worker.last_seen - worker.age,
-        "in_flight": totals.get("in_flight"),
-        "lateness_p50": totals.get("lateness_p50"),
-        "lateness_p99": totals.get("lateness_p99"),
-        "handlers": data.get("handlers") if isinstance(data.get("handlers"), dict) else {},
-    }
-
-
 def _handlers_text(handlers: dict[str, Any]) -> str:
     """``jobs 3/100, mail 0/10``: in flight out of the concurrency, per handler."""
     parts = []
@@ -341,7 +318,9 @@ def _lateness_text(row: dict[str, Any]) -> str:
 
 
 async def workers(args: argparse.Namespace, store: Store) -> int:
-    rows = [_worker_row(w) for w in await store.workers()]
+    from rehydrate._core._workers import summary
+
+    rows = [summary(w) for w in await store.workers()]
     if wants_json(args):
         emit(json_text(rows))
         return 0

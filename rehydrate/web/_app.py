@@ -19,6 +19,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from rehydrate import Scheduler
+from rehydrate._core import _workers
 from rehydrate.abc import Store
 from rehydrate.errors import (
     InvalidArgumentError,
@@ -101,6 +102,7 @@ class _Dashboard:
         self.keep = keep
         self.page_size = page_size
         self._opened = False
+        self._workers_failed = False
 
     async def ready(self) -> None:
         """Open the store once (``open`` is idempotent: a store the caller opened stays as it is)."""
@@ -266,13 +268,35 @@ class _Dashboard:
             await self.sampler.refresh()
         return dict(self.sampler.history.latest())
 
+    async def _workers(self) -> list[dict[str, Any]] | None:
+        """The workers as ``rehydrate workers`` shows them; ``None`` if the store keeps none or failed."""
+        try:
+            found = [_workers.summary(w) for w in await self.store.workers()]
+        except (NotImplementedError, RehydrateError) as exc:
+            if not self._workers_failed:  # once, not at every sample of every open page
+                log.warning("dashboard could not read the workers", error=repr(exc))
+            self._workers_failed = True
+            return None
+        self._workers_failed = False
+        return found
+
     # -- pages -----------------------------------------------------------------------------------
 
     async def overview(self, request: Request, session: Session | None) -> Response:
         latest = await self._latest()
         if _wants_json(request):
             return JSONResponse({name: point.as_json() for name, point in latest.items()})
-        return HTMLResponse(_pages.overview_page(latest=latest, nonce=request.state.nonce, keep=self.keep))
+        workers = await self._workers()
+        return HTMLResponse(
+            _pages.overview_page(latest=latest, nonce=request.state.nonce, keep=self.keep, workers=workers)
+        )
+
+    async def workers(self, request: Request, session: Session | None) -> Response:
+        """``GET /workers``: the workers as JSON (``rehydrate workers``'s rows); 501 if none are kept."""
+        workers = await self._workers()
+        if workers is None:
+            raise _Refusal(501, "this store keeps no worker heartbeats, or they could not be read")
+        return JSONResponse(workers)
 
     async def elements(self, request: Request, session: Session | None) -> Response:
         name = _required(request.query_params, "name")
@@ -458,14 +482,21 @@ class _Dashboard:
             at = sampler.history.sampled_at
             if sent is None:
                 points = sampler.history.points()
-                yield _event(
-                    "history",
-                    {"at": at, "dehydrators": {n: [p.as_json() for p in ps] for n, ps in points.items()}},
-                )
+                dehydrators = {n: [p.as_json() for p in ps] for n, ps in points.items()}
+                workers = await self._workers()
+                yield _event("history", {"at": at, "dehydrators": dehydrators, "workers": workers})
                 sent = at
             elif at != sent:
                 latest = sampler.history.latest()
-                yield _event("sample", {"at": at, "dehydrators": {n: p.as_json() for n, p in latest.items()}})
+                workers = await self._workers()
+                yield _event(
+                    "sample",
+                    {
+                        "at": at,
+                        "dehydrators": {n: p.as_json() for n, p in latest.items()},
+                        "workers": workers,
+                    },
+                )
                 sent = at
             with anyio.move_on_after(sampler.due_in() + 0.05):
                 await woken.wait()
@@ -523,6 +554,7 @@ def app(
         Route("/dead", board.page(board.dead)),
         Route("/events", board.page(board.events)),
         Route("/metrics", board.page(board.metrics)),
+        Route("/workers", board.page(board.workers)),
         Route("/requeue", board.page(board.requeue, post=True), methods=["POST"]),
         Route("/delete", board.page(board.delete, post=True), methods=["POST"]),
         Route("/cancel", board.page(board.cancel, post=True), methods=["POST"]),

@@ -25,6 +25,7 @@ __all__ = [
     "login_page",
     "overview_page",
     "relative",
+    "workers_section",
 ]
 
 _STYLE = """
@@ -48,6 +49,8 @@ svg.spark.late polyline{stroke:var(--bad)}.pager{display:flex;gap:1em;align-item
 #notice{min-height:1.4em}#notice.ok{color:var(--ok)}#notice.bad{color:var(--bad)}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.2em 1em}dt{color:var(--muted)}dd{margin:0}
 footer{padding:1em 1.2em;color:var(--muted);font-size:12px;max-width:1200px}
+tr.expired td{color:var(--muted)}td.wstate{color:var(--ok)}
+tr.expired td.wstate{color:var(--bad);font-weight:600}
 """
 
 _SCRIPT = r"""
@@ -123,15 +126,39 @@ _SCRIPT = r"""
       if (!names.includes(row.dataset.name)) row.remove();
     });
   };
+  const ago = (s) => s === null || s === undefined ? '-' : fmtSeconds(s).replace(/^in /, '') + ' ago';
+  const late = (w) => w.lateness_p50 === null || w.lateness_p50 === undefined ? '-'
+    : fmtSeconds(w.lateness_p50).replace(/^in /, '') + ' / ' + fmtSeconds(w.lateness_p99).replace(/^in /, '');
+  const showWorkers = (workers) => {
+    const body = document.querySelector('#workers tbody');
+    if (!body || !workers) return;
+    body.replaceChildren(...workers.map((w) => {
+      const row = document.createElement('tr');
+      row.dataset.worker = w.id;
+      row.className = w.alive ? 'alive' : 'expired';
+      const handlers = Object.entries(w.handlers).map(([n, h]) => n + ' ' + (h.in_flight ?? 0) + '/'
+        + (h.concurrency ?? '-') + (late(h) === '-' ? '' : ' · ' + late(h)));
+      const cells = [[w.alive ? 'alive' : 'expired', 'wstate'], [w.id, ''], [w.host ?? '-', ''],
+        [String(w.pid ?? '-'), 'n'], [handlers.join(', ') || '-', ''], [String(w.in_flight ?? '-'), 'n'],
+        [late(w), 'n'], [ago(w.last_seen_ago), 'n']];
+      for (const [text, css] of cells) {
+        const td = document.createElement('td'); td.textContent = text; if (css) td.className = css;
+        row.appendChild(td);
+      }
+      return row;
+    }));
+    const empty = document.getElementById('no-workers');
+    if (empty) empty.hidden = workers.length > 0;
+  };
   const stamp = (at) => new Date(at * 1000).toLocaleTimeString();
   if (window.EventSource) {
     const source = new EventSource('events');
     source.addEventListener('history', (e) => {
-      const d = JSON.parse(e.data); apply(d.dehydrators, true);
+      const d = JSON.parse(e.data); apply(d.dehydrators, true); showWorkers(d.workers);
       status.textContent = 'live · ' + stamp(d.at); status.className = '';
     });
     source.addEventListener('sample', (e) => {
-      const d = JSON.parse(e.data); apply(d.dehydrators, false);
+      const d = JSON.parse(e.data); apply(d.dehydrators, false); showWorkers(d.workers);
       status.textContent = 'live · ' + stamp(d.at); status.className = '';
     });
     source.addEventListener('trouble', (e) => {
@@ -237,8 +264,9 @@ def _layout(
         "<footer>Counts come from the store at each sample. <b>Left/min</b>: elements that left a "
         "dehydrator between two samples (acked, cancelled or dead-lettered), counted by id while it "
         "holds at most 10,000 elements, else its net fall in size (a lower bound). <b>Oldest due</b>: how "
-        "long the earliest due element has waited, a floor on lateness; per-delivery lateness needs "
-        "worker heartbeats.</footer>"
+        "long the earliest due element has waited, a floor on lateness. <b>Workers</b>: from the "
+        "heartbeats each running scheduler sends (every 5 s by default); lateness there is p50 / p99 of "
+        "its recent deliveries, and a worker that died shows as expired for an hour.</footer>"
         + (f'<script nonce="{escape(nonce)}">{_SCRIPT % {"keep": keep}}</script>' if live else "")
         + "</body></html>"
     )
@@ -315,7 +343,58 @@ _STAT_HEADERS = (
 )
 
 
-def overview_page(*, latest: dict[str, Point], nonce: str, keep: int) -> str:
+def _late(entry: dict[str, Any]) -> str:
+    p50, p99 = entry.get("lateness_p50"), entry.get("lateness_p99")
+    if not isinstance(p50, (int, float)) or not isinstance(p99, (int, float)):
+        return "-"
+    return f"{_seconds(p50).removeprefix('in ')} / {_seconds(p99).removeprefix('in ')}"
+
+
+def _worker_handlers(handlers: dict[str, Any]) -> str:
+    parts = []
+    for name, entry in handlers.items():
+        entry = entry if isinstance(entry, dict) else {}
+        limit = entry.get("concurrency")
+        text = f"{name} {entry.get('in_flight', 0)}/{'-' if limit is None else limit}"
+        if _late(entry) != "-":
+            text += f" · {_late(entry)}"
+        parts.append(text)
+    return ", ".join(parts) or "-"
+
+
+def workers_section(workers: list[dict[str, Any]] | None) -> str:
+    """The workers table (rows re-rendered by the script at each sample), or why there is none."""
+    if workers is None:
+        return (
+            '<h1>Workers</h1><p class="muted">This store keeps no worker heartbeats, or they could not '
+            "be read.</p>"
+        )
+    rows = "".join(
+        f'<tr data-worker="{escape(w["id"])}" class="{"alive" if w["alive"] else "expired"}">'
+        f'<td class="wstate">{"alive" if w["alive"] else "expired"}</td>'
+        f"<td>{escape(w['id'])}</td><td>{escape(str(w['host'] or '-'))}</td>"
+        f'<td class="n">{escape(str(w["pid"] or "-"))}</td>'
+        f"<td>{escape(_worker_handlers(w['handlers']))}</td>"
+        f'<td class="n">{escape(str("-" if w["in_flight"] is None else w["in_flight"]))}</td>'
+        f'<td class="n">{escape(_late(w))}</td>'
+        f'<td class="n">{escape(_seconds(w["last_seen_ago"]).removeprefix("in "))} ago</td></tr>'
+        for w in workers
+    )
+    hidden = " hidden" if workers else ""
+    return (
+        "<h1>Workers</h1>"
+        '<table id="workers"><thead><tr><th>state</th><th>id</th><th>host</th><th class="n">pid</th>'
+        '<th>handlers: in flight/concurrency · lateness p50 / p99</th><th class="n">in flight</th>'
+        '<th class="n">lateness p50 / p99</th><th class="n">last seen</th></tr></thead>'
+        f"<tbody>{rows}</tbody></table>"
+        f'<p id="no-workers" class="muted"{hidden}>No worker has sent a heartbeat to this store: none '
+        "is running, or they run with heartbeats off.</p>"
+    )
+
+
+def overview_page(
+    *, latest: dict[str, Point], nonce: str, keep: int, workers: list[dict[str, Any]] | None = None
+) -> str:
     rows = "".join(
         f'<tr data-name="{escape(name)}">'
         f'<td><a class="name" href="{escape(relative("elements", name=name))}">'
@@ -330,6 +409,7 @@ def overview_page(*, latest: dict[str, Point], nonce: str, keep: int) -> str:
         f"{empty}"
         '<template id="row-template"><tr><td><a class="name" href=""></a></td>'
         f"{_stat_cells(None, None)}</tr></template>"
+        f"{workers_section(workers)}"
     )
     return _layout(title="Dehydrators", body=body, nonce=nonce, keep=keep)
 
