@@ -25,7 +25,7 @@ from rehydrate.errors import (
 
 if TYPE_CHECKING:
     from rehydrate._core._dehydrator import Dehydrator
-    from rehydrate._core._records import Claim, ElementInfo, Summary
+    from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord
     from rehydrate._core._retry import Backoff, Retry
     from rehydrate._core._triggers import Cron, Every
     from rehydrate._deliveries import DeadLetter, Delivery, Stats, current_delivery
@@ -60,6 +60,7 @@ __all__ = [
     "SyncScheduler",
     "UnknownIdError",
     "UnsupportedStoreError",
+    "WorkerRecord",
     "current_delivery",
     "open_store",
 ]
@@ -71,6 +72,7 @@ _LAZY = {
     "Claim": "rehydrate._core._records",
     "ElementInfo": "rehydrate._core._records",
     "Summary": "rehydrate._core._records",
+    "WorkerRecord": "rehydrate._core._records",
     "Backoff": "rehydrate._core._retry",
     "Retry": "rehydrate._core._retry",
     "DeadLetter": "rehydrate._deliveries",

@@ -33,6 +33,7 @@ PUBLIC = {
     "SyncScheduler",
     "UnknownIdError",
     "UnsupportedStoreError",
+    "WorkerRecord",
     "current_delivery",
     "open_store",
 }
