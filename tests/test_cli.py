@@ -784,6 +784,7 @@ def test_a_store_verbs_parser_alone_parses_as_the_whole_one() -> None:
         "stats": ["jobs"],
         "dead": ["jobs"],
         "requeue": ["jobs", "a", "--delay", "5s"],
+        "workers": [],
     }
     assert set(lines) == _STORE_VERBS
     commands = _parser_commands()
