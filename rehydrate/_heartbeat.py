@@ -7,8 +7,8 @@ that dies shows as expired within three intervals; on stop it deregisters.
 
 It waits on its own clock, real time by default, not on the store's: liveness is about real
 seconds, and a test that steps a ``FakeClock`` store through hours would otherwise wake it at
-every step (on asyncio, ``anyio.wait_all_tasks_blocked`` naps 0.1 s whenever a task woke:
-100 steps of a scheduler took 10.1 s instead of 0.3 s). Tests of the heartbeat pass a clock.
+every step (on asyncio, ``anyio.wait_all_tasks_blocked`` naps 0.1 s whenever a task woke, so a
+test stepping through a day took seconds more per test). Tests of the heartbeat pass a clock.
 
 A heartbeat that fails (the store unreachable, a store
 without the verbs) is logged and tried again at the next interval: it never stops the scheduler,
