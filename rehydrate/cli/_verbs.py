@@ -344,7 +344,7 @@ async def workers(args: argparse.Namespace, store: Store) -> int:
             str(r["pid"] or "-"),
             _handlers_text(r["handlers"]),
             _lateness_text(r),
-            f"{seconds_text(r['last_seen_ago'])} ago",
+            "just now" if r["last_seen_ago"] < 0.001 else f"{seconds_text(r['last_seen_ago'])} ago",
         ]
         for r in rows
     ]

@@ -126,7 +126,8 @@ _SCRIPT = r"""
       if (!names.includes(row.dataset.name)) row.remove();
     });
   };
-  const ago = (s) => s === null || s === undefined ? '-' : fmtSeconds(s).replace(/^in /, '') + ' ago';
+  const ago = (s) => s === null || s === undefined ? '-'
+    : s < 0.001 ? 'just now' : fmtSeconds(s).replace(/^in /, '') + ' ago';
   const late = (w) => w.lateness_p50 === null || w.lateness_p50 === undefined ? '-'
     : fmtSeconds(w.lateness_p50).replace(/^in /, '') + ' / ' + fmtSeconds(w.lateness_p99).replace(/^in /, '');
   const showWorkers = (workers) => {
@@ -350,6 +351,10 @@ def _late(entry: dict[str, Any]) -> str:
     return f"{_seconds(p50).removeprefix('in ')} / {_seconds(p99).removeprefix('in ')}"
 
 
+def _ago(seconds: float) -> str:
+    return "just now" if seconds < 0.001 else f"{_seconds(seconds).removeprefix('in ')} ago"
+
+
 def _worker_handlers(handlers: dict[str, Any]) -> str:
     parts = []
     for name, entry in handlers.items():
@@ -377,7 +382,7 @@ def workers_section(workers: list[dict[str, Any]] | None) -> str:
         f"<td>{escape(_worker_handlers(w['handlers']))}</td>"
         f'<td class="n">{escape(str("-" if w["in_flight"] is None else w["in_flight"]))}</td>'
         f'<td class="n">{escape(_late(w))}</td>'
-        f'<td class="n">{escape(_seconds(w["last_seen_ago"]).removeprefix("in "))} ago</td></tr>'
+        f'<td class="n">{escape(_ago(w["last_seen_ago"]))}</td></tr>'
         for w in workers
     )
     hidden = " hidden" if workers else ""
