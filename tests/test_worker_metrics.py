@@ -12,12 +12,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+import structlog
 
 pytest.importorskip("prometheus_client")
 pytest.importorskip("hypercorn")
@@ -31,6 +32,14 @@ from rehydrate.stores import MemoryStore  # noqa: E402
 from rehydrate.testing import FakeClock  # noqa: E402
 from rehydrate.web._worker_metrics import app  # noqa: E402
 from tests.test_cli_worker import finish, start, wait_for  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _reset_logging() -> Iterator[None]:
+    """``rehydrate workers`` run in this process configures structlog (onto pytest's captured
+    stderr, closed after the test): give the other tests their default back."""
+    yield
+    structlog.reset_defaults()
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
