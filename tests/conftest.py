@@ -4,6 +4,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
+import structlog
 from blockbuster import blockbuster_ctx
 from hypothesis import HealthCheck, settings
 
@@ -92,6 +93,15 @@ def no_blocking_calls_on_the_loop(request: pytest.FixtureRequest) -> Iterator[No
         return
     with blockbuster_ctx("rehydrate"):
         yield
+
+
+@pytest.fixture(autouse=True)
+def _reset_logging() -> Iterator[None]:
+    """A test that runs the command in-process (``rehydrate.cli.run``) configures structlog for
+    the whole process, onto that test's captured stderr, which is closed after it: give every test
+    after it structlog's defaults back, whichever file it is in."""
+    yield
+    structlog.reset_defaults()
 
 
 @pytest.fixture

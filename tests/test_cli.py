@@ -15,14 +15,13 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-import structlog
 
 from rehydrate import Retry, Scheduler
 from rehydrate.abc import Store
@@ -37,13 +36,6 @@ ROOT = Path(__file__).resolve().parent.parent
 REDIS_DB = 11
 
 Result = tuple[int, str, str]
-
-
-@pytest.fixture(autouse=True)
-def _reset_logging() -> Iterator[None]:
-    """The command configures structlog for the process; give the other tests their default back."""
-    yield
-    structlog.reset_defaults()
 
 
 class CLI:
