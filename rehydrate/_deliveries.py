@@ -101,13 +101,15 @@ class Delivery:
         store: Store,
         counters: Counters | None = None,
         *,
-        element: Any = None,
+        element: Any,
         scheduled_for: datetime | None = None,
     ) -> Delivery:
+        """``element`` is what the handler gets: the claimed element without its trace context, or
+        a schedule's element."""
         return cls(
             name=name,
             id=claim.id,
-            element=claim.element if scheduled_for is None else element,
+            element=element,
             attempt=claim.attempt,
             due=claim.due,
             claimed_at=claim.claimed_at,

@@ -35,6 +35,7 @@ from rehydrate._core._retry import Retry
 from rehydrate._core._triggers import Trigger, trigger_from_dict
 from rehydrate._deliveries import Counters, Delivery, delivery_var
 from rehydrate._schedules import PAUSED_TTL, Envelope, is_envelope, next_run, plan, ttl_until
+from rehydrate._tracing import Tracing, unwrap
 from rehydrate.abc import Store, Subscription
 from rehydrate.errors import DuplicateIdError, RehydrateError
 
@@ -91,6 +92,7 @@ class Settings:
     sync_grace: float
     dead_letter_ttl: float
     rng: random.Random
+    tracing: Tracing = attrs.field(factory=Tracing)
 
 
 def handler_label(func: Callable[..., Any]) -> str:
@@ -541,11 +543,14 @@ class Runner:
                 return
         counters.delivered += 1
         counters.record_lateness(claim.lateness)
+        tracing = self._settings.tracing
         if occurrence is None:
-            element = claim.element
-            delivery = Delivery._from_claim(handler.name, claim, self._store)
+            element, span = tracing.delivery(handler.name, claim, claim.element)
+            delivery = Delivery._from_claim(handler.name, claim, self._store, element=element)
         else:
-            element = occurrence.envelope.get("element")
+            element, span = tracing.delivery(
+                handler.name, claim, occurrence.envelope.get("element"), scheduled_for=occurrence.nominal
+            )
             delivery = Delivery._from_claim(
                 handler.name,
                 claim,
@@ -554,12 +559,15 @@ class Runner:
                 scheduled_for=datetime.fromtimestamp(occurrence.nominal, UTC),
             )
         context_token = delivery_var.set(delivery)
+        #: How the delivery ended, for its span (when traced).
+        outcome, error = "done", None
         try:
             if handler.is_async:
                 await handler.func(element)
             else:
                 await self._in_thread(claim, element)
         except _GaveUp:
+            outcome = "abandoned"
             # Neither acked nor handed back: its lease (no longer renewed) brings it back.
             logger.warning(
                 "gave up waiting for a handler thread",
@@ -571,20 +579,24 @@ class Runner:
                 lease=handler.lease,
             )
         except anyio.get_cancelled_exc_class():
+            outcome = "released"
             # Shutting down: hand the element back now rather than when its lease runs out.
             with anyio.CancelScope(shield=True):
                 await release(self._store, handler.name, claim.id, claim.token)
             raise
         except Exception as exc:
+            outcome, error = "failed", exc
             # Shielded: a thread that failed during shutdown is rescheduled, not handed back.
             with anyio.CancelScope(shield=True), anyio.move_on_after(_ACK_TIMEOUT):
-                await self._failed(claim, exc, occurrence)
+                outcome = await self._failed(claim, exc, occurrence)
         else:
             if occurrence is None:
                 self._acker.add(claim.id, claim.token)
             else:
                 self._file_next(claim, occurrence)
         finally:
+            if span is not None:
+                span.end(outcome, error)
             delivery_var.reset(context_token)
             self._keeper.discard(claim.id, claim.token)
             self._done()
@@ -670,7 +682,9 @@ class Runner:
         if scope.cancelled_caught:
             raise _GaveUp
 
-    async def _failed(self, claim: Claim, exc: Exception, occurrence: _Occurrence | None = None) -> None:
+    async def _failed(self, claim: Claim, exc: Exception, occurrence: _Occurrence | None = None) -> str:
+        """Retry or dead-letter a failed element; what became of it (``retried``,
+        ``dead_lettered``, ``lost``, or ``failed`` if the store could not be told)."""
         handler, store, counters = self.handler, self._store, self._counters
         # The traceback goes with every failure (``exc_info``): structlog renders it on a console
         # and as a field in JSON. Event names are constant; what varies is in the fields.
@@ -682,7 +696,7 @@ class Runner:
                 counters.dead_lettered += 1
                 why = "last attempt" if retryable else "error not retried"
                 log.warning("handler failed: dead-lettered", reason=why, exc_info=exc)
-                return
+                return "dead_lettered"
             if isinstance(exc, Retry) and exc.delay is not None:
                 delay = exc.delay_after(claim.attempt)
             else:
@@ -690,20 +704,25 @@ class Runner:
             if await store.reschedule(handler.name, claim.id, ttl=delay, token=claim.token):
                 counters.retried += 1
                 log.info("handler failed, will retry", retry_in=round(delay, 3), exc_info=exc)
-            else:
-                counters.lost += 1
-                log.warning("handler failed after its lease was lost", exc_info=exc)
+                return "retried"
+            counters.lost += 1
+            log.warning("handler failed after its lease was lost", exc_info=exc)
+            return "lost"
         except RehydrateError as store_exc:
             log.error(
                 "could not reschedule a failed element; its lease will bring it back",
                 store_error=repr(store_exc),
                 exc_info=exc,
             )
+            return "failed"
 
     async def _dead_letter(self, claim: Claim, exc: BaseException, occurrence: _Occurrence | None) -> None:
         name, ttl = self.handler.name, self._settings.dead_letter_ttl
+        element, carrier = (
+            unwrap(claim.element) if occurrence is None else (occurrence.envelope.get("element"), None)
+        )
         record = {
-            "element": claim.element if occurrence is None else occurrence.envelope.get("element"),
+            "element": element,
             "error": repr(exc)[:2000],
             "attempts": claim.attempt,
             "failed_at": time.time(),
@@ -714,6 +733,8 @@ class Runner:
             when = datetime.fromtimestamp(occurrence.nominal, UTC)
             record["scheduled_for"] = when.isoformat()
             id = f"{claim.id}@{when.isoformat()}"
+        if carrier is not None:
+            record["trace"] = carrier  # so that a requeue carries it on
         # A DuplicateIdError means an earlier try got this far, then lost its ack.
         with contextlib.suppress(DuplicateIdError):
             await self._store.push(name + DEAD_SUFFIX, record, ttl=ttl, id=id)
@@ -745,7 +766,9 @@ async def feed_channel(
             backoff = _ERROR_BACKOFF[0]
             for i, claim in enumerate(claims):
                 try:
-                    await send.send(Delivery._from_claim(name, claim, store, counters))
+                    # A channel's consumer runs in its own task and context: no span, only the element.
+                    element = unwrap(claim.element)[0]
+                    await send.send(Delivery._from_claim(name, claim, store, counters, element=element))
                 except BaseException as exc:
                     # The consumer left: hand back this claim and the rest of the batch.
                     with anyio.CancelScope(shield=True):

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Concatenate, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar
 
 import anyio
 import anyio.abc
@@ -55,6 +55,7 @@ from rehydrate._schedules import (
     ttl_until,
     validate_misfire,
 )
+from rehydrate._tracing import Tracing, unwrap, wrap
 from rehydrate.abc import Clock, Store
 from rehydrate.errors import (
     DuplicateIdError,
@@ -75,6 +76,9 @@ __all__ = [
     "Stats",
     "current_delivery",
 ]
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
@@ -203,6 +207,10 @@ class Scheduler:
     id, host, pid, handlers and counters; ``None`` sends none): ``rehydrate workers`` and the
     dashboard list the workers alive, and a worker that died shows as expired after three
     intervals. See ``docs/monitoring.md``.
+
+    With OpenTelemetry in use, a defer made inside a span carries that trace to its delivery,
+    which runs in a span of its own (see the monitoring guide). ``tracer_provider`` is the
+    provider to record with; by default the global one.
     """
 
     def __init__(
@@ -214,6 +222,7 @@ class Scheduler:
         dead_letter_ttl: Seconds = timedelta(days=365),
         heartbeat: Seconds | None = 5.0,
         rng: random.Random | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.store, self._owns_store = _as_store(store)
         if rng is not None and not isinstance(rng, random.Random):
@@ -223,6 +232,7 @@ class Scheduler:
             sync_grace=_validate.seconds(sync_grace, "sync_grace"),
             dead_letter_ttl=_validate.seconds(dead_letter_ttl, "dead_letter_ttl"),
             rng=rng or random.Random(),
+            tracing=Tracing(tracer_provider),
         )
         self._handlers: dict[str, HandlerSpec] = {}
         #: The runner of each handler while the scheduler runs.
@@ -397,16 +407,25 @@ class Scheduler:
         call. A defer cancelled before its batch was sent is not stored; after, it is.
         """
         ttl = self._ttl(delay, at, self.store.clock)
+        if replace and id is None:
+            raise InvalidArgumentError("replace needs an id: the element to replace is named by it")
+        producer = self._settings.tracing.producer(name, ttl)
+        if producer is None:
+            return await self._push(name, element, ttl, id, replace)
+        with producer:
+            return producer.pushed(await self._push(name, producer.wrap(element), ttl, id, replace))
+
+    async def _push(self, name: str, element: Any, ttl: float, id: str | None, replace: bool) -> str:
+        """One defer's store call: a replace on its own (atomic), the others through the batcher."""
         if replace:
-            if id is None:
-                raise InvalidArgumentError("replace needs an id: the element to replace is named by it")
             return await self.store.push(name, element, ttl=ttl, id=id, replace=True)
         return await self._batcher.push(name, element, ttl, id)
 
     @_needs_the_store
     async def cancel(self, name: str, id: str) -> Any:
         """Remove a deferred element before it is delivered (PULL); the element, or ``None``."""
-        return await self.store.pull(name, id)
+        element, _ = unwrap(await self.store.pull(name, id))
+        return element
 
     def _check_running(self, method: str) -> None:
         """Refuse a call that needs the store open, the same way for every store.
@@ -606,8 +625,10 @@ class Scheduler:
             record = await self.store.look(dead, id)
             if not isinstance(record, dict):
                 continue
+            # The trace context it was deferred with goes back with it.
+            element = wrap(record.get("element"), record.get("trace"))
             try:
-                await self.store.push(name, record.get("element"), ttl=ttl, id=id)
+                await self.store.push(name, element, ttl=ttl, id=id)
             except DuplicateIdError:
                 continue
             await self.store.pull(dead, id)
