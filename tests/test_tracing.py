@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from rehydrate import Backoff, Every, InvalidTypeError, Retry, Scheduler, current_delivery
+from rehydrate import Backoff, Every, InvalidTypeError, Retry, Scheduler, SyncScheduler, current_delivery
 from rehydrate._tracing import KEY, unwrap, wrap
 from rehydrate.serializers import get_serializer
 from rehydrate.stores import MemoryStore, SQLiteStore
@@ -384,3 +384,16 @@ def test_without_opentelemetry_nothing_is_imported_and_wrapped_elements_are_deli
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_a_sync_scheduler_carries_the_callers_span(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """The blocking portal runs the defer in the event loop's thread, in the caller's context."""
+    scheduler = Scheduler(tracer_provider=provider)
+    with SyncScheduler(scheduler) as sync, provider.get_tracer("app").start_as_current_span("request"):
+        sync.defer("later", 1, delay=3600, id="a")
+    (request,) = spans(exporter, "request")
+    (defer,) = spans(exporter, "rehydrate defer later")
+    assert defer.parent is not None
+    assert defer.parent.span_id == ids(request)[1]
