@@ -18,6 +18,7 @@ provider) records no delivery span for elements without a context.
 from __future__ import annotations
 
 import sys
+import time
 from typing import TYPE_CHECKING, Any, Final
 
 import structlog
@@ -37,6 +38,8 @@ __all__ = ["KEY", "DeliverySpan", "Producer", "Tracing", "unwrap", "wrap"]
 KEY: Final = "rehydrate.trace"
 _TRACE_MODULE: Final = "opentelemetry.trace"
 _SYSTEM: Final = "rehydrate"
+#: Seconds between two looks at whether a global tracer provider has been set.
+_RECHECK: Final = 1.0
 
 logger = structlog.get_logger("rehydrate")
 
@@ -77,6 +80,8 @@ class Tracing:
             )
         self._provider = provider
         self._tracer: Tracer | None = None
+        #: Whether a provider records (see :meth:`_recording`): known for good, or not until then.
+        self._recording_until: bool | float = 0.0 if provider is None else True
 
     def _api(self) -> Any:
         """``opentelemetry.trace`` if the application uses it, else ``None`` (never imports it)."""
@@ -97,11 +102,23 @@ class Tracing:
         return tracer
 
     def _recording(self, api: Any) -> bool:
-        """Whether spans started without a parent would be recorded (a real provider is set)."""
-        if self._provider is not None:
-            return True
-        provider = api.get_tracer_provider()
-        return not isinstance(provider, (api.ProxyTracerProvider, api.NoOpTracerProvider))
+        """Whether spans started without a parent would be recorded (a real provider is set).
+
+        Asking OpenTelemetry costs more than the rest of this module's work per delivery, so the
+        answer is kept: for good once a provider is set (OpenTelemetry sets the global provider
+        once), else for a second, the time a provider set later takes to be noticed.
+        """
+        recording = self._recording_until
+        if recording is True or recording is False:
+            return recording
+        if time.monotonic() < recording:
+            return False
+        provider = api.get_tracer_provider() if self._provider is None else self._provider
+        if isinstance(provider, api.ProxyTracerProvider):
+            self._recording_until = time.monotonic() + _RECHECK
+            return False
+        self._recording_until = not isinstance(provider, api.NoOpTracerProvider)
+        return self._recording_until
 
     def producer(self, name: str, delay: float) -> Producer | None:
         """A PRODUCER span for a defer to ``name``, if a span is active (else ``None``: no cost).

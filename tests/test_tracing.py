@@ -397,3 +397,52 @@ def test_a_sync_scheduler_carries_the_callers_span(
     (defer,) = spans(exporter, "rehydrate defer later")
     assert defer.parent is not None
     assert defer.parent.span_id == ids(request)[1]
+
+
+def test_the_global_tracer_provider_is_used_by_default() -> None:
+    """As ``opentelemetry-instrument`` or an app's start-up sets it (once per process: so in a
+    subprocess, not to leave it set for the other tests)."""
+    script = textwrap.dedent(
+        """
+        import anyio
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from rehydrate import Scheduler
+
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+
+        async def main():
+            scheduler = Scheduler()
+            done = anyio.Event()
+
+            @scheduler.handler("jobs")
+            async def job(element):
+                if element == 2:
+                    done.set()
+
+            async with scheduler:
+                await scheduler.defer("jobs", 1)
+                with trace.get_tracer("app").start_as_current_span("request"):
+                    await scheduler.defer("jobs", 2, delay=0.05)
+                with anyio.fail_after(10):
+                    await done.wait()
+                scheduler.stop()
+
+        anyio.run(main)
+        names = sorted(span.name for span in exporter.get_finished_spans())
+        assert names == [
+            "rehydrate defer jobs", "rehydrate deliver jobs", "rehydrate deliver jobs", "request"
+        ], names
+        print("ok")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
