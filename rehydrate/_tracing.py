@@ -136,8 +136,11 @@ class Tracing:
     ) -> tuple[Any, DeliverySpan | None]:
         """The element to hand to the handler, and the CONSUMER span it runs in (``None`` when
         tracing is off). The span is current until :meth:`DeliverySpan.end`."""
-        element, carrier = unwrap(element)
-        api = self._api()
+        # On every delivery: the common cases (not wrapped, OpenTelemetry unused) call nothing.
+        carrier = None
+        if type(element) is dict and KEY in element:
+            element, carrier = unwrap(element)
+        api = sys.modules.get(_TRACE_MODULE) if self._provider is None else self._api()
         if api is None or (carrier is None and not self._recording(api)):
             return element, None
         try:
