@@ -216,7 +216,7 @@ class DeliverySpan:
             parent = _propagate().extract(carrier, context=parent)
             deferred = api.get_current_span(parent).get_span_context()
             if deferred.is_valid:
-                links = [api.Link(deferred, {"rehydrate.link": "deferred"})]
+                links = [api.Link(deferred)]
         attributes: dict[str, Any] = {
             "messaging.system": _SYSTEM,
             "messaging.operation.type": "process",
