@@ -25,8 +25,11 @@ a p99 lateness within 5 ms of the one-shot path. APScheduler 4 side by side is n
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +40,8 @@ from typing import Any
 import anyio
 import structlog
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
 
 from rehydrate import Every, Scheduler, current_delivery, open_store
 from rehydrate._clock import wall
@@ -159,6 +163,31 @@ async def store_clear(store: Store, name: str) -> None:
             await store.pull(name, id)
 
 
+PEERS = HERE / "peers"
+
+
+def run_peer(store: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
+    """APScheduler 4's schedules in its own virtual environment (made by ``peers/run.py``'s
+    ``ensure_venv``): one subprocess, its JSON line."""
+    sys.path.insert(0, str(PEERS))
+    from run import ensure_venv  # type: ignore[import-not-found]
+
+    python = ensure_venv("apscheduler", False)
+    argv = [str(python), str(PEERS / "peer_apscheduler_schedules.py"), "--store", store, "--n", str(n)]
+    argv += ["--period", str(args.period), "--seconds", str(args.seconds)]
+    argv += ["--create-limit", str(args.peer_create_limit)]
+    limit = max(5.0, n / 2000) + args.seconds + args.peer_create_limit + 60
+    try:
+        done = subprocess.run(argv, cwd=PEERS, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        return {"error": f"did not finish within {limit:.0f} s"}
+    lines = done.stdout.strip().splitlines()
+    if not lines:
+        return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -167,16 +196,33 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--period", type=float, default=60.0)
     parser.add_argument("--seconds", type=float, default=180.0)
-    parser.add_argument("--quick", action="store_true", help="n=5000, period=10 s, 20 s of firing")
+    parser.add_argument(
+        "--peers",
+        default="memory,sqlite",
+        help="APScheduler 4 data stores to run side by side ('' for none)",
+    )
+    parser.add_argument("--peer-n", default="10000,100000", help="APScheduler schedule counts")
+    parser.add_argument(
+        "--peer-create-limit",
+        type=float,
+        default=600.0,
+        help="seconds an APScheduler run may spend filing its schedules before it is given up",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="n=5000, period=10 s, 20 s of firing; APScheduler at 5,000",
+    )
     args = parser.parse_args()
     # The library never configures logging; this script keeps its info lines (a schedule pulled
     # while an occurrence ran, when the fire phase is cleared) off the table.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     if args.quick:
-        args.n, args.period, args.seconds = 5000, 10.0, 20.0
+        args.n, args.period, args.seconds, args.peer_n = 5000, 10.0, 20.0, "5000"
     print(
-        f"# {platform.python_version()} {platform.machine()}, n={args.n}, Every({args.period:g} s), "
-        f"{args.seconds:g} s of firing (offered {args.n / args.period:,.0f} occurrences/s)"
+        f"# {platform.python_version()} {platform.machine()}, Every({args.period:g} s), "
+        f"{args.seconds:g} s of firing; {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; "
+        f"load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
     results: dict[str, dict[str, float]] = {}
     for kind in args.stores.split(","):
@@ -193,17 +239,36 @@ def main() -> None:
             else:
                 raise SystemExit(f"unknown store {kind!r}")
         print(f"{kind}: done", file=sys.stderr)
-    header = (
-        f"{'store':8} {'burst occ/s':>12} {'one-shot/s':>11} {'ratio':>6} | {'p99 sched':>9} {'p99 once':>9} "
-        f"{'diff':>6} | {'p50 sched':>9} {'p50 once':>8} | {'fire occ/s':>10} | {'create/s':>9}"
+    peers: dict[str, dict[str, Any]] = {}
+    for store in filter(None, args.peers.split(",")):
+        for n in (int(x) for x in args.peer_n.split(",")):
+            peers[f"APScheduler {store} {n:,}"] = run_peer(store, n, args)
+            print(f"APScheduler {store} {n}: done", file=sys.stderr)
+    print(f"# load average at end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print()
+    print(
+        "| system | schedules | create/s | fire occ/s (offered) | p50 late | p99 late | "
+        "one-shot p50 / p99, same rate | p99 diff | burst occ/s | burst one-shot/s | ratio |"
     )
-    print(header)
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    offered = args.n / args.period
     for kind, r in results.items():
         print(
-            f"{kind:8} {r['burst-s_rate']:12,.0f} {r['burst-o_rate']:11,.0f} "
-            f"{r['burst-s_rate'] / r['burst-o_rate']:6.2f} | {r['sched_p99']:7.1f}ms {r['once_p99']:7.1f}ms "
-            f"{r['sched_p99'] - r['once_p99']:+6.1f} | {r['sched_p50']:7.1f}ms {r['once_p50']:6.1f}ms | "
-            f"{r['sched_rate']:10,.0f} | {r['create_per_s']:9,.0f}"
+            f"| rehydrate {kind} | {args.n:,} | {r['create_per_s']:,.0f} | "
+            f"{r['sched_rate']:,.0f} ({offered:,.0f}) | {r['sched_p50']:.1f} ms | {r['sched_p99']:.1f} ms | "
+            f"{r['once_p50']:.1f} / {r['once_p99']:.1f} ms | {r['sched_p99'] - r['once_p99']:+.1f} ms | "
+            f"{r['burst-s_rate']:,.0f} | {r['burst-o_rate']:,.0f} | "
+            f"{r['burst-s_rate'] / r['burst-o_rate']:.2f} |"
+        )
+    for label, p in peers.items():
+        if "error" in p:
+            print(f"| {label} | | | {p['error']} | | | | | | | |")
+            continue
+        n = int(label.rsplit(" ", 1)[1].replace(",", ""))
+        print(
+            f"| {label.rsplit(' ', 1)[0]} | {n:,} | {p['create_per_s']:,.0f} | "
+            f"{p['sched_rate']:,.0f} ({n / args.period:,.0f}) | {p['sched_p50']:.1f} ms | "
+            f"{p['sched_p99']:.1f} ms | | | | | |"
         )
 
 
