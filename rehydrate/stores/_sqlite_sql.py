@@ -8,6 +8,7 @@ its values as parameters; none is built from data.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Final, TypeVar
@@ -41,6 +42,7 @@ __all__ = [
     "SIZE",
     "SUMMARY",
     "WORKERS",
+    "begin",
     "bump",
     "current_schema",
     "head",
@@ -164,6 +166,40 @@ def current_schema(conn: sqlite3.Connection) -> int | None:
     return None if row is None else int(row[0])
 
 
+#: Between two tries for the write lock, a writer sleeps these (then the last, again and again).
+#: SQLite's own busy handler sleeps 1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100 ms: a worker that
+#: found the lock taken three times in a row (a producer pushing one element at a time from another
+#: process) then slept 10 to 100 ms while the lock was free, the tail of SQLite's cross-process
+#: lateness (``bench_workers.py --store sqlite --enqueue one``).
+_LOCK_PAUSES: Final = (0.0002, 0.0005, 0.001, 0.002)
+
+
+def begin(conn: sqlite3.Connection) -> None:
+    """``BEGIN IMMEDIATE``, waiting for another process's write lock in short steps, up to the
+    connection's ``busy_timeout`` (then ``OperationalError: database is locked``, as before)."""
+    (timeout_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
+    conn.execute("PRAGMA busy_timeout = 0")  # this loop waits, not SQLite's busy handler
+    try:
+        deadline: float | None = None
+        tries = 0
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:  # SQLITE_BUSY and its extended codes
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + timeout_ms / 1000
+                if now >= deadline:
+                    raise
+                time.sleep(_LOCK_PAUSES[min(tries, len(_LOCK_PAUSES) - 1)])
+                tries += 1
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
+
+
 def transaction(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T]) -> _T:
     """Run ``body`` in a write transaction taken up front (``BEGIN IMMEDIATE``); roll back if it raises.
 
@@ -171,7 +207,7 @@ def transaction(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], _
     sequences, such as claim's select-then-refile, atomic across processes: a second claimer waits
     (up to ``busy_timeout``) instead of reading the same due rows.
     """
-    conn.execute("BEGIN IMMEDIATE")
+    begin(conn)
     try:
         result = body(conn)
         conn.execute("COMMIT")

@@ -13,6 +13,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -170,6 +171,48 @@ async def test_unreachable_or_locked_file_raises_store_unavailable(tmp_path: Pat
             raw.close()
         (claim,) = await store.claim(N, lease=10)
         assert claim.id == "x"
+
+
+def test_a_writer_takes_the_lock_soon_after_it_is_freed(tmp_path: Path) -> None:
+    """A writer that finds the write lock taken tries again in steps of at most 2 ms, not in
+    SQLite's own busy waits (10 to 100 ms once it has waited a few ms), and keeps its busy_timeout."""
+    from rehydrate.stores import _sqlite_sql as sql
+
+    path = tmp_path / "lock.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer = sqlite3.connect(path, isolation_level=None, timeout=5.0)
+    try:
+        holder.execute("PRAGMA journal_mode = WAL")
+        holder.execute("CREATE TABLE t (x)")
+        holder.execute("BEGIN IMMEDIATE")
+        freed = []
+
+        def free_later() -> None:
+            time.sleep(0.06)  # long enough for SQLite's busy handler to be sleeping 10-25 ms
+            freed.append(time.monotonic())
+            holder.execute("ROLLBACK")
+
+        thread = threading.Thread(target=free_later)
+        thread.start()
+        sql.begin(writer)
+        got = time.monotonic()
+        thread.join()
+        writer.execute("ROLLBACK")
+        assert got - freed[0] < 0.015  # a few of its 2 ms steps (SQLite's own: up to 25 ms here)
+        assert writer.execute("PRAGMA busy_timeout").fetchone() == (5000,)
+
+        # Past busy_timeout: "database is locked", as before.
+        holder.execute("BEGIN IMMEDIATE")
+        writer.execute("PRAGMA busy_timeout = 100")
+        began = time.monotonic()
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            sql.begin(writer)
+        assert 0.1 <= time.monotonic() - began < 1.0
+        assert writer.execute("PRAGMA busy_timeout").fetchone() == (100,)
+        holder.execute("ROLLBACK")
+    finally:
+        holder.close()
+        writer.close()
 
 
 @pytest.mark.anyio
