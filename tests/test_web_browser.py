@@ -219,6 +219,11 @@ def test_a_browser_sees_live_numbers_and_requeues_a_dead_letter(
             page.wait_for_function(f"() => {POINTS} >= 4")
             assert page.evaluate("() => window.notReloaded") is True
             assert page.locator('tr[data-name="payments"] [data-k="dead"]').inner_text() == "3"
+            # The worker that serves the mail sends heartbeats: it is listed, alive.
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('#workers tr.alive')]"
+                ".some(row => row.innerText.includes('mail'))"
+            )
             update = os.environ.get("REHYDRATE_UPDATE_SCREENSHOT") == "1"
             if update:  # a picture for the docs: let the charts fill a little first
                 page.wait_for_function(f"() => {POINTS} >= 12", timeout=60_000)
