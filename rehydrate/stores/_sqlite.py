@@ -418,7 +418,7 @@ class SQLiteStore(StoreBase):
         # (and its fsync) at every open, which a one-shot ``rehydrate push`` would pay each time.
         version = sql.current_schema(conn)
         if version != sql.SCHEMA_VERSION:
-            version = sql.transaction(conn, create)
+            version = sql.transaction(conn, create, self._busy_timeout)
         if version != sql.SCHEMA_VERSION:
             raise RehydrateError(
                 f"{self._database!r} holds a rehydrate schema of version {version}, this version "
@@ -450,7 +450,7 @@ class SQLiteStore(StoreBase):
     def _transaction(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         self._bumped.clear()
         try:
-            result = sql.transaction(conn, fn)
+            result = sql.transaction(conn, fn, self._busy_timeout)
         except BaseException:
             self._bumped.clear()  # rolled back: nothing to tell
             raise

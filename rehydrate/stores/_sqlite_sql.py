@@ -174,10 +174,10 @@ def current_schema(conn: sqlite3.Connection) -> int | None:
 _LOCK_PAUSES: Final = (0.0002, 0.0005, 0.001, 0.002)
 
 
-def begin(conn: sqlite3.Connection) -> None:
-    """``BEGIN IMMEDIATE``, waiting for another process's write lock in short steps, up to the
-    connection's ``busy_timeout`` (then ``OperationalError: database is locked``, as before)."""
-    (timeout_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
+def begin(conn: sqlite3.Connection, busy_timeout: float) -> None:
+    """``BEGIN IMMEDIATE``, waiting for another process's write lock in short steps, up to
+    ``busy_timeout`` seconds (then ``OperationalError: database is locked``, as before); the
+    connection's own busy timeout (its readers') is ``busy_timeout`` again afterwards."""
     conn.execute("PRAGMA busy_timeout = 0")  # this loop waits, not SQLite's busy handler
     try:
         deadline: float | None = None
@@ -191,23 +191,25 @@ def begin(conn: sqlite3.Connection) -> None:
                     raise
                 now = time.monotonic()
                 if deadline is None:
-                    deadline = now + timeout_ms / 1000
+                    deadline = now + busy_timeout
                 if now >= deadline:
                     raise
                 time.sleep(_LOCK_PAUSES[min(tries, len(_LOCK_PAUSES) - 1)])
                 tries += 1
     finally:
-        conn.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
 
 
-def transaction(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T]) -> _T:
+def transaction(
+    conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T], busy_timeout: float
+) -> _T:
     """Run ``body`` in a write transaction taken up front (``BEGIN IMMEDIATE``); roll back if it raises.
 
     Taking the write lock at ``BEGIN`` (not at the first write) is what makes read-then-write
     sequences, such as claim's select-then-refile, atomic across processes: a second claimer waits
     (up to ``busy_timeout``) instead of reading the same due rows.
     """
-    begin(conn)
+    begin(conn, busy_timeout)
     try:
         result = body(conn)
         conn.execute("COMMIT")

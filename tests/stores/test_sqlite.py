@@ -194,7 +194,7 @@ def test_a_writer_takes_the_lock_soon_after_it_is_freed(tmp_path: Path) -> None:
 
         thread = threading.Thread(target=free_later)
         thread.start()
-        sql.begin(writer)
+        sql.begin(writer, 5.0)
         got = time.monotonic()
         thread.join()
         writer.execute("ROLLBACK")
@@ -206,7 +206,7 @@ def test_a_writer_takes_the_lock_soon_after_it_is_freed(tmp_path: Path) -> None:
         writer.execute("PRAGMA busy_timeout = 100")
         began = time.monotonic()
         with pytest.raises(sqlite3.OperationalError, match="locked"):
-            sql.begin(writer)
+            sql.begin(writer, 0.1)
         assert 0.1 <= time.monotonic() - began < 1.0
         assert writer.execute("PRAGMA busy_timeout").fetchone() == (100,)
         holder.execute("ROLLBACK")
