@@ -202,7 +202,7 @@ def test_processes_share_the_work_once(app: Callable[..., Path], tmp_path: Path)
     assert all(url not in command and "--store" not in command for command in commands)
     parent.send_signal(signal.SIGTERM)
     code, logs = finish(parent)
-    assert code == 0
+    assert code == 0, logs
     delivered = entries(log)
     assert len(delivered) == 400
     assert len({e[0] for e in delivered}) == 400  # none twice
@@ -523,6 +523,27 @@ def test_a_child_stops_when_its_supervisor_pipe_closes(tmp_path: Path) -> None:
     events = [entry["event"] for entry in logs]
     assert "supervisor gone; stopping" in events
     assert events[-1] == "worker stopped"
+
+
+def test_children_stopped_while_still_starting_are_a_clean_stop(tmp_path: Path) -> None:
+    """SIGTERM while the children still import the app: they die of the forwarded signal before
+    their handlers are in place, holding nothing; the supervisor exits 0, not as if they crashed."""
+    slow = 'import sys, time\nif sys.argv[sys.argv.index("--processes") + 1] == "1": time.sleep(30)'
+    write_plain_app(tmp_path, imports=slow)
+    logs = tmp_path / "worker.log"
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    with logs.open("w") as out:
+        parent = start(tmp_path, "papp:scheduler", "--store", url, "--processes", "2", stderr=out)
+
+    def started() -> int:
+        return sum(e["event"] == "worker process started" for e in json_lines(logs))
+
+    wait_for(lambda: started() == 2, parent, "2 worker processes started")
+    parent.send_signal(signal.SIGTERM)
+    parent.communicate(timeout=20)
+    assert parent.returncode == 0, logs.read_text()[-3000:]
+    assert [e["codes"] for e in json_lines(logs) if e["event"] == "workers stopped"] == [[0, 0]]
+    assert not [e for e in json_lines(logs) if e["event"] == "worker ready"]
 
 
 def test_sighup_stops_a_supervisor_and_its_children_gracefully(tmp_path: Path) -> None:

@@ -496,7 +496,12 @@ async def _supervise(args: argparse.Namespace) -> int:
             log.info("worker process started", slot=slot, child=child.process.pid)
             code = await _wait(child)
             if stopping.is_set() or code == 0:
-                codes.append(code)  # asked to stop (by us, or by someone signalling the child)
+                # Asked to stop (by us, or by someone signalling the child). One still starting
+                # up (importing the app) when we forwarded the signal dies of it before its
+                # handlers are in place: it held no claims, and it stopped as asked.
+                if stopping.is_set() and not child.served and -code in forwarded:
+                    code = 0
+                codes.append(code)
                 return
             if child.served:
                 failed_starts = 0
@@ -538,7 +543,11 @@ async def _supervise(args: argparse.Namespace) -> int:
                 await stopping.wait()
             backoff = min(backoff * 2, _RESTART_BACKOFF[1])
 
+    #: The signals forwarded to the children (a child that dies of one was stopped, not crashed).
+    forwarded: set[int] = set()
+
     def forward(signum: signal.Signals) -> None:
+        forwarded.add(int(signum))
         for child in list(children.values()):
             child.process.send_signal(signum)  # nothing if it has exited
 
