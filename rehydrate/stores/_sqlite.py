@@ -169,7 +169,12 @@ class SQLiteStore(StoreBase):
     ``synchronous="NORMAL"`` (also ``?synchronous=normal`` in the URL) skips that fsync: still
     consistent and safe against a *process* crash (the commit is in the OS's page cache), but an
     OS crash or power loss can roll back the last transactions, pushes that had already returned
-    among them. It is faster for small transactions; choose it knowingly. ``busy_timeout``
+    among them. It is faster for small transactions; choose it knowingly. Either way, ``claim``
+    and ``extend`` commit without an fsync: they only take or lengthen leases, so losing them
+    (which takes a power loss or an OS crash, and the log keeps commits in order, so only the
+    last ones; the next fsynced commit of any process makes them durable too) only makes those
+    elements due again, which at-least-once delivery allows, and every process that held their
+    leases died with the machine. That fsync was the largest part of a delivery's lateness. ``busy_timeout``
     (seconds, 5 by default) is how long a call waits for another process's write lock before
     raising :class:`~rehydrate.errors.StoreUnavailableError`.
 
@@ -442,15 +447,29 @@ class SQLiteStore(StoreBase):
             raise self._not_open()
         return await anyio.to_thread.run_sync(self._in_thread, conn, fn, limiter=limiter)
 
-    async def _write(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+    async def _write(self, fn: Callable[[sqlite3.Connection], _T], *, lease_only: bool = False) -> _T:
         """Run ``fn(connection)`` in a worker thread, in one ``BEGIN IMMEDIATE`` transaction; once it
-        has committed, wake the other processes' subscribers of the names it bumped."""
-        return await self._run(lambda conn: self._transaction(conn, fn))
+        has committed, wake the other processes' subscribers of the names it bumped.
 
-    def _transaction(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        ``lease_only``: the transaction only claims or extends leases, and commits without an
+        fsync (see the class's *Durability*): on its own it makes nobody a promise that a power
+        loss could break, and it is the commit on every delivery's path.
+        """
+        return await self._run(lambda conn: self._transaction(conn, fn, lease_only))
+
+    def _transaction(
+        self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], _T], lease_only: bool = False
+    ) -> _T:
         self._bumped.clear()
+        relax = lease_only and self._synchronous == "FULL"
         try:
-            result = sql.transaction(conn, fn, self._busy_timeout)
+            if relax:
+                conn.execute("PRAGMA synchronous = NORMAL")
+            try:
+                result = sql.transaction(conn, fn, self._busy_timeout)
+            finally:
+                if relax:
+                    conn.execute("PRAGMA synchronous = FULL")
         except BaseException:
             self._bumped.clear()  # rolled back: nothing to tell
             raise
@@ -710,7 +729,7 @@ class SQLiteStore(StoreBase):
             )
             return claims
 
-        return await self._write(body)
+        return await self._write(body, lease_only=True)
 
     async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
         _validate.element_id(name, "name")
@@ -803,7 +822,7 @@ class SQLiteStore(StoreBase):
                 return None, None
             return self._refile(conn, name, row[0], seconds, claimed=True)
 
-        until, counter = await self._write(body)
+        until, counter = await self._write(body, lease_only=True)
         self._notify(name, counter)
         return until
 

@@ -152,6 +152,46 @@ async def test_wal_and_synchronous_pragmas(tmp_path: Path) -> None:
         raw.close()
 
 
+def _commits(statements: list[str]) -> list[str]:
+    """For each committed transaction in ``statements``, the synchronous setting it committed under."""
+    setting, out = "FULL", []
+    for statement in statements:
+        if statement.startswith("PRAGMA synchronous ="):
+            setting = statement.rsplit("=", 1)[1].strip()
+        elif statement == "COMMIT":
+            out.append(setting)
+    return out
+
+
+@pytest.mark.anyio
+async def test_leases_commit_without_an_fsync_and_everything_else_with_one(tmp_path: Path) -> None:
+    """claim and extend commit under synchronous=NORMAL (no fsync: losing them only brings the
+    elements back); push, ack, reschedule and the rest stay FULL, and the connection is FULL after."""
+    async with SQLiteStore(tmp_path / "jobs.db") as store:
+        statements: list[str] = []
+        assert store._conn is not None
+        store._conn.set_trace_callback(statements.append)
+        await store.push("n", "a", ttl=0, id="a")
+        (claim,) = await store.claim("n", lease=30)
+        assert await store.extend("n", "a", lease=60, token=claim.token) is not None
+        assert await store.reschedule("n", "a", ttl=0, token=claim.token) is True
+        (claim,) = await store.claim("n", lease=30)
+        assert await store.ack("n", [("a", claim.token)]) == [True]
+        assert await store.claim("n", lease=30) == []  # nothing due: a transaction all the same
+        store._conn.set_trace_callback(None)
+        assert _commits(statements) == ["FULL", "NORMAL", "NORMAL", "FULL", "NORMAL", "FULL", "NORMAL"]
+        assert await store._pragma("synchronous") == 2
+    async with SQLiteStore(tmp_path / "jobs.db", synchronous="normal") as store:
+        statements = []
+        assert store._conn is not None
+        store._conn.set_trace_callback(statements.append)
+        await store.push("n", "b", ttl=0, id="b")
+        await store.claim("n", lease=30)
+        store._conn.set_trace_callback(None)
+        assert not [s for s in statements if s.startswith("PRAGMA synchronous")]
+        assert await store._pragma("synchronous") == 1
+
+
 @pytest.mark.anyio
 async def test_unreachable_or_locked_file_raises_store_unavailable(tmp_path: Path) -> None:
     with pytest.raises(StoreUnavailableError):
