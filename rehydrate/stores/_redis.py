@@ -463,7 +463,9 @@ class RedisStore(StoreBase):
             for id, (_, ttl, payload) in zip(ids, items, strict=True):
                 flat += (id, ttl, payload)
             mode, retry = ("r", "r") if replace else ("0", "1")
-            reply = await self._eval("push", name, [mode, *flat], retry=[retry, *flat])
+            # One new element (a single defer) has a leaner script of its own.
+            script = "push1" if len(items) == 1 and not replace else "push"
+            reply = await self._eval(script, name, [mode, *flat], retry=[retry, *flat])
             status = int(reply[0])
             if status == 0:
                 dup = _text(reply[1])

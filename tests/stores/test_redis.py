@@ -211,6 +211,13 @@ async def test_a_push_retried_after_a_lost_reply_is_not_a_duplicate(
     assert await store.look(N, generated) == "y"
 
 
+def _lane_sock(store: RedisStore) -> socket.socket | None:
+    """The lane's connection now (a call, not an attribute: a call may change it)."""
+    lane = store._backend._lane
+    assert lane is not None
+    return lane._sock
+
+
 async def test_a_push_cancelled_mid_call_drops_its_connection(
     store: RedisStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -219,16 +226,18 @@ async def test_a_push_cancelled_mid_call_drops_its_connection(
     lane = store._backend._lane
     assert lane is not None
     await store.push(N, "first", ttl=60, id="first")  # connects the lane
-    stream = lane._stream
-    assert stream is not None
+    sock = lane._sock
+    assert sock is not None
     waiting = anyio.Event()
+    real_wait = anyio.wait_readable
 
-    async def reply_held_back(max_bytes: int = 65536) -> bytes:
-        waiting.set()
-        await anyio.sleep_forever()
-        raise AssertionError("unreachable")
+    async def reply_held_back(obj: Any) -> None:
+        if obj is sock:  # the lane's socket: its reply is never read
+            waiting.set()
+            await anyio.sleep_forever()
+        await real_wait(obj)
 
-    monkeypatch.setattr(stream, "receive", reply_held_back)
+    monkeypatch.setattr(anyio, "wait_readable", reply_held_back)
     async with anyio.create_task_group() as tg:
         scope = anyio.CancelScope()
 
@@ -239,13 +248,59 @@ async def test_a_push_cancelled_mid_call_drops_its_connection(
         tg.start_soon(cancelled_push)
         await waiting.wait()
         scope.cancel()
+    monkeypatch.undo()
     assert scope.cancelled_caught
-    dropped = lane._stream
-    assert dropped is None
+    assert _lane_sock(store) is None
+    assert sock.fileno() == -1  # closed
     assert await store.push(N, "next", ttl=60, id="next") == "next"
-    assert lane._stream not in (None, stream)  # a new connection
+    assert _lane_sock(store) not in (None, sock)  # a new connection
     assert await store.look(N, "cut") == "cut"  # the server had it: only the reply was cut off
     assert sorted(await store.ids(N)) == ["cut", "first", "next"]
+
+
+async def test_a_push_cancelled_before_its_call_sends_nothing(store: RedisStore) -> None:
+    """A push whose scope is already cancelled when it reaches the lane sends nothing, and the
+    lane's connection stays in step for the next call."""
+    lane = store._backend._lane
+    assert lane is not None
+    await store.push(N, "first", ttl=60, id="first")  # connects the lane
+    sock = lane._sock
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await store.push(N, "never", ttl=60, id="never")
+    assert scope.cancelled_caught
+    assert await store.push(N, "next", ttl=60, id="next") == "next"
+    assert _lane_sock(store) is sock  # the same connection, still in step
+    assert sorted(await store.ids(N)) == ["first", "next"]
+
+
+async def test_a_push_times_out_and_the_lane_reconnects(url: str, prefix: str) -> None:
+    """A reply that does not come within the store's timeout fails the attempt (TimeoutError,
+    retried as a lost connection); the lane's connection is dropped and opened again."""
+    async with RedisStore.from_url(url, prefix=prefix, timeout=0.2, retries=0) as s:
+        lane = s._backend._lane
+        assert lane is not None
+        await s.push(N, "first", ttl=60, id="first")
+        sock = lane._sock
+        assert sock is not None
+        blocker = await anyio.connect_tcp(*sock.getpeername()[:2])
+        try:
+            # The server is single-threaded: a script spinning for longer than the timeout
+            # holds every reply back.
+            spin = b"local t = redis.call('TIME') local e = t[1] + 1 " + (
+                b"while tonumber(redis.call('TIME')[1]) < e do end return 1"
+            )
+            await blocker.send(b"*3\r\n$4\r\nEVAL\r\n$%d\r\n%s\r\n$1\r\n0\r\n" % (len(spin), spin))
+            await anyio.sleep(0.05)
+            with pytest.raises(StoreUnavailableError, match="TimeoutError"):
+                await s.push(N, "slow", ttl=60, id="slow")
+            assert _lane_sock(s) is None
+            assert await blocker.receive() == b":1\r\n"
+        finally:
+            await blocker.aclose()
+        assert await s.push(N, "next", ttl=60, id="next") == "next"
+        assert _lane_sock(s) not in (None, sock)
+        assert {"first", "next"} <= set(await s.ids(N))  # "slow" too if the server read it first
 
 
 async def test_the_lane_selects_the_database_of_the_url(url: str, prefix: str) -> None:
@@ -556,6 +611,7 @@ async def test_password_in_the_url(owned_kind: str, prefix: str, breaks_connecti
         url = f"redis://:s3cret@127.0.0.1:{server.port}/3"
         async with RedisStore.from_url(url, prefix=prefix) as s:
             await s.push(N, "x", ttl=0, id="x")
+            assert _lane_sock(s) is not None  # the push went over the lane, authenticated
             assert await s.poll(N) == ["x"]
             assert "s3cret" not in repr(s)
         async with RedisStore.from_url(f"redis://default:s3cret@127.0.0.1:{server.port}", prefix=prefix) as s:
@@ -578,6 +634,7 @@ async def test_tls(owned_kind: str, prefix: str) -> None:
     try:
         assert server.url.startswith("rediss://")
         async with RedisStore.from_url(server.url, prefix=prefix) as s:
+            assert s._backend._lane is None  # TLS: every call goes through coredis
             await s.push(N, "secret", ttl=0, id="x")
             assert await s.poll(N) == ["secret"]
     finally:
