@@ -34,6 +34,7 @@ from rehydrate._core._records import Claim
 from rehydrate._core._retry import Retry
 from rehydrate._core._triggers import Trigger, trigger_from_dict
 from rehydrate._deliveries import Counters, Delivery, delivery_var
+from rehydrate._retries import Rescheduler
 from rehydrate._schedules import PAUSED_TTL, Envelope, is_envelope, next_run, plan, ttl_until
 from rehydrate._tracing import Tracing, unwrap
 from rehydrate.abc import Store, Subscription
@@ -431,6 +432,7 @@ class Runner:
         self._keeper = _LeaseKeeper(store, handler)
         self._acker = _Acker(store, handler.name, counters)
         self._rearmer = _Rearmer(store, handler.name, counters)
+        self._rescheduler = Rescheduler(store, handler.name)
         self._workers = _Workers(handler.concurrency, self._deliver)
 
     def stop(self) -> None:
@@ -444,6 +446,7 @@ class Runner:
                 work.start_soon(keeper.run)
                 work.start_soon(acker.run)
                 work.start_soon(self._rearmer.run)
+                work.start_soon(self._rescheduler.run)
                 try:
                     async with anyio.create_task_group() as handlers:
                         workers.group = handlers
@@ -685,7 +688,7 @@ class Runner:
     async def _failed(self, claim: Claim, exc: Exception, occurrence: _Occurrence | None = None) -> str:
         """Retry or dead-letter a failed element; what became of it (``retried``,
         ``dead_lettered``, ``lost``, or ``failed`` if the store could not be told)."""
-        handler, store, counters = self.handler, self._store, self._counters
+        handler, counters = self.handler, self._counters
         # The traceback goes with every failure (``exc_info``): structlog renders it on a console
         # and as a field in JSON. Event names are constant; what varies is in the fields.
         log = logger.bind(dehydrator=handler.name, id=claim.id, attempt=claim.attempt, handler=handler.label)
@@ -701,7 +704,7 @@ class Runner:
                 delay = exc.delay_after(claim.attempt)
             else:
                 delay = handler.retry.delay_after(claim.attempt, self._settings.rng)
-            if await store.reschedule(handler.name, claim.id, ttl=delay, token=claim.token):
+            if await self._rescheduler.reschedule(claim.id, claim.token, delay):
                 counters.retried += 1
                 log.info("handler failed, will retry", retry_in=round(delay, 3), exc_info=exc)
                 return "retried"

@@ -55,6 +55,7 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
+from rehydrate._core import _validate
 from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord
 from rehydrate._core._validate import Seconds
 
@@ -274,6 +275,22 @@ class Store(ABC):
         The attempt count is kept. ``False`` (nothing done) if unknown or fenced out by ``attempt``
         or ``token``.
         """
+
+    async def reschedule_many(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
+        """Fenced batch :meth:`reschedule`: for each ``(id, token, ttl)``, file the element anew
+        at ``now + ttl`` and release its claim, keeping its attempt count, if it is still under
+        that claim's token. Returns, per item, whether it did.
+
+        It is how a scheduler sends the delayed retries of many handlers that failed at once (a
+        downstream outage): one round trip for all of them instead of one each. Each item is
+        exactly ``reschedule(name, id, ttl=ttl, token=token)`` and atomic; a store may split a
+        large batch into atomic parts. Every item is checked before anything is done: an id given
+        twice, or an item without a token, is an ``InvalidArgumentError``. The default
+        implementation calls :meth:`reschedule` per item; the stores of this package do it in one
+        round trip (one script, one transaction or one statement) per batch.
+        """
+        batch = _validate.reschedules(items)
+        return [await self.reschedule(name, id, ttl=ttl, token=token) for id, token, ttl in batch]
 
     async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
         """Fenced batch rearm: for each ``(id, token, element, ttl)``, end the claim ``token`` on

@@ -143,3 +143,25 @@ def ids(values: tuple[Any, ...]) -> tuple[str, ...]:
     for value in values:
         element_id(value)
     return values
+
+
+def reschedules(items: object) -> list[tuple[str, int, float]]:
+    """The ``(id, token, ttl)`` items of a ``reschedule_many``, all checked before any is acted upon:
+    each a triple with a valid id, a claim's token and a duration, and no id twice."""
+    if isinstance(items, str | bytes) or not hasattr(items, "__iter__"):
+        raise InvalidTypeError(f"items must be an iterable of (id, token, ttl), not {type(items).__name__}")
+    out: list[tuple[str, int, float]] = []
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        if not isinstance(item, tuple) or len(item) != 3:
+            raise InvalidArgumentError(f"items[{index}] must be an (id, token, ttl) tuple, not {item!r:.80}")
+        id, fence, ttl = item
+        element_id(id)
+        checked = token(fence)
+        if checked is None:
+            raise InvalidArgumentError(f"items[{index}]: reschedule_many needs each claim's token")
+        if id in seen:
+            raise InvalidArgumentError(f"items[{index}]: id {id!r} is given twice")
+        seen.add(id)
+        out.append((id, checked, seconds(ttl, "ttl")))
+    return out

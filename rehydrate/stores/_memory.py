@@ -197,6 +197,15 @@ class MemoryStore(StoreBase):
         self._notify_if_sooner(name, d, before)
         return result
 
+    async def reschedule_many(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
+        await anyio.lowlevel.checkpoint()
+        batch = _validate.reschedules(items)
+        d = self._get(name)
+        before = d.next_due()
+        done = [d.reschedule(id, ttl=ttl, token=token) for id, token, ttl in batch]
+        self._notify_if_sooner(name, d, before)
+        return done
+
     async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
         await anyio.lowlevel.checkpoint()
         batch = list(items)

@@ -933,6 +933,12 @@ class PostgresStore(StoreBase):
         _validate.token(token)
         return await self._refile(name, id, micros, attempt=attempt, token=token, extend=False) is not None
 
+    async def reschedule_many(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
+        """See :meth:`Store.reschedule_many`: one statement per 1,000 items, each atomic."""
+        _name(name)
+        batch = [(_id(id), token, _micros(ttl)) for id, token, ttl in _validate.reschedules(items)]
+        return await self._fenced(name, self._sql.reschedule_many, ("ids", "tokens", "ttls"), batch)
+
     async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
         """See :meth:`Store.rearm`: one statement per 1,000 items, each atomic."""
         _name(name)
@@ -943,6 +949,20 @@ class PostgresStore(StoreBase):
             if _validate.token(token) is None:
                 raise InvalidArgumentError("rearm needs each claim's token")
             batch.append((id, token, self._dumps(element), micros))
+        columns = ("ids", "tokens", "payloads", "ttls")
+        return await self._fenced(name, self._sql.rearm, columns, batch, codec=self._codec)
+
+    async def _fenced(
+        self,
+        name: str,
+        statement: str,
+        columns: tuple[str, ...],
+        batch: Sequence[tuple[Any, ...]],
+        **more: Any,
+    ) -> list[bool]:
+        """Run a fenced batch statement (``rearm``, ``reschedule_many``) on ``batch``, 1,000 items
+        a statement, each item's values passed as arrays named by ``columns``; whether each was
+        done (the statement returns the 1-based position of each item it did)."""
         if not batch:
             if self._pool is None:
                 raise self._not_open()
@@ -951,25 +971,18 @@ class PostgresStore(StoreBase):
         out: list[bool] = []
         for start in range(0, len(batch), _CLAIM_BATCH):
             part = batch[start : start + _CLAIM_BATCH]
-            params = self._params(
-                name=name,
-                ids=[item[0] for item in part],
-                tokens=[item[1] for item in part],
-                payloads=[item[2] for item in part],
-                ttls=[item[3] for item in part],
-                codec=self._codec,
-                channel=self._channel,
-                note=self._note(name),
-            )
-            rows = await self._run(functools.partial(self._rearm_rows, params))
+            arrays = {column: [item[i] for item in part] for i, column in enumerate(columns)}
+            params = self._params(name=name, channel=self._channel, note=self._note(name), **arrays, **more)
+            rows = await self._run(functools.partial(self._rows, statement, params))
             done = {int(row[0]) for row in rows}
             if any(row[1] for row in rows):
                 self._wake(name)
             out += [i + 1 in done for i in range(len(part))]
         return out
 
-    def _rearm_rows(self, params: dict[str, Any], conn: Any) -> list[Any]:
-        return conn.execute(self._sql.rearm, params, prepare=True).fetchall()  # type: ignore[no-any-return]
+    @staticmethod
+    def _rows(statement: str, params: dict[str, Any], conn: Any) -> list[Any]:
+        return conn.execute(statement, params, prepare=True).fetchall()  # type: ignore[no-any-return]
 
     async def extend(self, name: str, id: str, *, lease: Seconds, token: int) -> float | None:
         _name(name)

@@ -272,6 +272,32 @@ _TEMPLATES: Final = {
         ),
         {_counter("upd", "0", "-count(*) FILTER (WHERE claimed AND NOT %(extend)s)")}
         SELECT due, {_NOTIFY.format(due="(SELECT min(due) FROM upd)")} FROM upd""",
+    # reschedule_many (delayed retries): each (id, token) still under that token, claimed or not,
+    # is filed anew at now + ttl and released, its attempt kept (reschedule's rule per item; the
+    # caller gives each id once).
+    "reschedule_many": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
+        found AS MATERIALIZED (
+            SELECT f.*, nextval('{{seq_name}}') AS n FROM (
+                SELECT a.ttl, a.ord, x.tid, x.claimed
+                FROM unnest(%(ids)s::text[], %(tokens)s::bigint[], %(ttls)s::bigint[])
+                    WITH ORDINALITY AS a(id, token, ttl, ord)
+                CROSS JOIN LATERAL (
+                    SELECT e.ctid AS tid, e.claimed FROM {{table}} e
+                    WHERE e.name = %(name)s AND e.id = a.id AND e.attempt = a.token
+                    FOR UPDATE
+                ) x
+            ) f ORDER BY f.ord
+        ),
+        {_HEAD},
+        upd AS (
+            UPDATE {{table}} e
+            SET due = t.now + f.ttl, seq = f.n, ttl = f.ttl / 1e6, claimed = false
+            FROM found f, t
+            WHERE e.ctid = f.tid AND e.name = %(name)s
+            RETURNING f.ord, e.due, f.claimed
+        ),
+        {_counter("upd", "0", "-count(*) FILTER (WHERE claimed)")}
+        SELECT ord, {_NOTIFY.format(due="(SELECT min(due) FROM upd)")} FROM upd""",
     # rearm (a schedule's next occurrence): each (id, token) still claimed under that token is
     # filed anew as a new element (attempt 0, unclaimed) with its payload, in the order given; an
     # id given twice is rearmed by its first item only.
@@ -391,6 +417,7 @@ class Statements:
     claim: str
     ack: str
     refile: str
+    reschedule_many: str
     rearm: str
     info: str
     names_query: str

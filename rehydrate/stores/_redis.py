@@ -669,6 +669,23 @@ class RedisStore(StoreBase):
         reply = await self._eval("move", name, ["reschedule", id, micros, fence, _fence_text(token)])
         return reply is not None
 
+    async def reschedule_many(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
+        """See :meth:`Store.reschedule_many`: ``batch_size`` items per script, each script atomic."""
+        self._keys(name)
+        batch = _validate.reschedules(items)
+        if not batch:
+            self._backend.check_open()
+            await anyio.lowlevel.checkpoint()
+            return []
+        out: list[bool] = []
+        for start in range(0, len(batch), self._batch):
+            flat: _Args = []
+            for id, token, ttl in batch[start : start + self._batch]:
+                flat += (id, _micros(ttl, "ttl"), _fence_text(token))
+            reply = await self._eval("retry", name, flat)
+            out.extend(bool(int(r)) for r in reply)
+        return out
+
     async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
         """See :meth:`Store.rearm`: ``batch_size`` items per script, each script atomic. A retry
         after a lost reply finds those claims ended and answers ``False`` for them, although the

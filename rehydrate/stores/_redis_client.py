@@ -43,6 +43,7 @@ _SCRIPT_NAMES: Final = (
     "range",
     "rearm",
     "remove",
+    "retry",
     "size",
     "summary",
     "take",

@@ -772,6 +772,33 @@ class SQLiteStore(StoreBase):
         self._notify(name, counter)
         return done
 
+    async def reschedule_many(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
+        """See :meth:`Store.reschedule_many`: one write transaction for the whole batch."""
+        _validate.element_id(name, "name")
+        batch = _validate.reschedules(items)
+        if not batch:
+            if self._conn is None:
+                raise self._not_open()
+            await anyio.lowlevel.checkpoint()
+            return []
+
+        def body(conn: sqlite3.Connection) -> tuple[list[bool], int | None]:
+            done: list[bool] = []
+            counter: int | None = None
+            for id, token, seconds in batch:
+                row = conn.execute(sql.ROW, (name, id)).fetchone()
+                if row is None or row[4] != token:
+                    done.append(False)
+                    continue
+                bumped = self._refile(conn, name, row[0], seconds, claimed=False)[1]
+                counter = bumped if bumped is not None else counter
+                done.append(True)
+            return done, counter
+
+        done, counter = await self._write(body)
+        self._notify(name, counter)
+        return done
+
     async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
         _validate.element_id(name, "name")
         codec = self._serializer.name

@@ -305,6 +305,61 @@ class TestLeases:
         assert again.token != c.token
         assert await s.ack(N, [("sched", again.token)]) == [True]
 
+    async def test_reschedule_many_retries_each_under_its_token(self, harness: Harness) -> None:
+        """Delayed retries of a batch of failed handlers: each item is reschedule(token=...)."""
+        s = harness.store
+        await s.push_many(N, [(i, 0, f"e{i}") for i in range(30)])
+        await s.push(N, "later", ttl=100, id="other")
+        claims = await s.claim(N, lease=60)
+        assert len(claims) == 30
+        by_id = {c.id: c for c in claims}
+        items = [(c.id, c.token, 5 + int(c.element) % 3) for c in claims]
+        items[7] = (items[7][0], by_id["e0"].token, 0)  # another claim's token: fenced out
+        items.insert(3, ("missing", claims[0].token, 0))
+        done = await s.reschedule_many(N, items)
+        assert done == [True] * 3 + [False] + [True] * 4 + [False] + [True] * 22
+        assert await s.summary(N) == Summary(size=31, due=0, claimed=1, ttn=about(5))
+        for c in claims:
+            info = await s.info(N, c.id)
+            assert info is not None
+            if c.id == claims[7].id:
+                assert info.claimed
+                continue
+            # Released, filed anew at now + ttl, its attempt kept.
+            assert (info.claimed, info.attempt) == (False, 1)
+            assert info.ttl == about(5 + int(c.element) % 3)
+        # The token is kept (as reschedule keeps it): a second retry under it is still allowed.
+        assert await s.reschedule_many(N, [("e1", by_id["e1"].token, 0)]) == [True]
+        assert await s.reschedule(N, "e1", ttl=0, token=by_id["e1"].token) is True
+        assert await s.reschedule_many("never-used", [("e1", 1, 0)]) == [False]
+        assert await s.reschedule_many(N, []) == []
+        harness.advance(7)
+        (again,) = [c for c in await s.claim(N, lease=5) if c.id == "e1"]
+        assert again.attempt == 2
+        assert await s.reschedule_many(N, [("e1", by_id["e1"].token, 0)]) == [False]  # a new claim
+
+    async def test_reschedule_many_checks_every_item_first(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push(N, "e", ttl=0, id="a")
+        (c,) = await s.claim(N, lease=60)
+        bad: list[Any] = [
+            [("a", c.token, 1), ("a", c.token, 2)],  # an id twice
+            [("a", c.token, 1), ("b", None, 1)],  # no token
+            [("a", c.token, 1), ("b", 0, 1)],
+            [("a", c.token, 1), ("b", 1, -1)],
+            [("a", c.token, 1), ("b", 1, 2e9)],
+            [("a", c.token, 1), ("", 1, 1)],
+            [("a", c.token, 1), ("b", 1)],
+            [("a", c.token, 1), "b"],
+            "ab",
+        ]
+        for items in bad:
+            with pytest.raises(InvalidArgumentError if items != "ab" else Exception):
+                await s.reschedule_many(N, items)
+        info = await s.info(N, "a")
+        assert info is not None
+        assert info.claimed  # nothing was done
+
     async def test_rearm_in_batches(self, harness: Harness) -> None:
         s = harness.store
         await s.push_many(N, [(i, 0, f"e{i}") for i in range(30)])
@@ -534,6 +589,8 @@ def _every_verb() -> list[Any]:
         lambda s: s.ack(N, [("a", 1)]),
         lambda s: s.ack(N, []),
         lambda s: s.reschedule(N, "a", ttl=1),
+        lambda s: s.reschedule_many(N, [("a", 1, 1)]),
+        lambda s: s.reschedule_many(N, []),
         lambda s: s.extend(N, "a", lease=1, token=1),
         lambda s: s.info(N, "a"),
         lambda s: s.names(),
