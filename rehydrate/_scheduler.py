@@ -146,6 +146,9 @@ def _delay_until(at: datetime, clock: Clock) -> float:
 
 
 _P = ParamSpec("_P")
+# schedule_many files new schedules this many to a push_many, and upserts the rest this many at once.
+_SCHEDULE_BATCH = 1000
+_UPSERT_CONCURRENCY = 64
 _T = TypeVar("_T")
 
 
@@ -479,6 +482,97 @@ class Scheduler:
         check_trigger(trigger)
         grace_s = validate_misfire(misfire, grace)
         await self._upsert(name, trigger, id, element, misfire, grace_s)
+
+    @_needs_the_store
+    async def schedule_many(
+        self,
+        name: str,
+        schedules: Iterable[tuple[str, Trigger, Any]],
+        *,
+        misfire: Misfire = "coalesce",
+        grace: Seconds | None = None,
+    ) -> None:
+        """:meth:`schedule` for many ``(id, trigger, element)`` at once: a schedule per user, say.
+
+        The same upsert as :meth:`schedule` for each, but the ids that are new are filed a batch
+        at a time (one ``push_many`` per 1,000, one round trip on Redis and one transaction on
+        SQLite or PostgreSQL) instead of two round trips each; in a batch that meets an id already
+        filed (a restart declaring the same schedules), each schedule of that batch goes through
+        :meth:`schedule`'s own path, so an unchanged one moves nothing.
+
+        Everything is checked before anything is written: a bad item, or an id given twice, raises
+        ``InvalidArgumentError`` naming its index. An id that holds one-shot work does not stop the
+        others: they are all filed, then ``DuplicateIdError`` is raised for the first such id
+        (its notes list them all).
+        """
+        _validate.element_id(name, "name")
+        grace_s = validate_misfire(misfire, grace)
+        if isinstance(schedules, str | bytes | dict):
+            raise InvalidTypeError(
+                f"schedules must be an iterable of (id, trigger, element), not {type(schedules).__name__}"
+            )
+        items: list[tuple[str, Trigger, Any]] = []
+        seen: set[str] = set()
+        for index, item in enumerate(schedules):
+            if not isinstance(item, tuple) or len(item) != 3:
+                raise InvalidArgumentError(
+                    f"schedules[{index}] must be an (id, trigger, element) tuple, not {item!r:.80}"
+                )
+            id, trigger, element = item
+            try:
+                _validate.element_id(id)
+                check_trigger(trigger)
+            except RehydrateError as exc:
+                exc.add_note(f"in schedules[{index}]")
+                raise
+            if id in seen:
+                raise InvalidArgumentError(f"schedules[{index}]: id {id!r} is given twice")
+            seen.add(id)
+            items.append((id, trigger, element))
+        conflicts: list[DuplicateIdError] = []
+        limiter = anyio.CapacityLimiter(_UPSERT_CONCURRENCY)
+
+        async def upsert(id: str, trigger: Trigger, element: Any) -> None:
+            async with limiter:
+                try:
+                    await self._upsert(name, trigger, id, element, misfire, grace_s)
+                except DuplicateIdError as exc:
+                    conflicts.append(exc)
+
+        for start in range(0, len(items), _SCHEDULE_BATCH):
+            batch = items[start : start + _SCHEDULE_BATCH]
+            store = self.store
+            now = wall(store.clock)
+            planned = []
+            for id, trigger, element in batch:
+                anchor = _anchor(trigger, now)
+                first = first_run(trigger, anchor, now)
+                envelope = make_envelope(
+                    trigger, element=element, next=first, anchor=anchor, misfire=misfire, grace=grace_s
+                )
+                planned.append((envelope, first, id))
+            # The ttls from the clock read just before filing, not the one the batch was planned
+            # at: building a batch of envelopes takes milliseconds, and each of them would make
+            # every first occurrence of the batch that much later than its nominal time.
+            filed_at = wall(store.clock)
+            fresh = [(envelope, ttl_until(first, filed_at), id) for envelope, first, id in planned]
+            try:
+                await store.push_many(name, fresh)
+            except DuplicateIdError:
+                # Some are filed already (all or nothing: none of this batch was written).
+                async with anyio.create_task_group() as tg:
+                    for id, trigger, element in batch:
+                        tg.start_soon(upsert, id, trigger, element)
+        if conflicts:
+            order = {id: index for index, (id, _, _) in enumerate(items)}
+            conflicts.sort(key=lambda c: order[c.id])
+            first_conflict = conflicts[0]
+            first_conflict.add_note(
+                f"{len(conflicts)} id(s) of {name!r} hold one-shot work and were not made schedules: "
+                + ", ".join(repr(c.id) for c in conflicts[:20])
+                + (" ..." if len(conflicts) > 20 else "")
+            )
+            raise first_conflict
 
     async def _upsert(
         self, name: str, trigger: Trigger, id: str, element: Any, misfire: Misfire, grace: float | None

@@ -104,6 +104,7 @@ class SyncScheduler:
     dead_letters = _blocking(Scheduler.dead_letters)
     requeue = _blocking(Scheduler.requeue)
     schedule = _blocking(Scheduler.schedule)
+    schedule_many = _blocking(Scheduler.schedule_many)
     unschedule = _blocking(Scheduler.unschedule)
     schedules = _blocking(Scheduler.schedules)
     pause = _blocking(Scheduler.pause)

@@ -259,6 +259,108 @@ async def test_schedule_replaces_the_element_and_keeps_the_next_run(
         scheduler.stop()
 
 
+# Built outside the event loop: a zone's first use reads its file (blockbuster would object).
+PARIS_DAILY = Cron("@daily", tz="Europe/Paris")
+PARIS_8AM = Cron("0 8 * * *", tz="Europe/Paris")
+
+
+async def test_schedule_many_files_each_as_schedule_would(store: MemoryStore, clock: FakeClock) -> None:
+    """A batch per 1,000 new ids; the result is what one schedule() per item gives."""
+    scheduler = Scheduler(store, grace=0)
+    recorder = Recorder()
+    scheduler.handler("sync")(recorder)
+    async with scheduler:
+        items = [(f"user-{i}", Every(3600, start=T0 + timedelta(seconds=i)), {"u": i}) for i in range(2500)]
+        await scheduler.schedule_many("sync", items)
+        listed = {info.id: info for info in await scheduler.schedules("sync")}
+        assert len(listed) == 2500
+        assert listed["user-7"] == ScheduleInfo(
+            id="user-7",
+            trigger=Every(3600, start=T0 + timedelta(seconds=7)),
+            next_run=T0 + timedelta(seconds=7),
+            element={"u": 7},
+            paused=False,
+        )
+        # The same as schedule() files (in a name nobody serves, so nothing runs meanwhile).
+        await scheduler.schedule_many("idle", [("many", PARIS_DAILY, 1)], misfire="all")
+        await scheduler.schedule("idle", PARIS_DAILY, id="one", element=1, misfire="all")
+        assert await store.look("idle", "many") == await store.look("idle", "one")
+        assert (await store.info("idle", "many")).due == (await store.info("idle", "one")).due  # type: ignore[union-attr]
+        await advance(clock, 10)
+        assert sorted(recorder.runs) == [T0 + timedelta(seconds=i) for i in range(11)]
+        scheduler.stop()
+
+
+async def test_schedule_many_again_moves_nothing_and_upserts_what_changed(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    scheduler = Scheduler(store, grace=0)
+    async with scheduler:
+        items: list[tuple[str, Cron | Every, Any]] = [(f"u{i}", PARIS_8AM, i) for i in range(1500)]
+        await scheduler.schedule_many("reminders", items)
+        due = {id: (await store.info("reminders", id)).due for id, _, _ in items}  # type: ignore[union-attr]
+        await advance(clock, 60)
+        # A restart declaring them again, one with a new element, one with a new trigger, and a new id.
+        items[3] = ("u3", PARIS_8AM, "changed")
+        items[4] = ("u4", Every(600), 4)
+        await scheduler.schedule_many("reminders", [*items, ("new", Every(60), None)])
+        for id, _, _ in items:
+            info = await store.info("reminders", id)
+            assert info is not None
+            if id != "u4":
+                assert info.due == pytest.approx(due[id]), id
+        listed = {info.id: info for info in await scheduler.schedules("reminders")}
+        assert len(listed) == 1501
+        assert listed["u3"].element == "changed"
+        assert listed["u4"].trigger == Every(600)
+        assert listed["u4"].next_run == T0 + timedelta(seconds=60)
+        assert listed["new"].next_run == T0 + timedelta(seconds=60)
+        await scheduler.schedule_many("reminders", [])  # nothing to do
+        scheduler.stop()
+
+
+async def test_schedule_many_checks_everything_before_writing(store: MemoryStore) -> None:
+    scheduler = Scheduler(store)
+    async with scheduler:
+        good = ("a", Every(1), None)
+        with pytest.raises(InvalidArgumentError, match=r"schedules\[1\] must be an \(id, trigger, element\)"):
+            await scheduler.schedule_many("n", [good, ("b", Every(1))])  # type: ignore[list-item]
+        with pytest.raises(InvalidTypeError, match="trigger") as caught:
+            await scheduler.schedule_many("n", [good, ("b", "@daily", None)])  # type: ignore[list-item]
+        assert caught.value.__notes__ == ["in schedules[1]"]
+        with pytest.raises(InvalidArgumentError) as bad_id:
+            await scheduler.schedule_many("n", [good, ("", Every(1), None)])
+        assert bad_id.value.__notes__ == ["in schedules[1]"]
+        with pytest.raises(InvalidArgumentError, match=r"schedules\[2\]: id 'a' is given twice"):
+            await scheduler.schedule_many("n", [good, ("b", Every(1), None), good])
+        with pytest.raises(InvalidArgumentError, match="misfire"):
+            await scheduler.schedule_many("n", [good], misfire="never")  # type: ignore[arg-type]
+        with pytest.raises(InvalidTypeError, match="iterable of"):
+            await scheduler.schedule_many("n", "abc")  # type: ignore[arg-type]
+        assert await store.size("n") == 0  # nothing was written
+        scheduler.stop()
+
+
+async def test_schedule_many_files_the_rest_around_one_shot_work(store: MemoryStore) -> None:
+    scheduler = Scheduler(store)
+    async with scheduler:
+        await scheduler.defer("n", "one-shot", id="taken-2", delay=60)
+        await scheduler.defer("n", "one-shot", id="taken-1", delay=60)
+        items = [(f"s{i}", Every(60), i) for i in range(10)]
+        items[5] = ("taken-1", Every(60), 5)
+        items[8] = ("taken-2", Every(60), 8)
+        with pytest.raises(DuplicateIdError, match="'taken-1'") as caught:
+            await scheduler.schedule_many("n", items)
+        assert caught.value.__notes__[-1] == (
+            "2 id(s) of 'n' hold one-shot work and were not made schedules: 'taken-1', 'taken-2'"
+        )
+        assert sorted(info.id for info in await scheduler.schedules("n")) == [
+            f"s{i}" for i in range(10) if i not in (5, 8)
+        ]
+        assert await store.look("n", "taken-1") == "one-shot"
+        scheduler.stop()
+
+
 async def test_pause_and_resume(store: MemoryStore, clock: FakeClock) -> None:
     scheduler = Scheduler(store, grace=0)
     recorder = Recorder()
@@ -451,6 +553,8 @@ def test_the_blocking_facade_schedules_too() -> None:
     scheduler = Scheduler()
     with SyncScheduler(scheduler) as s:
         s.schedule("n", Cron("@daily"), id="d", element=1)
+        s.schedule_many("m", [("e", Every(60), 2)])
+        assert [i.id for i in s.schedules("m")] == ["e"]
         (info,) = s.schedules("n")
         assert (info.id, info.element, info.paused) == ("d", 1, False)
         assert s.pause("n", "d") is True
