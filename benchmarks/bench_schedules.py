@@ -56,6 +56,10 @@ from rehydrate._clock import wall
 from rehydrate.abc import Store
 
 HERE = Path(__file__).resolve().parent
+#: The aims of issue #13: occurrences/s at least this times one-shot deliveries/s (burst), and a
+#: p99 lateness at most this many ms above the one-shot path's at the same rate.
+RATIO_AIM = 0.8
+P99_AIM_MS = 5.0
 
 
 def pct(values: list[float], fraction: float) -> float:
@@ -264,6 +268,16 @@ def main() -> None:
             f"{r['once_p50']:.1f} / {r['once_p99']:.1f} ms | {r['sched_p99'] - r['once_p99']:+.1f} ms | "
             f"{r['burst-s_rate']:,.0f} | {r['burst-o_rate']:,.0f} | "
             f"{r['burst-s_rate'] / r['burst-o_rate']:.2f} |"
+        )
+    # The verdict per store against both aims of issue #13, so no reader has to work it out.
+    print()
+    for kind, r in results.items():
+        ratio = r["burst-s_rate"] / r["burst-o_rate"]
+        diff = r["sched_p99"] - r["once_p99"]
+        print(
+            f"* {kind}: occurrences/s {ratio:.2f}x one-shot (aim >= {RATIO_AIM}x): "
+            f"{'met' if ratio >= RATIO_AIM else 'NOT met'}; p99 lateness {diff:+.1f} ms against "
+            f"one-shot (aim <= +{P99_AIM_MS:g} ms): {'met' if diff <= P99_AIM_MS else 'NOT met'}"
         )
     for label, p in peers.items():
         if "error" in p:

@@ -35,7 +35,7 @@ from rehydrate._core._retry import Retry
 from rehydrate._core._triggers import Trigger, trigger_from_dict
 from rehydrate._deliveries import Counters, Delivery, delivery_var
 from rehydrate._retries import Rescheduler
-from rehydrate._schedules import PAUSED_TTL, Envelope, is_envelope, next_run, plan, ttl_until
+from rehydrate._schedules import PAUSED_TTL, Envelope, is_envelope, next_run, plan
 from rehydrate._tracing import Tracing, unwrap
 from rehydrate.abc import Store, Subscription
 from rehydrate.errors import DuplicateIdError, RehydrateError
@@ -110,6 +110,10 @@ class _Occurrence:
     trigger: Trigger | None
     envelope: Envelope
     nominal: float
+    #: The occurrence to file when this one ends, if planning already knew it.
+    following: float | None = None
+    #: Planning moved the nominal time (coalesced, or ``all`` starting later): to be written back.
+    moved: bool = attrs.field(default=False, kw_only=True)
 
 
 class _GaveUp(Exception):
@@ -307,7 +311,11 @@ class _Rearmer:
                 # Shielded: the next occurrences are filed even while shutting down.
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_ACK_TIMEOUT):
                     now = wall(store.clock)
-                    items = [(id, token, env, ttl_until(at, now)) for id, token, env, at, _ in batch]
+                    # ``ttl_until`` written out (runs once per occurrence); PAUSED_TTL is the longest ttl.
+                    items = [
+                        (id, token, env, 0.0 if at <= now else min(at - now, PAUSED_TTL))
+                        for id, token, env, at, _ in batch
+                    ]
                     results = await store.rearm(name, items)
             except RehydrateError as exc:
                 logger.error(
@@ -535,7 +543,9 @@ class Runner:
         occurrence: _Occurrence | None = None
         if is_envelope(claim.element):
             try:
-                occurrence = await self._occurrence(claim)
+                occurrence = self._occurrence(claim)
+                if occurrence is not None and occurrence.moved:
+                    await self._write_back(claim, occurrence)
             except BaseException:
                 self._keeper.discard(claim.id, claim.token)
                 self._done()
@@ -604,11 +614,13 @@ class Runner:
             self._keeper.discard(claim.id, claim.token)
             self._done()
 
-    async def _occurrence(self, claim: Claim) -> _Occurrence | None:
+    def _occurrence(self, claim: Claim) -> _Occurrence | None:
         """Plan a claimed occurrence of a schedule by its misfire policy, on the store's clock.
 
         ``None`` when it is not to run (skipped, or paused): then the occurrence to come is
-        already filed, in place of this one (fenced by the claim, as every rearm).
+        already filed, in place of this one (fenced by the claim, as every rearm). Not async: an
+        occurrence on time (the common case) needs no store call before it runs, and a coroutine
+        per occurrence costs more than its planning; one whose nominal time moved is ``moved``.
         """
         handler, store = self.handler, self._store
         envelope: Envelope = claim.element
@@ -622,11 +634,11 @@ class Runner:
                 exc_info=exc,
             )
             return _Occurrence(None, envelope, float(envelope.get("next") or 0.0))
+        now = wall(store.clock)
         if envelope.get("paused"):
             # Paused: filed again for the longest ttl (the nominal time is never reached).
-            self._rearmer.add(claim.id, claim.token, envelope, wall(store.clock) + PAUSED_TTL, finished=False)
+            self._rearmer.add(claim.id, claim.token, envelope, now + PAUSED_TTL, finished=False)
             return None
-        now = wall(store.clock)
         decided = plan(envelope, trigger, now, claim.attempt)
         if decided.nominal != envelope["next"]:
             envelope = {**envelope, "next": decided.nominal}
@@ -640,25 +652,30 @@ class Runner:
             )
             self._rearmer.add(claim.id, claim.token, envelope, decided.nominal, finished=False)
             return None
-        if envelope is not claim.element:
-            # Written back before it runs, so a retry runs this same occurrence.
-            try:
-                await store.update(handler.name, claim.id, envelope)
-            except RehydrateError as exc:
-                logger.warning(
-                    "schedule: could not record a coalesced occurrence",
-                    dehydrator=handler.name,
-                    id=claim.id,
-                    exc_info=exc,
-                )
-        return _Occurrence(trigger, envelope, decided.nominal)
+        return _Occurrence(
+            trigger, envelope, decided.nominal, decided.following, moved=envelope is not claim.element
+        )
+
+    async def _write_back(self, claim: Claim, occurrence: _Occurrence) -> None:
+        """Record a moved nominal time before the occurrence runs, so a retry runs this same one."""
+        try:
+            await self._store.update(self.handler.name, claim.id, occurrence.envelope)
+        except RehydrateError as exc:
+            logger.warning(
+                "schedule: could not record a coalesced occurrence",
+                dehydrator=self.handler.name,
+                id=claim.id,
+                exc_info=exc,
+            )
 
     def _file_next(self, claim: Claim, occurrence: _Occurrence) -> None:
         """The occurrence is over (done, or dead-lettered): file the next one in its place."""
         if occurrence.trigger is None:
             self._acker.add(claim.id, claim.token)
             return
-        upcoming = next_run(occurrence.envelope, occurrence.trigger)
+        upcoming = occurrence.following
+        if upcoming is None:
+            upcoming = next_run(occurrence.envelope, occurrence.trigger)
         envelope = {**occurrence.envelope, "next": upcoming}
         self._rearmer.add(claim.id, claim.token, envelope, upcoming, finished=True)
 

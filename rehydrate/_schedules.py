@@ -148,6 +148,9 @@ class Plan:
 
     run: bool
     nominal: float
+    #: The occurrence after ``nominal`` when planning already computed it (the common case: nothing
+    #: missed), so filing the next one need not compute it again; ``None`` otherwise.
+    following: float | None = attrs.field(default=None, eq=False)
 
 
 def plan(envelope: Envelope, trigger: Trigger, now: float, attempt: int) -> Plan:
@@ -177,7 +180,7 @@ def plan(envelope: Envelope, trigger: Trigger, now: float, attempt: int) -> Plan
         return Plan(False, max(later, _after(envelope, trigger, nominal)))
     following = _after(envelope, trigger, nominal)
     if following > now:
-        return Plan(True, nominal)  # nothing else missed
+        return Plan(True, nominal, following)  # nothing else missed
     latest = _before(envelope, trigger, now)
     if latest is None:
         return Plan(True, nominal)

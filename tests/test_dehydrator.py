@@ -737,3 +737,45 @@ class TestLongestDuration:
         dehydrator.push("x", ttl=MAX_SECONDS, id="far")
         dehydrator.push("y", ttl=float(MAX_SECONDS), id="far2")
         assert dehydrator.ttn() == MAX_SECONDS
+
+
+class TestRearmMany:
+    """The memory store's batch rearm: each item as ``rearm`` would, at one ``now``."""
+
+    def test_each_item_is_fenced_like_rearm(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+        for id in "abc":
+            dehydrator.push(id, ttl=0, id=id)
+        claims = {c.id: c for c in dehydrator.claim(lease=30)}
+        clock.advance(1)
+        done = dehydrator.rearm_many(
+            [
+                ("a", claims["a"].token, "a2", 10),
+                ("b", claims["b"].token + 1, "stale", 0),  # another claim's token
+                ("missing", claims["c"].token, "x", 0),
+                ("c", claims["c"].token, "c2", timedelta(seconds=2)),
+                ("c", claims["c"].token, "again", 0),  # that claim has ended
+            ]
+        )
+        assert done == [True, False, False, True, False]
+        assert [dehydrator.info(id) for id in "ac"] == [
+            ElementInfo(id="a", due=1011.0, ttl=10.0, attempt=0, claimed=False),
+            ElementInfo(id="c", due=1003.0, ttl=2.0, attempt=0, claimed=False),
+        ]
+        info = dehydrator.info("b")
+        assert info is not None
+        assert info.claimed
+        clock.advance(2)
+        assert dehydrator.poll() == ["c2"]
+
+    @pytest.mark.parametrize(
+        "bad",
+        [("b", 1, "x", -1), ("b", 1, "x", math.nan), ("b", 0, "x", 1), ("b", None, "x", 1), ("", 1, "x", 1)],
+    )
+    def test_a_bad_item_files_none(self, dehydrator: Dehydrator, bad: Any) -> None:
+        dehydrator.push("a", ttl=0, id="a")
+        (claim,) = dehydrator.claim(lease=30)
+        before = snapshot(dehydrator)
+        with pytest.raises(RehydrateError):
+            dehydrator.rearm_many([("a", claim.token, "a2", 0), bad])
+        assert snapshot(dehydrator) == before
+        assert dehydrator.rearm_many([]) == []

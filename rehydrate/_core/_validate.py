@@ -30,6 +30,10 @@ def seconds(value: object, name: str) -> float:
 
     ``bool`` is refused although it is an ``int``: ``ttl=True`` is a bug, not one second.
     """
+    # The common case first, one type check and one chained compare (NaN fails it): every ttl of
+    # every push, rearm and reschedule comes through here.
+    if type(value) is float and 0.0 <= value <= MAX_SECONDS:
+        return value
     if isinstance(value, timedelta):
         result = value.total_seconds()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):

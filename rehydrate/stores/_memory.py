@@ -209,14 +209,9 @@ class MemoryStore(StoreBase):
     async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
         await anyio.lowlevel.checkpoint()
         batch = list(items)
-        for id, token, _, ttl in batch:
-            _validate.element_id(id)
-            _validate.seconds(ttl, "ttl")
-            if _validate.token(token) is None:
-                raise InvalidArgumentError("rearm needs each claim's token")
         d = self._get(name)
         before = d.next_due()
-        done = [d.rearm(id, element, ttl=ttl, token=token) for id, token, element, ttl in batch]
+        done = d.rearm_many(batch)
         self._notify_if_sooner(name, d, before)
         return done
 

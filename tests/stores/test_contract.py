@@ -409,6 +409,19 @@ class TestLeases:
         with pytest.raises(InvalidArgumentError):
             await s.rearm("", [("j", latest.token, "x", 0)])
 
+    async def test_rearm_checks_every_item_before_filing_any(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push_many(N, [("a", 0, "a"), ("b", 0, "b")])
+        claims = {c.id: c for c in await s.claim(N, lease=60)}
+        good = ("a", claims["a"].token, "next", 5)
+        for bad in [("b", claims["b"].token, "x", -1), ("b", 0, "x", 5), ("", claims["b"].token, "x", 5)]:
+            with pytest.raises(InvalidArgumentError):
+                await s.rearm(N, [good, bad])
+        # Nothing was filed: both are still under their claims, and can be rearmed now.
+        assert await s.summary(N) == Summary(size=2, due=0, claimed=2, ttn=60.0)
+        assert await s.rearm(N, [good, ("b", claims["b"].token, "b2", 0)]) == [True, True]
+        assert await s.poll(N) == ["b2"]
+
     async def test_rearm_wakes_a_subscriber_when_sooner(self, harness: Harness) -> None:
         s = harness.store
         await s.push(N, "e", ttl=0, id="j")
