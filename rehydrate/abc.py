@@ -303,7 +303,9 @@ class Store(ABC):
         lease (at least once). Fenced like :meth:`ack`: ``False`` (nothing done for that item) if
         the element is gone, not claimed, or no longer under that claim (the lease ran out and
         someone claimed it again, or it was replaced or pulled), so a stale worker never files a
-        second next occurrence. Each item is filed as if pushed now, in the order given. One round
+        second next occurrence. Each item is filed as if pushed now, in the order given; "now" may be
+        the moment of the call rather than of the write (SQLite and Redis count from the call, so
+        that an occurrence is due at its nominal time however long the batch waited). One round
         trip per batch; each item is atomic (a store may split a large batch into atomic parts).
         Every store of this package implements it; a store that does not raises
         ``NotImplementedError`` and cannot serve recurring schedules.

@@ -75,6 +75,13 @@ def _micros(value: object, name: str) -> int:
     return round(_validate.seconds(value, name) * 1_000_000)
 
 
+def _lag_us(elapsed: float) -> int:
+    """``elapsed`` seconds in microseconds, 0 under a tenth of a millisecond: what a batch's
+    encoding took, to be taken off its ttls so they count from the call."""
+    lag = round(elapsed * 1e6)
+    return lag if lag >= 100 else 0
+
+
 def _escape(name: str) -> str:
     """A name fit for a hash tag: no braces (and so no ambiguity: ``%`` is escaped too)."""
     return name.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
@@ -494,8 +501,11 @@ class RedisStore(StoreBase):
         return pushed
 
     async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
-        """See :meth:`Store.push_many`. One script, so at most 10,000 items per call."""
+        """See :meth:`Store.push_many`. One script, so at most 10,000 items per call. The ttls count
+        from the call: the time taken to encode the batch is taken off them (the server's clock
+        stamps the script, which runs only once they are encoded)."""
         self._keys(name)
+        asked = self.clock()  # the store's clock: a pinned clock (tests) sees no time pass
         batch: list[_Item] = []
         for element, ttl, id in items:
             micros = _micros(ttl, "ttl")
@@ -517,6 +527,9 @@ class RedisStore(StoreBase):
             self._backend.check_open()
             await anyio.lowlevel.checkpoint()
             return []
+        lag = _lag_us(self.clock() - asked)
+        if lag:
+            batch = [(id, max(0, micros - lag), payload) for id, micros, payload in batch]
         return await self._push(name, batch)
 
     async def pull(self, name: str, id: str) -> Any:
@@ -689,8 +702,11 @@ class RedisStore(StoreBase):
     async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
         """See :meth:`Store.rearm`: ``batch_size`` items per script, each script atomic. A retry
         after a lost reply finds those claims ended and answers ``False`` for them, although the
-        first attempt filed them."""
+        first attempt filed them. The ttls count from the call (its time on this store's clock,
+        which the script takes as its start): a schedule's next occurrence is due at its nominal
+        time, however long the batch took to encode or waited for a connection."""
         self._keys(name)
+        asked = round(self.clock() * 1_000_000)
         flat_items: list[tuple[str, int, str, bytes]] = []
         for id, token, element, ttl in items:
             _validate.element_id(id)
@@ -704,7 +720,7 @@ class RedisStore(StoreBase):
             return []
         out: list[bool] = []
         for start in range(0, len(flat_items), self._batch):
-            flat: _Args = []
+            flat: _Args = [asked]
             for item in flat_items[start : start + self._batch]:
                 flat += item
             reply = await self._eval("rearm", name, flat)

@@ -185,7 +185,8 @@ class SQLiteStore(StoreBase):
     **Time** is ``clock``, by default :class:`~rehydrate._clock.WallClock` (``time.time``): due
     times are stored as Unix times, so they survive a restart and every process on the machine
     agrees on them. A :class:`~rehydrate.testing.FakeClock` can be passed in tests. The clock is
-    read inside each transaction (in the worker thread), once the write lock is held; a clock that
+    read inside each transaction (in the worker thread), once the write lock is held, except that
+    the batch verbs ``push_many`` and ``rearm`` count their ttls from the call; a clock that
     steps back is treated as standing still, as by the memory store.
 
     **Layout.** One table of elements, ``(name, id)`` its primary key, with a B-tree index on
@@ -547,7 +548,11 @@ class SQLiteStore(StoreBase):
         return key
 
     async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
+        """See :meth:`Store.push_many`. The ttls count from the call, like :meth:`rearm`'s: not from
+        when the batch, encoded and checked, had the write lock (a thousand schedules' first
+        occurrences were a few milliseconds late by that)."""
         _validate.element_id(name, "name")
+        asked = float(self.clock())
         batch: list[tuple[str, bytes, float]] = []
         given: set[str] = set()
         for element, ttl, id in items:
@@ -566,7 +571,7 @@ class SQLiteStore(StoreBase):
             for key in given:
                 if conn.execute(sql.ROW, (name, key)).fetchone() is not None:
                     raise DuplicateIdError(key)
-            now = self._now()
+            now = min(asked, self._now())  # a clock that stepped back counts as standing still
             head = sql.head(conn, name)
             first = sql.next_seq(conn, len(batch))
             rows = [
@@ -800,7 +805,11 @@ class SQLiteStore(StoreBase):
         return done
 
     async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
+        """See :meth:`Store.rearm`. Each item is due ``ttl`` after the call, not after the write
+        lock was had: a schedule's next occurrence is its nominal time, however long the batch
+        waited for the lock and its envelopes took to encode (the ttls were measured at the call)."""
         _validate.element_id(name, "name")
+        asked = float(self.clock())
         codec = self._serializer.name
         batch: list[tuple[str, int, bytes, float]] = []
         for id, token, element, ttl in items:
@@ -818,15 +827,18 @@ class SQLiteStore(StoreBase):
         def body(conn: sqlite3.Connection) -> tuple[list[bool], int | None]:
             head = sql.head(conn, name)
             now = self._now()
+            # One reservation of filing numbers for the batch (those of items fenced out go unused).
+            seq = sql.next_seq(conn, len(batch))
             done: list[bool] = []
             soonest: float | None = None
+            start = min(asked, now)  # a clock that stepped back counts as standing still
             for id, token, payload, seconds in batch:
-                row = conn.execute(sql.ROW, (name, id)).fetchone()
-                if row is None or row[4] != token or not row[5]:
+                due = start + seconds
+                cursor = conn.execute(sql.REARM, (payload, codec, due, seq, seconds, name, id, token))
+                seq += 1
+                if cursor.rowcount != 1:
                     done.append(False)
                     continue
-                due = now + seconds
-                conn.execute(sql.REARM, (payload, codec, due, sql.next_seq(conn, 1), seconds, row[0]))
                 soonest = due if soonest is None else min(soonest, due)
                 done.append(True)
             sooner = soonest is not None and (head is None or soonest < head)

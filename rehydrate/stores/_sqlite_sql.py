@@ -116,9 +116,11 @@ INSERT: Final = (
 DELETE: Final = "DELETE FROM rehydrate_elements WHERE rowid = ?"
 REFILE: Final = "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ?, claimed = ? WHERE rowid = ?"
 #: A claimed row filed anew as a new element (a schedule's next occurrence): attempt and claim reset.
+#: Fenced in the statement itself, as ACK is (the claim's token is the row's attempt stamp), so a
+#: rearm is one statement, not a read and a write.
 REARM: Final = (
     "UPDATE rehydrate_elements SET payload = ?, serializer = ?, due = ?, seq = ?, ttl = ?,"
-    " attempt = 0, claimed = 0 WHERE rowid = ?"
+    " attempt = 0, claimed = 0 WHERE name = ? AND id = ? AND attempt = ? AND claimed = 1"
 )
 NAMES: Final = """
     WITH RECURSIVE walk(name) AS (

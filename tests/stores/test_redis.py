@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import gc
 import http.server
+import json
 import multiprocessing
 import os
 import random
+import socket
 import subprocess
 import sys
 import threading
@@ -327,6 +329,42 @@ async def test_push_many_is_capped(store: RedisStore) -> None:
     # The largest batch is one script that never unpacks more than 1000 values at once.
     assert len(await store.push_many(N, [(i, i % 7, None) for i in range(10_000)])) == 10_000
     assert await store.size(N) == 10_000
+
+
+class _SlowJSON:
+    """JSON taking 50 ms of CPU to encode each element: a batch that is slow to encode."""
+
+    name = "json"
+
+    def dumps(self, element: Any) -> bytes:
+        until = time.perf_counter() + 0.05
+        while time.perf_counter() < until:  # busy, as an encoder is (a sleep would block the loop)
+            pass
+        return json.dumps(element).encode()
+
+    def loads(self, data: bytes) -> Any:
+        return json.loads(data)
+
+
+async def test_batch_ttls_count_from_the_call(url: str, prefix: str) -> None:
+    """push_many and rearm take the time spent encoding off the ttls: due ``ttl`` after the call
+    (the server's clock stamps the script, which runs once everything is encoded)."""
+    async with RedisStore.from_url(url, prefix=prefix, serializer=_SlowJSON()) as s:
+        called = s.clock()
+        await s.push_many(N, [("a", 10, "a"), ("b", 0, "b"), ("c", 5, "c")])  # 150 ms to encode
+        info = await s.info(N, "a")
+        assert info is not None
+        assert info.due - called == pytest.approx(10, abs=0.05)
+        (claim,) = await s.claim(N, lease=30)
+        called = s.clock()
+        assert await s.rearm(N, [("b", claim.token, "b2", 60), ("zz", 1, "x", 1), ("yy", 1, "y", 1)]) == [
+            True,
+            False,
+            False,
+        ]
+        info = await s.info(N, "b")
+        assert info is not None
+        assert info.due - called == pytest.approx(60, abs=0.05)
 
 
 async def test_xpoll_pages_over_interleaved_ttls(url: str, prefix: str, raw: coredis.Redis[bytes]) -> None:

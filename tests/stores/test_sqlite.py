@@ -5,6 +5,7 @@ The verbs themselves are covered by the contract suite (``test_contract.py`` wit
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import queue
@@ -190,6 +191,37 @@ async def test_leases_commit_without_an_fsync_and_everything_else_with_one(tmp_p
         store._conn.set_trace_callback(None)
         assert not [s for s in statements if s.startswith("PRAGMA synchronous")]
         assert await store._pragma("synchronous") == 1
+
+
+class SlowJSON:
+    """JSON that takes a second of the FakeClock to encode each element (a big batch, a slow codec)."""
+
+    name = "json"
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+
+    def dumps(self, element: Any) -> bytes:
+        self.clock.advance(1.0)
+        return json.dumps(element).encode()
+
+    def loads(self, data: bytes) -> Any:
+        return json.loads(data)
+
+
+@pytest.mark.anyio
+async def test_batch_ttls_count_from_the_call(tmp_path: Path) -> None:
+    """push_many and rearm: due ``ttl`` after the call, however long encoding the batch took."""
+    clock = FakeClock(start=1000.0)
+    async with SQLiteStore(tmp_path / "jobs.db", clock=clock, serializer=SlowJSON(clock)) as store:
+        await store.push_many("n", [("a", 10, "a"), ("b", 20, "b"), ("c", 0, "c")])
+        dues = {id: (await store.info("n", id)).due for id in "abc"}  # type: ignore[union-attr]
+        assert dues == {"a": 1010.0, "b": 1020.0, "c": 1000.0}
+        (claim,) = await store.claim("n", lease=30)  # "c", now at 1003
+        assert await store.rearm("n", [("c", claim.token, "c2", 60), ("zz", 1, "x", 1)]) == [True, False]
+        info = await store.info("n", "c")
+        assert info is not None
+        assert info.due == 1003.0 + 60  # from the call, not after the two seconds of encoding
 
 
 @pytest.mark.anyio
