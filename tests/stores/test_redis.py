@@ -288,9 +288,11 @@ async def test_a_push_times_out_and_the_lane_reconnects(url: str, prefix: str) -
         blocker = await anyio.connect_tcp(*sock.getpeername()[:2])
         try:
             # The server is single-threaded: a script spinning for longer than the timeout
-            # holds every reply back.
-            spin = b"local t = redis.call('TIME') local e = t[1] + 1 " + (
-                b"while tonumber(redis.call('TIME')[1]) < e do end return 1"
+            # holds every reply back. One whole second from now (in µs: "until the next second"
+            # could be a few milliseconds, and the push would not time out).
+            spin = b"local t = redis.call('TIME') local e = t[1] * 1000000 + t[2] + 1000000 " + (
+                b"while true do local n = redis.call('TIME') "
+                b"if n[1] * 1000000 + n[2] >= e then break end end return 1"
             )
             await blocker.send(b"*3\r\n$4\r\nEVAL\r\n$%d\r\n%s\r\n$1\r\n0\r\n" % (len(spin), spin))
             await anyio.sleep(0.05)
