@@ -66,3 +66,32 @@ def test_records_show_every_field_and_survive_pickle_and_copy() -> None:
             assert repr(again) == repr(record)
     assert pickle.loads(pickle.dumps(records[0])).token == 7
     assert {records[1], records[2]} == {copy.copy(records[1]), copy.copy(records[2])}
+
+
+def test_a_delivery_made_from_a_claim_is_the_one_its_constructor_makes() -> None:
+    """The runner fills a ``Delivery``'s slots directly (it makes one per element): every field
+    lands where the public constructor puts it, and the record stays frozen."""
+    from datetime import UTC, datetime
+
+    from rehydrate import Delivery
+    from rehydrate.stores import MemoryStore
+
+    store, when = MemoryStore(), datetime(2026, 11, 26, 9, tzinfo=UTC)
+    fast = Delivery._from_claim("jobs", _claim(), store, None, element="el", scheduled_for=when)
+    made = Delivery(
+        name="jobs",
+        id="a",
+        element="el",
+        attempt=1,
+        due=1.0,
+        claimed_at=1.5,
+        lease_until=30.0,
+        token=7,
+        store=store,
+        scheduled_for=when,
+    )
+    assert fast == made
+    assert repr(fast) == repr(made)
+    assert (fast.token, fast.lateness, fast._store, fast._counters) == (7, 0.5, store, None)
+    with pytest.raises(AttributeError):
+        fast.attempt = 2  # type: ignore[misc]
