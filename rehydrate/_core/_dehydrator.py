@@ -39,7 +39,7 @@ from operator import is_, itemgetter, lt
 from typing import Any, Final, final
 
 from rehydrate._core import _fence, _validate
-from rehydrate._core._records import Claim, ElementInfo, Summary
+from rehydrate._core._records import Claim, ElementInfo, Summary, new_claim
 from rehydrate._core._validate import Seconds
 from rehydrate.errors import (
     DuplicateIdError,
@@ -317,8 +317,37 @@ class Dehydrator:
             raise InvalidArgumentError("ack needs the claim's token")
         if node is None or node[4] != token or not _is_claimed(node):
             return False
-        del self._index[id]
-        self._kill(node)
+        self._drop_claimed(node)
+        return True
+
+    def ack_many(self, claims: Iterable[tuple[str, int]]) -> list[bool]:
+        """:meth:`ack` for each ``(id, token)``; whether each was acked.
+
+        Every pair is checked before any is acked (a bad one raises and acks none). The batch a
+        runner's acker sends: each pair checked once, where a loop of :meth:`ack` behind a store's
+        own checks would check it twice.
+        """
+        pairs = list(claims)
+        for id, token in pairs:
+            _validate.element_id(id)
+            if _validate.token(token) is None:
+                raise InvalidArgumentError("ack needs each claim's token")
+        index = self._index
+        drop = self._drop_claimed
+        done: list[bool] = []
+        for id, token in pairs:
+            node = index.get(id)
+            if node is None or node[4] != token or not _is_claimed(node):
+                done.append(False)
+            else:
+                drop(node)
+                done.append(True)
+        return done
+
+    def _drop_claimed(self, node: _Node) -> None:
+        """Remove a claimed node (its claim checked): out of the index, dead in its lease queue."""
+        del self._index[node[2]]
+        node[3] = _DEAD  # _kill, written out
         # Acks come mostly in claim order: drop the dead front of the lease queue now, so that
         # its nodes leave at once and never add up to a sweep (an O(n) pause mid-delivery). The
         # queue's heap entry may now name a dead head: it is corrected when it surfaces.
@@ -329,7 +358,6 @@ class Dehydrator:
             self._first_live(queue)
             if queue.head > head:
                 self._advance(queue, queue.head)
-        return True
 
     def ttn(self) -> float | None:
         """Seconds until the next element is due (TTN): ``0.0`` if one is due now, ``None`` if empty."""
@@ -409,17 +437,7 @@ class Dehydrator:
             node[1] = next(seq)
             node[5] = queue
             items.append(node)
-            append(
-                Claim(
-                    id=node[2],
-                    element=node[3],
-                    attempt=attempt,
-                    lease_until=due,
-                    token=token,
-                    due=was_due,
-                    claimed_at=now,
-                )
-            )
+            append(new_claim(node[2], node[3], attempt, due, token, was_due, now))
         if new:
             self._seat(queue)
         last = node[1]
@@ -496,6 +514,7 @@ class Dehydrator:
                 raise InvalidArgumentError("rearm needs each claim's token")
         now = self.now()
         index = self._index
+        drop = self._drop_claimed
         insert = self._insert
         done: list[bool] = []
         for id, token, element, seconds in batch:
@@ -503,7 +522,7 @@ class Dehydrator:
             if node is None or node[4] != token or not _is_claimed(node):
                 done.append(False)
                 continue
-            node[3] = _DEAD  # _kill, written out
+            drop(node)
             insert(id, element, 0, now + seconds, seconds, False)
             done.append(True)
         return done

@@ -129,6 +129,25 @@ class Claim(_Record):
 ) = (vars(Claim)[name].__set__ for name in Claim._fields)
 
 
+def new_claim(
+    id: str, element: Any, attempt: int, lease_until: float, token: int, due: float, claimed_at: float
+) -> Claim:
+    """A :class:`Claim` from positional fields, in ``Claim._fields`` order: what the stores make
+    for each element they claim (a third cheaper than the keyword-only constructor)."""
+    claim = _new_record(Claim)
+    _claim_id(claim, id)
+    _claim_element(claim, element)
+    _claim_attempt(claim, attempt)
+    _claim_lease_until(claim, lease_until)
+    _claim_token(claim, token)
+    _claim_due(claim, due)
+    _claim_claimed_at(claim, claimed_at)
+    return claim
+
+
+_new_record = object.__new__
+
+
 class ElementInfo(_Record):
     """What :meth:`Dehydrator.info` knows about one element, in the dehydrator's clock."""
 

@@ -179,13 +179,7 @@ class MemoryStore(StoreBase):
 
     async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
         await anyio.lowlevel.checkpoint()
-        pairs = list(claims)
-        for id, token in pairs:
-            _validate.element_id(id)
-            if _validate.token(token) is None:
-                raise _validate.InvalidArgumentError("ack needs each claim's token")
-        d = self._get(name)
-        return [d.ack(id, token=token) for id, token in pairs]
+        return self._get(name).ack_many(claims)
 
     async def reschedule(
         self, name: str, id: str, *, ttl: Seconds, attempt: int | None = None, token: int | None = None

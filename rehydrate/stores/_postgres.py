@@ -62,7 +62,7 @@ import anyio.to_thread
 from rehydrate._clock import ServerClock
 from rehydrate._core import _validate, _workers
 from rehydrate._core._fence import attempt_of
-from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord
+from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, new_claim
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Serializer, Subscription
 from rehydrate.errors import (
@@ -870,14 +870,14 @@ class PostgresStore(StoreBase):
             if foreign is not None:
                 raise self._mismatch(name, foreign, id)
             claims.append(
-                Claim(
-                    id=id,
-                    element=self._serializer.loads(bytes(payload)),
-                    attempt=attempt_of(token),
-                    lease_until=until / 1e6,
-                    token=token,
-                    due=due / 1e6,
-                    claimed_at=now / 1e6,
+                new_claim(
+                    id,
+                    self._serializer.loads(bytes(payload)),
+                    attempt_of(token),
+                    until / 1e6,
+                    token,
+                    due / 1e6,
+                    now / 1e6,
                 )
             )
         return claims

@@ -35,7 +35,7 @@ import anyio
 from rehydrate._clock import ServerClock
 from rehydrate._core import _validate, _workers
 from rehydrate._core._fence import STAMP, stamp
-from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord
+from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, new_claim
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Serializer, Subscription
 from rehydrate.errors import (
@@ -633,14 +633,14 @@ class RedisStore(StoreBase):
             else:
                 elements = [self._load(reply[i + 4]) for i in rows]
             out += [
-                Claim(
-                    id=_text(reply[i]),
-                    element=element,
-                    attempt=int(reply[i + 1]),
-                    lease_until=until,
-                    token=stamp(int(reply[i + 3]), int(reply[i + 1])),
-                    due=int(reply[i + 2]) / 1e6,
-                    claimed_at=now,
+                new_claim(
+                    _text(reply[i]),
+                    element,
+                    int(reply[i + 1]),
+                    until,
+                    stamp(int(reply[i + 3]), int(reply[i + 1])),
+                    int(reply[i + 2]) / 1e6,
+                    now,
                 )
                 for i, element in zip(rows, elements, strict=True)
             ]

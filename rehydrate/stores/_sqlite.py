@@ -16,7 +16,7 @@ import anyio.to_thread
 from rehydrate._clock import WallClock
 from rehydrate._core import _validate, _workers
 from rehydrate._core._fence import attempt_of, stamp
-from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord
+from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, new_claim
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Clock, Serializer, Subscription
 from rehydrate.errors import (
@@ -717,14 +717,8 @@ class SQLiteStore(StoreBase):
             # sequence never goes back in this file.
             stamps = [stamp(first + i, attempt_of(row[5]) + 1) for i, row in enumerate(rows)]
             claims = [
-                Claim(
-                    id=id,
-                    element=self._loads(name, id, payload, codec),
-                    attempt=attempt_of(token),
-                    lease_until=until,
-                    token=token,
-                    due=due,
-                    claimed_at=now,
+                new_claim(
+                    id, self._loads(name, id, payload, codec), attempt_of(token), until, token, due, now
                 )
                 for (_, id, payload, codec, due, _), token in zip(rows, stamps, strict=True)
             ]
