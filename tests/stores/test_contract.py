@@ -11,6 +11,7 @@ import pytest
 from rehydrate import (
     DuplicateIdError,
     InvalidArgumentError,
+    InvalidTypeError,
     SerializerMismatchError,
     StoreNotOpenError,
     Summary,
@@ -580,6 +581,21 @@ class TestBadInput:
             await s.push(N, {"k\udcff": 1}, ttl=0, id="s")
         await s.push(N, {"é": "ü ✓ 😀"}, ttl=0, id="ok")
         assert await s.poll(N) == [{"é": "ü ✓ 😀"}]
+        assert await s.ids(N) == []
+
+    async def test_what_json_cannot_carry_is_refused_and_nothing_is_kept(self, harness: Harness) -> None:
+        """With the default JSON serializer: NaN, an object JSON does not know and a cyclic element
+        are each a clear ``InvalidTypeError``, alone or in a batch, and nothing is filed."""
+        s = harness.store
+        if getattr(s, "serializer", None) is None or s.serializer.name != "json":
+            pytest.skip("this store does not serialize with JSON")
+        cyclic: list[Any] = [1]
+        cyclic.append(cyclic)
+        for bad in (float("nan"), {"when": object()}, cyclic):
+            with pytest.raises(InvalidTypeError, match="not JSON-serializable"):
+                await s.push(N, bad, ttl=0, id="bad")
+            with pytest.raises(InvalidTypeError, match="not JSON-serializable"):
+                await s.push_many(N, [("fine", 0, "a"), (bad, 0, "b")])
         assert await s.ids(N) == []
 
 
