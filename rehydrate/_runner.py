@@ -102,18 +102,32 @@ def handler_label(func: Callable[..., Any]) -> str:
     return f"{getattr(func, '__module__', None) or type(func).__module__}.{name}"
 
 
-@attrs.frozen
 class _Occurrence:
     """A claimed occurrence of a schedule: its trigger (``None`` if unreadable), its envelope (the
-    nominal time planned), and that time."""
+    nominal time planned), and that time.
 
-    trigger: Trigger | None
-    envelope: Envelope
-    nominal: float
-    #: The occurrence to file when this one ends, if planning already knew it.
-    following: float | None = None
-    #: Planning moved the nominal time (coalesced, or ``all`` starting later): to be written back.
-    moved: bool = attrs.field(default=False, kw_only=True)
+    A plain slotted class: one is made per occurrence delivered, and a frozen attrs class costs
+    twice as much to make (``benchmarks/bench_schedules.py``). Never changed once made.
+    """
+
+    __slots__ = ("envelope", "following", "moved", "nominal", "trigger")
+
+    def __init__(
+        self,
+        trigger: Trigger | None,
+        envelope: Envelope,
+        nominal: float,
+        following: float | None = None,
+        *,
+        moved: bool = False,
+    ) -> None:
+        self.trigger = trigger
+        self.envelope = envelope
+        self.nominal = nominal
+        #: The occurrence to file when this one ends, if planning already knew it.
+        self.following = following
+        #: Planning moved the nominal time (coalesced, or ``all`` starting later): to be written back.
+        self.moved = moved
 
 
 class _GaveUp(Exception):
