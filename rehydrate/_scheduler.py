@@ -475,7 +475,9 @@ class Scheduler:
         least once if a worker dies); the next is filed when it ends, done or dead-lettered, in
         the same store step, so occurrences never overlap. After downtime, ``misfire`` says what
         the missed ones become: ``"coalesce"`` one run (for the latest), ``"all"`` each in turn
-        (the most recent 100 at most), ``"skip"`` none later than ``grace`` seconds (default 0).
+        (the most recent 100 at most), ``"skip"`` none later than ``grace`` seconds (default 1:
+        every claim comes a little after its nominal time, so a grace must be positive; it goes
+        with ``"skip"`` only, and anything else raises ``InvalidArgumentError``).
         """
         _validate.element_id(name, "name")
         _validate.element_id(id)

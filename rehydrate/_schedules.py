@@ -23,11 +23,12 @@ import attrs
 
 from rehydrate._core import _validate
 from rehydrate._core._triggers import ALL_MAX, MISFIRE, Cron, Every, Misfire, Trigger, trigger_from_dict
-from rehydrate._core._validate import MAX_SECONDS, Seconds
+from rehydrate._core._validate import MAX_SECONDS
 from rehydrate.errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = [
     "KEY",
+    "SKIP_GRACE",
     "Envelope",
     "Plan",
     "ScheduleInfo",
@@ -43,6 +44,12 @@ __all__ = [
 KEY: Final = "rehydrate.schedule"
 #: A dict of plain data (JSON-able): what a schedule's element is in the store.
 Envelope = dict[str, Any]
+#: ``misfire="skip"``'s grace when none is given, in seconds (APScheduler 3's
+#: ``misfire_grace_time`` is 1 s too). Every claim arrives a little after its occurrence's nominal
+#: time: a delivery on a healthy worker is milliseconds late, a worker busy with a burst some
+#: tens of milliseconds. A second runs all of those, and still skips an occurrence that comes
+#: back after real downtime.
+SKIP_GRACE: Final = 1.0
 
 
 @attrs.frozen(kw_only=True)
@@ -57,19 +64,21 @@ class ScheduleInfo:
     element: Any
     paused: bool
     misfire: Misfire = "coalesce"
+    #: With ``misfire="skip"``, how late an occurrence may run, in seconds; ``None`` otherwise.
     grace: float | None = None
 
     @classmethod
     def _from_envelope(cls, id: str, envelope: Envelope) -> ScheduleInfo:
         paused = bool(envelope.get("paused"))
+        misfire = envelope.get("misfire", "coalesce")
         return cls(
             id=id,
             trigger=trigger_from_dict(envelope["trigger"]),
             next_run=None if paused else datetime.fromtimestamp(float(envelope["next"]), UTC),
             element=envelope.get("element"),
             paused=paused,
-            misfire=envelope.get("misfire", "coalesce"),
-            grace=envelope.get("grace"),
+            misfire=misfire,
+            grace=(envelope.get("grace") or SKIP_GRACE) if misfire == "skip" else None,
         )
 
 
@@ -78,10 +87,25 @@ def is_envelope(element: object) -> bool:
 
 
 def validate_misfire(misfire: object, grace: object) -> float | None:
-    """Check ``misfire`` and ``grace``; the grace in seconds (``None`` if not given)."""
+    """Check ``misfire`` and ``grace``; the grace in seconds: ``SKIP_GRACE`` for ``"skip"``
+    without one, ``None`` for the other policies (which skip nothing, so take no grace)."""
     if misfire not in MISFIRE:
         raise InvalidArgumentError(f"misfire must be one of {', '.join(map(repr, MISFIRE))}, got {misfire!r}")
-    return None if grace is None else _validate.seconds(grace, "grace")
+    if grace is None:
+        return SKIP_GRACE if misfire == "skip" else None
+    if misfire != "skip":
+        raise InvalidArgumentError(
+            f"grace goes with misfire='skip' only (misfire={misfire!r} skips no occurrence), "
+            f"got grace={grace!r}"
+        )
+    seconds = _validate.seconds(grace, "grace")
+    if seconds <= 0:
+        raise InvalidArgumentError(
+            f"grace must be positive, got {grace!r}: with misfire='skip', every claim comes a little "
+            "after its occurrence's nominal time, so a grace of 0 would skip every occurrence "
+            f"(leave it out for the default, {SKIP_GRACE:g} s)"
+        )
+    return seconds
 
 
 def check_trigger(trigger: object) -> Trigger:
@@ -161,15 +185,17 @@ def plan(envelope: Envelope, trigger: Trigger, now: float, attempt: int) -> Plan
 
     * ``coalesce``: when later occurrences were missed too, run once, for the latest of them.
     * ``all``: run each missed occurrence in turn, the most recent ``ALL_MAX`` of them at most.
-    * ``skip``: an occurrence later than ``grace`` (default 0) is not run; the first occurrence
-      still within ``grace`` of ``now`` (or the next one) is filed instead.
+    * ``skip``: an occurrence later than ``grace`` (default ``SKIP_GRACE``, 1 s) is not run; the
+      first occurrence still within ``grace`` of ``now`` (or the next one) is filed instead.
+      An envelope with no grace, or 0 (filed before a grace had to be positive), gets the default:
+      every claim is a little late, and a grace of 0 would skip every occurrence.
     """
     nominal = float(envelope["next"])
     if attempt > 1 or envelope.get("paused"):
         return Plan(True, nominal)
     misfire = envelope.get("misfire", "coalesce")
     if misfire == "skip":
-        grace = envelope.get("grace") or 0.0
+        grace = float(envelope.get("grace") or SKIP_GRACE)
         if now - nominal <= grace:
             return Plan(True, nominal)
         # The first occurrence not yet later than grace: it may be due now (within grace) or later.
@@ -209,7 +235,3 @@ def ttl_until(when: float, now: float) -> float:
 
 #: How long a paused schedule's element waits (it is never due: resume files it anew).
 PAUSED_TTL: Final = float(MAX_SECONDS)
-
-
-def grace_seconds(grace: Seconds | None) -> float | None:
-    return None if grace is None else _validate.seconds(grace, "grace")

@@ -83,6 +83,9 @@ def test_schedule_list_pause_resume_unschedule(cli: Any) -> None:
         (["--cron", "@daily", "--every", "5s"], 2, "not allowed with"),
         ([], 2, "one of the arguments --cron --every is required"),
         (["--every", "5s", "--misfire", "sometimes"], 2, "invalid choice"),
+        (["--every", "5s", "--grace", "5s"], 1, "--grace goes with --misfire skip"),
+        (["--every", "5s", "--misfire", "all", "--grace", "5s"], 1, "--misfire all skips nothing"),
+        (["--every", "5s", "--misfire", "skip", "--grace", "0s"], 1, "grace must be positive"),
     ],
 )
 def test_bad_schedules_are_refused_in_one_line(cli: Any, argv: list[str], code: int, message: str) -> None:
@@ -95,6 +98,18 @@ def test_bad_schedules_are_refused_in_one_line(cli: Any, argv: list[str], code: 
     assert got == code
     assert message in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_skip_without_grace_gets_the_default_grace(cli: Any) -> None:
+    code, out, err = cli("schedule", "n", "i", "--every", "5s", "--misfire", "skip", "--format", "json")
+    assert code == 0, err
+    assert (json.loads(out)["misfire"], json.loads(out)["grace"]) == ("skip", 1.0)
+    code, out, err = cli("schedule", "n", "j", "--every", "5s", "--misfire", "skip", "--grace", "1m")
+    assert code == 0, err
+    code, out, _ = cli("schedules", "n", "--format", "json")
+    assert {row["id"]: row["grace"] for row in json.loads(out)} == {"i": 1.0, "j": 60.0}
+    code, out, _ = cli("schedule", "n", "k", "--every", "5s", "--format", "json")
+    assert json.loads(out)["grace"] is None
 
 
 def test_the_demo_shows_a_schedule_firing() -> None:

@@ -27,6 +27,7 @@ from rehydrate import (
     SyncScheduler,
     current_delivery,
 )
+from rehydrate._schedules import SKIP_GRACE
 from rehydrate.stores import MemoryStore
 from rehydrate.testing import FakeClock
 
@@ -415,6 +416,45 @@ async def test_misfire_after_five_missed_intervals(
     assert after.runs == [T0 + timedelta(seconds=s) for s in expected]
 
 
+async def test_skip_without_a_grace_runs_occurrences_claimed_a_little_late(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """A real claim always comes a little after the nominal time: with a grace of 0, ``skip``
+    skipped every occurrence and filed the next, forever. The clock here lands 5 ms past each
+    occurrence, as a real one does; the default grace (1 s) runs them all."""
+    scheduler = Scheduler(store, grace=0)
+    recorder = Recorder()
+    scheduler.handler("job")(recorder)
+    async with scheduler:
+        await scheduler.schedule("job", Every(10), id="j", misfire="skip")
+        (info,) = await scheduler.schedules("job")
+        assert (info.misfire, info.grace) == ("skip", SKIP_GRACE)
+        await advance(clock, 0.005)
+        await advance(clock, 30, step=10)  # at 10.005, 20.005, 30.005
+        # Late by more than the grace: skipped, and the next one runs on time.
+        await advance(clock, 9.995 + 1.5)  # at 41.5: 40 is 1.5 s late
+        await advance(clock, 8.5)  # at 50
+        scheduler.stop()
+    assert recorder.runs == [T0 + timedelta(seconds=s) for s in (0, 10, 20, 30, 50)]
+
+
+async def test_skip_reads_a_stored_grace_of_0_as_the_default(store: MemoryStore, clock: FakeClock) -> None:
+    """A schedule filed with grace 0 before a grace had to be positive runs as with the default."""
+    scheduler = Scheduler(store, grace=0)
+    recorder = Recorder()
+    scheduler.handler("job")(recorder)
+    async with scheduler:
+        await scheduler.schedule("idle", Every(10), id="j", misfire="skip")
+        envelope = await store.look("idle", "j")
+        await store.push("job", {**envelope, "grace": 0}, ttl=0, id="j")
+        await advance(clock, 0.005)
+        await advance(clock, 20, step=10)
+        (info,) = await scheduler.schedules("job")
+        assert info.grace == SKIP_GRACE
+        scheduler.stop()
+    assert recorder.runs == [T0 + timedelta(seconds=s) for s in (0, 10, 20)]
+
+
 async def test_all_runs_at_most_the_100_most_recent_missed(store: MemoryStore, clock: FakeClock) -> None:
     scheduler = Scheduler(store, grace=0)
     recorder = Recorder()
@@ -534,6 +574,14 @@ async def test_bad_input(store: MemoryStore) -> None:
             await scheduler.schedule("n", Every(1), id="a", misfire="never")  # type: ignore[arg-type]
         with pytest.raises(InvalidArgumentError, match="grace"):
             await scheduler.schedule("n", Every(1), id="a", misfire="skip", grace=-1)
+        for zero in (0, 0.0, timedelta(0)):
+            with pytest.raises(InvalidArgumentError, match=r"grace must be positive.*would skip every"):
+                await scheduler.schedule("n", Every(1), id="a", misfire="skip", grace=zero)
+        with pytest.raises(InvalidArgumentError, match="grace goes with misfire='skip' only"):
+            await scheduler.schedule("n", Every(1), id="a", grace=5)
+        with pytest.raises(InvalidArgumentError, match="grace goes with misfire='skip' only"):
+            await scheduler.schedule_many("n", [("a", Every(1), None)], misfire="all", grace=5)
+        assert await store.size("n") == 0
         with pytest.raises(InvalidTypeError, match="trigger"):
             await scheduler.schedule("n", "0 * * * *", id="a")  # type: ignore[arg-type]
         with pytest.raises(InvalidArgumentError):

@@ -80,7 +80,11 @@ def add_commands(command: Callable[..., Any], store: argparse.ArgumentParser) ->
     add.add_argument(
         "--misfire", choices=_MISFIRE, default="coalesce", help="after downtime (default coalesce)"
     )
-    add.add_argument("--grace", type=duration, help="with --misfire skip: run those at most this late")
+    add.add_argument(
+        "--grace",
+        type=duration,
+        help="with --misfire skip: run those at most this late (default 1s; must be positive)",
+    )
     add.set_defaults(verb=f"{__name__}:schedule")
     _intermixed(add)
 
@@ -139,6 +143,8 @@ async def schedule(args: argparse.Namespace, store: Store) -> int:
     from rehydrate._scheduler import Scheduler
 
     trigger = _trigger(args)
+    if args.grace is not None and args.misfire != "skip":
+        raise CLIError(f"--grace goes with --misfire skip (--misfire {args.misfire} skips nothing)")
     scheduler = Scheduler(store)
     await scheduler.schedule(
         args.name, trigger, id=args.id, element=args.payload, misfire=args.misfire, grace=args.grace
@@ -196,6 +202,7 @@ def _row(name: str, info: ScheduleInfo) -> dict[str, Any]:
         "next_run": None if info.next_run is None else info.next_run.isoformat(),
         "paused": info.paused,
         "misfire": info.misfire,
+        "grace": info.grace,
         "element": info.element,
     }
 
