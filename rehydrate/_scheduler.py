@@ -238,6 +238,9 @@ class Scheduler:
             tracing=Tracing(tracer_provider),
         )
         self._handlers: dict[str, HandlerSpec] = {}
+        #: The misfire policy and grace of each schedule declared with a handler (``handler(name,
+        #: schedule=...)``; the trigger is the handler's ``schedule``).
+        self._declared: dict[str, tuple[Misfire, float | None]] = {}
         #: The runner of each handler while the scheduler runs.
         self._runners: dict[str, Runner] = {}
         #: The counters of each dehydrator served (by a handler or a channel), since it was made.
@@ -333,6 +336,8 @@ class Scheduler:
         concurrency: int = 100,
         batch: int | None = None,
         schedule: Trigger | None = None,
+        misfire: Misfire | None = None,
+        grace: Seconds | None = None,
     ) -> Callable[[Handler], Handler]:
         """Register the decorated function as the handler of dehydrator ``name``.
 
@@ -348,6 +353,11 @@ class Scheduler:
         schedule with id ``name`` and element ``None``, filed when the scheduler starts: an
         upsert, so any number of processes declaring the same schedule move nothing (see
         :meth:`schedule`). Per-entity schedules are filed at run time with :meth:`schedule`.
+        ``misfire`` (default ``"coalesce"``) and ``grace`` are that schedule's misfire policy, as
+        in :meth:`schedule`; they go with ``schedule`` only. The code is the source of truth for a
+        declared schedule: each start files it as declared, so a :meth:`schedule` call at run time
+        on the same id (another trigger, element, ``misfire`` or ``grace``) lasts until the next
+        start.
         """
         _validate.element_id(name, "name")
         if name in self._handlers:
@@ -359,8 +369,16 @@ class Scheduler:
             raise InvalidArgumentError("lease must be positive")
         _positive_int(concurrency, "concurrency")
         size = min(concurrency, 100) if batch is None else _positive_int(batch, "batch")
+        policy: tuple[Misfire, float | None] | None = None
         if schedule is not None:
             check_trigger(schedule)
+            chosen: Misfire = "coalesce" if misfire is None else misfire
+            policy = (chosen, validate_misfire(chosen, grace))
+        elif misfire is not None or grace is not None:
+            raise InvalidArgumentError(
+                "misfire and grace go with schedule= (they are the declared schedule's misfire "
+                "policy; a schedule filed at run time takes them in Scheduler.schedule)"
+            )
 
         def register(func: Handler) -> Handler:
             if not callable(func):
@@ -378,6 +396,8 @@ class Scheduler:
                 schedule=schedule,
             )
             self._handlers[name] = handler
+            if policy is not None:
+                self._declared[name] = policy
             if self._tg is not None:
                 self._start(handler)
             return func
@@ -681,10 +701,12 @@ class Scheduler:
         return True
 
     async def _declare(self) -> None:
-        """File the schedules declared with handlers (an upsert each: see :meth:`schedule`)."""
+        """File the schedules declared with handlers, as declared (an upsert each: see
+        :meth:`schedule`): the code is their source of truth."""
         for handler in self._handlers.values():
             if handler.schedule is not None:
-                await self._upsert(handler.name, handler.schedule, handler.name, None, "coalesce", None)
+                misfire, grace = self._declared.get(handler.name, ("coalesce", None))
+                await self._upsert(handler.name, handler.schedule, handler.name, None, misfire, grace)
 
     # -- dead letters ----------------------------------------------------------------------------
 

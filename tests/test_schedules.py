@@ -227,6 +227,79 @@ async def test_declared_schedules_are_upserted_and_move_nothing(store: MemorySto
     assert info.next_run == datetime(2026, 1, 6, 7, 0, tzinfo=UTC)
 
 
+async def test_a_declared_schedule_takes_misfire_and_grace_and_the_code_wins_at_start(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    def make(**policy: Any) -> Scheduler:
+        scheduler = Scheduler(store, grace=0)
+        scheduler.handler("job", schedule=Every(10), **policy)(Recorder())
+        return scheduler
+
+    first = make(misfire="skip", grace=timedelta(seconds=30))
+    async with first:
+        (info,) = await first.schedules("job")
+        assert (info.misfire, info.grace) == ("skip", 30.0)
+        # Changed at run time on the declared id: it holds until the next start.
+        await first.schedule("job", Every(10), id="job", misfire="all")
+        (info,) = await first.schedules("job")
+        assert (info.misfire, info.grace) == ("all", None)
+        first.stop()
+    again = make(misfire="skip", grace=30)
+    async with again:
+        (info,) = await again.schedules("job")
+        assert (info.misfire, info.grace) == ("skip", 30.0)
+        again.stop()
+    # Declared with the default policy: coalesce, no grace.
+    plain = make()
+    async with plain:
+        (info,) = await plain.schedules("job")
+        assert (info.misfire, info.grace) == ("coalesce", None)
+        plain.stop()
+    # "skip" declared without a grace gets the default one.
+    skip = make(misfire="skip")
+    async with skip:
+        (info,) = await skip.schedules("job")
+        assert (info.misfire, info.grace) == ("skip", SKIP_GRACE)
+        skip.stop()
+
+
+async def test_a_declared_schedule_runs_its_misfire_policy_after_downtime(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    def make(recorder: Recorder) -> Scheduler:
+        scheduler = Scheduler(store, grace=0)
+        scheduler.handler("job", schedule=Every(10, start=T0), misfire="all")(recorder)
+        return scheduler
+
+    before, after = Recorder(), Recorder()
+    async with make(before) as first:
+        await advance(clock, 5)
+        first.stop()
+    await advance(clock, 30)  # down from 5 to 35: 10, 20 and 30 were missed
+    async with make(after) as second:
+        await advance(clock, 0)
+        second.stop()
+    assert before.runs == [T0]
+    assert after.runs == [T0 + timedelta(seconds=s) for s in (10, 20, 30)]
+
+
+def test_handler_checks_misfire_and_grace_when_registering() -> None:
+    scheduler = Scheduler()
+    with pytest.raises(InvalidArgumentError, match="misfire and grace go with schedule="):
+        scheduler.handler("a", misfire="all")
+    with pytest.raises(InvalidArgumentError, match="misfire and grace go with schedule="):
+        scheduler.handler("a", grace=5)
+    with pytest.raises(InvalidArgumentError, match="misfire must be one of"):
+        scheduler.handler("a", schedule=Every(1), misfire="never")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="grace must be positive"):
+        scheduler.handler("a", schedule=Every(1), misfire="skip", grace=0)
+    with pytest.raises(InvalidArgumentError, match="grace goes with misfire='skip' only"):
+        scheduler.handler("a", schedule=Every(1), grace=5)
+    with pytest.raises(InvalidTypeError, match="grace"):
+        scheduler.handler("a", schedule=Every(1), misfire="skip", grace="5s")  # type: ignore[arg-type]
+    assert scheduler.handlers == []  # nothing was registered
+
+
 async def test_schedule_replaces_the_element_and_keeps_the_next_run(
     store: MemoryStore, clock: FakeClock
 ) -> None:
