@@ -1,17 +1,29 @@
-"""Schedules filed in batches (``Scheduler.schedule_many``) on every store of the contract suite.
+"""Schedules on the real stores.
 
-The upsert's rules are tested at length on the memory store (tests/test_schedules.py); here, that
-each store's ``push_many`` and its all-or-nothing ``DuplicateIdError`` carry them: a first filing in
-batches, then a restart declaring the same ones (nothing moves) with one changed and one new.
+* Filed in batches (``Scheduler.schedule_many``) on every store of the contract suite. The upsert's
+  rules are tested at length on the memory store (tests/test_schedules.py); here, that each store's
+  ``push_many`` and its all-or-nothing ``DuplicateIdError`` carry them: a first filing in batches,
+  then a restart declaring the same ones (nothing moves) with one changed and one new.
+* A store restart loses no schedule, on each durable store: SQLite (the file closed and opened
+  again), Redis (the server SIGKILLed and started again on its AOF) and PostgreSQL (a server of
+  the test's own, stopped with ``pg_ctl -m immediate`` and started again).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import anyio
+import attrs
 import pytest
 
-from rehydrate import Every, Scheduler
+from rehydrate import Cron, Every, Scheduler, current_delivery
+from rehydrate.abc import Store
+from rehydrate.stores import PostgresStore, RedisStore, SQLiteStore
+from tests.pg_server import PostgresServer, skip_without_server
+from tests.redis_server import RedisServer
 
 from .harnesses import Harness
 
@@ -40,3 +52,99 @@ async def test_schedule_many_files_in_batches_and_moves_nothing_when_declared_ag
         assert after["user-1199"]["trigger"] == Every(600).to_dict()
         assert (await store.look("reminders", "new"))["trigger"] == Every(60).to_dict()
         scheduler.stop()
+
+
+# -- a store restart loses no schedule ------------------------------------------------------------
+
+# Built outside the event loop: a zone's first use reads its file (blockbuster would object).
+PARIS_8AM = Cron("0 8 * * *", tz="Europe/Paris")
+
+
+@attrs.define
+class Durable:
+    """A durable store's data, and a way to end its server and bring it back on the same data."""
+
+    #: A new store object on the data (not opened).
+    open: Callable[[], Store]
+    #: Stop the server abruptly and start it again on the same data (blocking; nothing for SQLite).
+    restart: Callable[[], None]
+
+
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
+def durable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Durable]:
+    if request.param == "sqlite":
+        # Closing the store and opening the file from a new store object is SQLite's restart.
+        yield Durable(open=lambda: SQLiteStore(tmp_path / "schedules.db"), restart=lambda: None)
+    elif request.param == "redis":
+        # SIGKILL (no shutdown save): the AOF, fsynced at every write, is all that comes back.
+        redis = RedisServer(dir=tmp_path, appendonly=True).start()
+
+        def restart() -> None:
+            redis.stop(kill=True)
+            redis.start()
+
+        try:
+            yield Durable(open=lambda: RedisStore.from_url(redis.url, prefix="restart"), restart=restart)
+        finally:
+            redis.cleanup()
+    else:
+        # A server of this test's own (half a second to make): pg_ctl stop -m immediate is a crash
+        # as far as the database is concerned, and the next start replays the WAL.
+        skip_without_server()
+        with PostgresServer() as pg:
+            yield Durable(open=lambda: PostgresStore.from_url(pg.url), restart=pg.restart)
+
+
+async def test_a_store_restart_loses_no_schedule(durable: Durable) -> None:
+    """Schedules filed (one by one, in a batch, paused, with a misfire policy) are all there after
+    the store's server is killed and started again, unchanged, and they fire afterwards."""
+    store = durable.open()
+    scheduler = Scheduler(store, heartbeat=None)  # files schedules; serves none of them
+    try:
+        async with scheduler:
+            await scheduler.schedule("tick", Every(0.2), id="tick", element={"k": 1})
+            await scheduler.schedule_many(
+                "reminders", [(f"user-{i}", PARIS_8AM, {"user": i}) for i in range(50)]
+            )
+            await scheduler.schedule("reminders", Every(60), id="late", misfire="skip", grace=30)
+            await scheduler.pause("reminders", "user-7")
+            before = {name: await scheduler.schedules(name) for name in ("tick", "reminders")}
+            scheduler.stop()
+    finally:
+        await store.aclose()
+    assert len(before["reminders"]) == 51
+    await anyio.to_thread.run_sync(durable.restart)
+
+    store = durable.open()
+    try:
+        async with Scheduler(store, heartbeat=None) as lister:
+            after = {name: await lister.schedules(name) for name in ("tick", "reminders")}
+            lister.stop()
+        assert after == before
+        # Served from now on: the schedule fires (its first occurrence, then on its grid).
+        runs: list[tuple[float, Any]] = []
+        serving = Scheduler(store, heartbeat=None, grace=0)
+
+        @serving.handler("tick")
+        async def tick(element: Any) -> None:
+            when = current_delivery().scheduled_for
+            assert when is not None
+            runs.append((when.timestamp(), element))
+            if len(runs) == 3:
+                three.set()
+
+        three = anyio.Event()
+        async with serving:
+            with anyio.fail_after(20):
+                await three.wait()
+            serving.stop()
+    finally:
+        await store.aclose()
+    (info,) = before["tick"]
+    assert info.next_run is not None
+    anchor = info.next_run.timestamp()
+    nominal = [t for t, _ in runs]
+    assert nominal == sorted(set(nominal))
+    # On the grid to the µs (a Unix time in seconds holds about 7 decimals as a float).
+    assert all(abs(t - anchor - 0.2 * round((t - anchor) / 0.2)) < 1e-5 for t in nominal)
+    assert all(element == {"k": 1} for _, element in runs)
