@@ -6,6 +6,7 @@ so a test crosses a daylight-saving change or a day of occurrences in millisecon
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -140,6 +141,71 @@ async def test_hourly_cron_never_skips_or_repeats_an_hour_of_real_time(tz: str, 
     assert gaps == {3600.0}
     # Each ran at its nominal time (the fake clock stepped 10 minutes at a time).
     assert recorder.runs[0] == (start + timedelta(hours=1)).astimezone(UTC)
+
+
+LORD_HOWE = "Australia/Lord_Howe"  # clocks move 30 minutes, at 02:00 local either way
+
+
+async def _run_cron_for_a_day(expression: str, tz: str, day: tuple[int, int, int]) -> list[datetime]:
+    """The nominal times a scheduler runs ``Cron(expression, tz=tz)`` at over the local ``day``
+    (from 2 hours before it to 2 hours after, the fake clock stepping 10 minutes at a time)."""
+    zone = ZoneInfo(tz)
+    midnight = datetime(*day, tzinfo=zone)
+    start = midnight - timedelta(hours=2)
+    clock = FakeClock(start=start + timedelta(minutes=1))
+    async with MemoryStore(clock=clock) as store:
+        scheduler = Scheduler(store, grace=0)
+        recorder = Recorder()
+        scheduler.handler("cron", schedule=Cron(expression, tz=tz), lease=STEP_LEASE)(recorder)
+        async with scheduler:
+            await advance(clock, 28 * 3600, step=600)
+            scheduler.stop()
+    next_midnight = datetime(*(midnight + timedelta(days=1)).timetuple()[:3], tzinfo=zone)
+    return [r for r in recorder.runs if midnight <= r < next_midnight]
+
+
+@pytest.mark.parametrize(
+    ("season", "expression", "expected"),
+    [
+        # 02:00 -> 02:30 in spring: 02:15 does not exist, and runs once, at the end of the gap.
+        ("spring", "15 2 * * *", (2, 30, 11.0)),
+        ("spring", "45 1 * * *", (1, 45, 10.5)),
+        # 02:00 -> 01:30 in autumn: 01:45 happens twice, and runs once, at the first of them.
+        ("fall", "45 1 * * *", (1, 45, 11.0)),
+        ("fall", "15 2 * * *", (2, 15, 10.5)),
+        ("fall", "30 2 * * *", (2, 30, 10.5)),
+    ],
+)
+async def test_lord_howe_s_half_hour_shifts_neither_skip_nor_repeat_a_daily_run(
+    season: str, expression: str, expected: tuple[int, int, float]
+) -> None:
+    day = DST_DAYS[LORD_HOWE][0 if season == "spring" else 1]
+    runs = await _run_cron_for_a_day(expression, LORD_HOWE, day)
+    assert len(runs) == 1, runs
+    local = runs[0].astimezone(ZoneInfo(LORD_HOWE))
+    offset = local.utcoffset()
+    assert offset is not None
+    assert (local.hour, local.minute, offset.total_seconds() / 3600) == expected
+
+
+@pytest.mark.parametrize("season", ["spring", "fall"])
+async def test_hourly_cron_in_lord_howe_runs_each_local_hour_once(season: str) -> None:
+    """No whole hour falls in Lord Howe's repeated half hour, and its skipped 02:00 runs at 02:30:
+    each of the day's 24 local hours runs once, none skipped and none repeated. Real time between
+    runs is an hour, but across a transition: 30 minutes after the spring gap (02:30 -> 03:00), 90
+    minutes across the repeated half hour (01:00 -> 02:00)."""
+    day = DST_DAYS[LORD_HOWE][0 if season == "spring" else 1]
+    runs = await _run_cron_for_a_day("0 * * * *", LORD_HOWE, day)
+    local = [r.astimezone(ZoneInfo(LORD_HOWE)) for r in runs]
+    assert [t.hour for t in local] == list(range(24))
+    assert len(set(runs)) == 24
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(runs)]
+    if season == "spring":
+        assert (local[2].hour, local[2].minute) == (2, 30)
+        assert gaps == [3600.0] * 2 + [1800.0] + [3600.0] * 20
+    else:
+        assert all(t.minute == 0 for t in local)
+        assert gaps == [3600.0] + [5400.0] + [3600.0] * 21
 
 
 # -- the API ---------------------------------------------------------------------------------------
