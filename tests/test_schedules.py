@@ -124,7 +124,10 @@ async def test_daily_cron_runs_once_on_a_daylight_saving_day(tz: str, season: st
 
 @pytest.mark.parametrize("tz", ["Europe/Paris", "America/New_York"])
 @pytest.mark.parametrize("season", ["spring", "fall"])
-async def test_hourly_cron_never_skips_or_repeats_an_hour_of_real_time(tz: str, season: str) -> None:
+@pytest.mark.parametrize("expression", ["0 * * * *", "0 0-23 * * *"])  # every hour, however spelled
+async def test_hourly_cron_never_skips_or_repeats_an_hour_of_real_time(
+    tz: str, season: str, expression: str
+) -> None:
     zone = ZoneInfo(tz)
     day = DST_DAYS[tz][0 if season == "spring" else 1]
     start = datetime(*day, tzinfo=zone) - timedelta(hours=2)
@@ -132,7 +135,7 @@ async def test_hourly_cron_never_skips_or_repeats_an_hour_of_real_time(tz: str, 
     async with MemoryStore(clock=clock) as store:
         scheduler = Scheduler(store, grace=0)
         recorder = Recorder()
-        scheduler.handler("hourly", schedule=Cron("0 * * * *", tz=tz), lease=STEP_LEASE)(recorder)
+        scheduler.handler("hourly", schedule=Cron(expression, tz=tz), lease=STEP_LEASE)(recorder)
         async with scheduler:
             await advance(clock, 8 * 3600, step=600)
             scheduler.stop()

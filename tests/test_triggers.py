@@ -74,12 +74,24 @@ def test_a_time_that_happens_twice_runs_once_on_the_fall_back_day(tz: str) -> No
         assert (local.hour, local.minute) == (int(expression.split()[1]), int(expression.split()[0]))
 
 
+#: Every spelling of an hour field that names every hour: each follows real time.
+EVERY_HOUR = [
+    "0 * * * *",
+    "0 */1 * * *",
+    "0 0-23 * * *",
+    "0 0-23/1 * * *",
+    f"0 {','.join(map(str, range(24)))} * * *",
+    "@hourly",
+]
+
+
 @pytest.mark.parametrize("tz", ["Europe/Paris", "America/New_York"])
 @pytest.mark.parametrize("which", [0, 1])
-def test_hourly_never_skips_or_repeats_an_hour_of_real_time(tz: str, which: int) -> None:
+@pytest.mark.parametrize("expression", EVERY_HOUR)
+def test_hourly_never_skips_or_repeats_an_hour_of_real_time(tz: str, which: int, expression: str) -> None:
     day = DST[tz][which]
     lo, hi = _local_day_bounds(tz, day)
-    runs = _walk(Cron("0 * * * *", tz=tz), lo - 1, hi)
+    runs = _walk(Cron(expression, tz=tz), lo - 1, hi)
     assert len(runs) == (23 if which == 0 else 25)  # the local day is 23 or 25 hours long
     gaps = {(b - a).total_seconds() for a, b in itertools.pairwise(runs)}
     assert gaps == {3600.0}
@@ -107,6 +119,98 @@ def test_hourly_in_lord_howe_runs_each_local_hour_once_across_its_half_hour_shif
     ]
     # 01:30-02:00 happens twice: no whole hour in it, so every hour runs once.
     assert runs == [f"{h:02d}:00" for h in range(24)]
+
+
+def test_an_hour_field_that_skips_hours_names_local_times() -> None:
+    """``0 */2 * * *`` does not name every hour: on Paris's fall-back night its 02:00 runs once
+    (cronsim alone would run both, as it goes by the ``*`` the field starts with)."""
+    from zoneinfo import ZoneInfo
+
+    lo, hi = _local_day_bounds("Europe/Paris", DST["Europe/Paris"][1])
+    for expression in ("0 */2 * * *", "0 0-22/2 * * *", "*/30 2 * * *"):
+        runs = _walk(Cron(expression, tz="Europe/Paris"), lo - 1, hi)
+        local = [r.astimezone(ZoneInfo("Europe/Paris")).strftime("%H:%M%z") for r in runs]
+        assert len(local) == len({r[:5] for r in local}), (expression, local)
+    runs = _walk(Cron("0 */2 * * *", tz="Europe/Paris"), lo - 1, hi)
+    assert len(runs) == 12
+    assert runs[1].astimezone(ZoneInfo("Europe/Paris")).utcoffset() == timedelta(hours=2)  # the first 02:00
+
+
+def _reference(expression: str, tz: str, lo: float, hi: float) -> list[float]:
+    """The daylight-saving rule, minute by minute of real time, for an expression whose day fields
+    are ``*``: run at each minute whose wall time the expression names (only the first time that
+    wall time is shown, unless the hour field names every hour), and at the end of a spring gap
+    in which it names a time."""
+    from zoneinfo import ZoneInfo
+
+    from cronsim import CronSim
+
+    parsed = CronSim(expression, datetime(2000, 1, 1))
+    every_hour = parsed.hours == set(range(24))
+
+    def named(wall: datetime) -> bool:
+        return wall.minute in parsed.minutes and wall.hour in parsed.hours
+
+    zone = ZoneInfo(tz)
+    runs: list[float] = []
+    shown: set[datetime] = set()
+    previous: timedelta | None = None
+    t = (int(lo) // 60 + 1) * 60
+    while t < hi:
+        local = datetime.fromtimestamp(t, UTC).astimezone(zone)
+        wall, offset = local.replace(tzinfo=None), local.utcoffset()
+        assert offset is not None
+        run = named(wall) and (every_hour or wall not in shown)
+        if previous is not None and offset > previous:  # clocks went forward: the gap's wall times
+            gap = wall - (offset - previous)
+            run = run or any(
+                named(gap + timedelta(minutes=m)) for m in range((wall - gap) // timedelta(minutes=1))
+            )
+        if run:
+            runs.append(float(t))
+        shown.add(wall)
+        previous = offset
+        t += 60
+    return runs
+
+
+RULE_EXPRESSIONS = [
+    *EVERY_HOUR[:5],
+    "30 * * * *",
+    "15,45 * * * *",
+    "59 * * * *",
+    "*/20 * * * *",
+    "* * * * *",
+    "0 */2 * * *",
+    "*/7 */3 * * *",
+    "30 2 * * *",
+    "15 2 * * *",
+    "45 1 * * *",
+    "30 1 * * *",
+    "0 1-3 * * *",
+    "*/10 1-3 * * *",
+    "* 2 * * *",
+    "15,45 2 * * *",
+]
+
+
+@pytest.mark.parametrize(("tz", "which"), [(tz, which) for tz in sorted(DST) for which in (0, 1)])
+def test_the_daylight_saving_rule_against_a_minute_by_minute_reference(tz: str, which: int) -> None:
+    from zoneinfo import ZoneInfo
+
+    day = DST[tz][which]
+    lo = datetime(*day, tzinfo=ZoneInfo(tz)).timestamp() - 3 * 3600
+    hi = lo + 30 * 3600
+    for expression in RULE_EXPRESSIONS:
+        cron = Cron(expression, tz=tz)
+        runs = [r.timestamp() for r in _walk(cron, lo, hi)]
+        assert runs == _reference(expression, tz, lo, hi), expression
+        # before() agrees with after(): each run is the last at or before itself, and the one
+        # before it is the last before it (just before, and halfway between).
+        for previous, run in itertools.pairwise(runs):
+            assert cron.before(run) == run, expression
+            assert cron.before(run - 0.5) == previous, expression
+            assert cron.before((previous + run) / 2) == previous, expression
 
 
 def test_cron_names_ranges_steps_lists_and_aliases() -> None:

@@ -9,13 +9,24 @@ Europe/Paris (measured with croniter 7.0), which breaks the daylight-saving rule
 because building an iterator and taking one occurrence, which is what filing the next occurrence
 costs, measured 3-4x faster with cronsim. Both are maintained.
 
-**The daylight-saving rule** (``Cron`` with a ``tz``): an expression names local times.
+**The daylight-saving rule** (``Cron`` with a ``tz``): an expression names local (wall-clock) times.
 
-* A named local time that does not exist (skipped when clocks go forward) runs once, at the first
-  instant after the gap (``30 2 * * *`` runs at 03:00 in Europe/Paris on the spring-forward day).
-* A named local time that happens twice (clocks go back) runs once, at its first occurrence,
-  unless the hour field is ``*``: an expression that runs every hour follows real time, so
-  ``0 * * * *`` runs at both 02:00s and never skips or repeats an hour of real time.
+* A named time that does not exist (skipped when clocks go forward) runs once, at the first
+  instant after the gap: ``30 2 * * *`` runs at 03:00 in Europe/Paris on the spring-forward day,
+  Lord Howe's 02:00 at 02:30; several named times in one gap run once, together.
+* A named time that happens twice (clocks go back) runs once, at its first occurrence; unless the
+  hour field names every hour (``*``, ``*/1``, ``0-23``, a list of all 24): such an expression
+  follows real time and runs each time the clock shows a time it names, so ``0 * * * *`` runs at
+  both 02:00s of a fall-back night in Paris (and, where clocks move a whole hour, never skips or
+  repeats an hour of real time).
+
+What counts is the hours a field names, not its spelling: ``0 0-23 * * *`` is ``0 * * * *``, and
+``0 */2 * * *`` names local times. cronsim's own test is the spelling (Debian cron's: real time
+when the minute or the hour field starts with ``*``), so the expression it is given is respelled
+to the same values (:func:`_walked`); and across a transition, where its real-time walk skips a
+gap's time or a time shown again that starts exactly at the transition, :meth:`Cron._across`
+walks each side's wall clock itself. ``tests/test_triggers.py`` checks the rule against a
+minute-by-minute reference.
 """
 
 from __future__ import annotations
@@ -60,6 +71,24 @@ _FIELDS: Final = ("minute", "hour", "day-of-month", "month", "day-of-week")
 _EPSILON: Final = 1e-6
 
 
+_ALL_HOURS: Final = frozenset(range(24))
+
+
+def _walked(parts: list[str], minutes: set[int], hours: set[int], every_hour: bool) -> str:
+    """The 5 fields to hand cronsim: the same values, spelled so that its test (real time when the
+    minute or the hour field starts with ``*``) gives the daylight-saving rule of this module."""
+    minute, hour, *rest = parts
+    if every_hour:
+        hour = "*"  # 0-23, */1, a list of all 24: real time, as * is
+    else:
+        # Named local times: no field of the two may start with * (*/2 -> 0,2,...,22).
+        if hour.startswith("*"):
+            hour = ",".join(map(str, sorted(hours)))
+        if minute.startswith("*"):
+            minute = ",".join(map(str, sorted(minutes)))
+    return " ".join([minute, hour, *rest])
+
+
 def _zone(tz: object) -> tzinfo:
     if not isinstance(tz, str):
         raise InvalidTypeError(f"tz must be a time zone name (str), not {type(tz).__name__}")
@@ -88,7 +117,9 @@ class Cron:
     expression: str
     tz: str = attrs.field(default="UTC", kw_only=True)
     _zone: tzinfo = attrs.field(init=False, eq=False, repr=False)
+    #: The expression cronsim walks: the same values, spelled for the daylight-saving rule.
     _fields: str = attrs.field(init=False, eq=False, repr=False)
+    #: Whether the hour field names every hour: the expression follows real time.
     _every_hour: bool = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
@@ -110,7 +141,7 @@ class Cron:
             )
         zone = _zone(self.tz)
         try:
-            CronSim(fields, datetime(2000, 1, 1))
+            parsed = CronSim(fields, datetime(2000, 1, 1))
         except CronSimError as exc:
             # cronsim says "Bad minute", "Bad day-of-week"...: name the field and its text.
             message = str(exc)
@@ -120,9 +151,10 @@ class Cron:
                         f"cron expression {self.expression!r}: bad {field} field {parts[i]!r}"
                     ) from None
             raise InvalidArgumentError(f"cron expression {self.expression!r}: {message}") from None
+        every_hour = parsed.hours == _ALL_HOURS
         object.__setattr__(self, "_zone", zone)
-        object.__setattr__(self, "_fields", fields)
-        object.__setattr__(self, "_every_hour", parts[1] == "*")
+        object.__setattr__(self, "_fields", _walked(parts, parsed.minutes, parsed.hours, every_hour))
+        object.__setattr__(self, "_every_hour", every_hour)
 
     def after(self, ts: float) -> float:
         """The first occurrence strictly after Unix time ``ts``."""
@@ -138,8 +170,9 @@ class Cron:
             found = next(CronSim(self._fields, _at(ts + step, self._zone)))
             result = found.timestamp()
             step += 60.0
-        if found.utcoffset() != start.utcoffset():
-            result = self._gap(ts, result)
+        if self._every_hour and found.utcoffset() != start.utcoffset():
+            # (An expression of named local times has its transitions handled by cronsim.)
+            result = self._across(ts, result)
         return result
 
     def before(self, ts: float) -> float | None:
@@ -154,36 +187,57 @@ class Cron:
         result = found.timestamp()
         if result > ts + _EPSILON:  # a gap rounded up past ts: the one before it
             return self.before(result - 60.0)
-        return result
+        if found.utcoffset() == start.utcoffset():
+            return result  # no change of offset between them: cronsim's walk is a plain clock's
+        # Across a transition cronsim's reverse walk may stop short of what after() runs (the
+        # end of a gap, a time shown again after a fall-back): walk on with after(). The first
+        # occurrence at or after cronsim's answer, then each next one still at or before ts.
+        first = self.after(result - 1e-3)
+        if first > ts + _EPSILON:
+            return self.before(result - 1e-3)  # cronsim's answer is no occurrence: look before it
+        while (following := self.after(first)) <= ts + _EPSILON:
+            first = following
+        return first
 
-    def _gap(self, ts: float, found: float) -> float:
-        """A spring-forward lies between ``ts`` and ``found``: a named local time in its gap runs
-        at the gap's end (cronsim skips those of an expression that runs every hour)."""
+    def _across(self, ts: float, found: float) -> float:
+        """Real time across a change of offset between ``ts`` and ``found`` (cronsim's answer).
+
+        On each side of the transition the local clock is a plain clock, so the first match is
+        looked for on the wall times before it, then at the transition: a named time in a spring
+        gap runs at the gap's end (cronsim skips it), and one that the clock shows again after a
+        fall-back (Lord Howe's 01:30) runs again, as a wildcard hour's 02:00 does in Paris (cronsim
+        misses a repeat that starts exactly at the transition).
+        """
         from cronsim import CronSim
 
         zone = self._zone
-        lo, hi = ts, found
-        before = _at(lo, zone).utcoffset()
-        after = _at(hi, zone).utcoffset()
-        if before is None or after is None or after <= before:
-            return found  # clocks went back: nothing skipped
+        before = _at(ts, zone).utcoffset()
+        after = _at(found, zone).utcoffset()
+        if before is None or after is None or before == after:
+            return found
         # The transition: the first instant whose offset is the new one (a whole second).
+        lo, hi = ts, found
         while hi - lo > 1e-3:
             mid = (lo + hi) / 2
             if _at(mid, zone).utcoffset() == before:
                 lo = mid
             else:
                 hi = mid
-        transition = round(hi)
-        if transition >= found or transition <= ts:
+        transition = float(round(hi))
+        if not ts < transition <= found:
             return found
-        # The local wall times of the gap: [transition's local time less the shift, its local time).
-        wall_after = _at(transition, zone).replace(tzinfo=None)
-        wall_gap = wall_after - (after - before)
-        naive_from = max(wall_gap - timedelta(microseconds=1), _at(ts, zone).replace(tzinfo=None))
-        candidate: datetime = next(CronSim(self._fields, naive_from))
-        if wall_gap <= candidate < wall_after:
-            return float(transition)
+        at = datetime.fromtimestamp(transition, UTC).replace(tzinfo=None)
+        wall_before, wall_after = at + before, at + after  # the wall clock leaves one, shows the other
+        candidate: datetime = next(CronSim(self._fields, _at(ts, zone).replace(tzinfo=None)))
+        if candidate < wall_before:  # before the transition, on the old clock
+            return min(found, (candidate - before).replace(tzinfo=UTC).timestamp())
+        if candidate < wall_after:  # in a spring gap: at its end
+            return transition
+        # The first wall time at or after the one the transition shows, on the new clock.
+        candidate = next(CronSim(self._fields, wall_after - timedelta(microseconds=1)))
+        result = (candidate - after).replace(tzinfo=UTC).timestamp()
+        if result < found and _at(result, zone).utcoffset() == after:
+            return result
         return found
 
     def to_dict(self) -> dict[str, Any]:
