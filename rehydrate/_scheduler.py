@@ -149,6 +149,8 @@ _P = ParamSpec("_P")
 # schedule_many files new schedules this many to a push_many, and upserts the rest this many at once.
 _SCHEDULE_BATCH = 1000
 _UPSERT_CONCURRENCY = 64
+# schedules() and dead_letters() read elements this many to a look_many.
+_LOOK_BATCH = 1000
 _T = TypeVar("_T")
 
 
@@ -657,16 +659,26 @@ class Scheduler:
         return await self.store.pull(name, id) is not None
 
     @_needs_the_store
-    async def schedules(self, name: str) -> list[ScheduleInfo]:
-        """The schedules of ``name``, next to run first (paused ones last). Reads every element of
-        ``name``: for inspection, not a hot path."""
+    async def schedules(self, name: str, *, limit: int | None = None) -> list[ScheduleInfo]:
+        """The schedules of ``name``, next to run first (paused ones last), at most ``limit``.
+
+        Reads the ids of ``name`` (one-shot work included), then their elements a batch at a
+        time (``Store.look_many``: one round trip per 1,000 on Redis and PostgreSQL) until
+        ``limit`` schedules are found: for inspection, not a hot path.
+        """
         _validate.element_id(name, "name")
-        out = []
-        for id in await self.store.ids(name):
-            envelope = await self.store.look(name, id)
-            if is_envelope(envelope):
-                with contextlib.suppress(RehydrateError):
-                    out.append(ScheduleInfo._from_envelope(id, envelope))
+        if limit is not None:
+            _positive_int(limit, "limit")
+        ids = await self.store.ids(name)
+        out: list[ScheduleInfo] = []
+        for start in range(0, len(ids), _LOOK_BATCH):
+            chunk = ids[start : start + _LOOK_BATCH]
+            for id, envelope in zip(chunk, await self.store.look_many(name, chunk), strict=True):
+                if is_envelope(envelope):
+                    with contextlib.suppress(RehydrateError):
+                        out.append(ScheduleInfo._from_envelope(id, envelope))
+                        if limit is not None and len(out) >= limit:
+                            return out
         return out
 
     @_needs_the_store
@@ -715,8 +727,11 @@ class Scheduler:
         """The elements of ``name`` that failed every attempt, oldest first."""
         dead = _validate.element_id(name, "name") + DEAD_SUFFIX
         letters = []
-        for id in await self.store.ids(dead, limit=limit):
-            record = await self.store.look(dead, id)
+        ids = await self.store.ids(dead, limit=limit)
+        records: list[Any] = []
+        for start in range(0, len(ids), _LOOK_BATCH):
+            records += await self.store.look_many(dead, ids[start : start + _LOOK_BATCH])
+        for id, record in zip(ids, records, strict=True):
             if isinstance(record, dict):
                 letters.append(
                     DeadLetter(

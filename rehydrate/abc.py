@@ -234,6 +234,23 @@ class Store(ABC):
     async def look(self, name: str, id: str) -> Any:
         """The element, not removed (LOOK); ``None`` if unknown."""
 
+    async def look_many(self, name: str, ids: Iterable[str]) -> list[Any]:
+        """The elements under ``ids``, none removed: per id, in the order given, its element or
+        ``None`` if unknown (a batch :meth:`look`; an id given twice is read twice).
+
+        For reading many elements at once (``Scheduler.schedules``, dead letters): one round
+        trip per batch instead of one per id. Every id is checked before anything is read: ``ids``
+        must be an iterable of ids (a ``str`` is an ``InvalidTypeError``, not a list of
+        characters), and a bad one is an ``InvalidArgumentError`` naming its index. An element
+        written by another serializer raises ``SerializerMismatchError``, as :meth:`look` does.
+        A store may read a large batch in parts, so it is not a snapshot of a dehydrator that
+        changes meanwhile. The default implementation calls :meth:`look` per id; the stores of
+        this package read a batch in one round trip (one script, one query).
+        """
+        _validate.element_id(name, "name")
+        checked = _validate.id_list(ids)
+        return [await self.look(name, id) for id in checked]
+
     @abstractmethod
     async def ttn(self, name: str) -> float | None:
         """Seconds until the next element is due (TTN); ``0.0`` if one is due; ``None`` if empty."""

@@ -112,6 +112,20 @@ def test_skip_without_grace_gets_the_default_grace(cli: Any) -> None:
     assert json.loads(out)["grace"] is None
 
 
+def test_schedules_limit(cli: Any) -> None:
+    for name, id in [("a", "1"), ("a", "2"), ("b", "3")]:
+        assert cli("schedule", name, id, "--every", "1h")[0] == 0
+    code, out, _ = cli("schedules", "--format", "json", "--limit", "2")
+    assert code == 0
+    assert [(r["name"], r["id"]) for r in json.loads(out)] == [("a", "1"), ("a", "2")]
+    code, out, _ = cli("schedules", "b", "--format", "json", "--limit", "5")
+    assert code == 0
+    assert [(r["name"], r["id"]) for r in json.loads(out)] == [("b", "3")]
+    with pytest.raises(SystemExit) as exit:
+        cli("schedules", "--limit", "0")
+    assert exit.value.code == 2
+
+
 def test_the_demo_shows_a_schedule_firing() -> None:
     import re
     import subprocess

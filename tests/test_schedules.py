@@ -434,6 +434,45 @@ async def test_schedule_many_files_each_as_schedule_would(store: MemoryStore, cl
         scheduler.stop()
 
 
+class CountingStore(MemoryStore):
+    """A memory store that counts its look and look_many calls (the round trips they stand for)."""
+
+    looks = 0
+    batches = 0
+
+    async def look(self, name: str, id: str) -> Any:
+        self.looks += 1
+        return await super().look(name, id)
+
+    async def look_many(self, name: str, ids: Any) -> list[Any]:
+        self.batches += 1
+        return await super().look_many(name, ids)
+
+
+async def test_schedules_reads_elements_a_batch_at_a_time_up_to_limit(clock: FakeClock) -> None:
+    async with CountingStore(clock=clock) as store:
+        scheduler = Scheduler(store)
+        async with scheduler:
+            await scheduler.schedule_many("r", [(f"u{i:04d}", Every(60 + i), i) for i in range(2500)])
+            await scheduler.defer("r", "one-shot", id="one-shot", delay=30)
+            store.looks = store.batches = 0
+            listed = await scheduler.schedules("r")
+            assert (store.looks, store.batches) == (0, 3)  # 2,501 ids: 3 look_many, no look
+            assert [info.id for info in listed] == [f"u{i:04d}" for i in range(2500)]  # next first
+            store.batches = 0
+            assert [info.id for info in await scheduler.schedules("r", limit=3)] == [
+                "u0000",
+                "u0001",
+                "u0002",
+            ]
+            assert store.batches == 1
+            assert len(await scheduler.schedules("r", limit=2500)) == 2500
+            for bad in (0, -1, 1.5, True):
+                with pytest.raises(InvalidArgumentError, match="limit"):
+                    await scheduler.schedules("r", limit=bad)  # type: ignore[arg-type]
+            scheduler.stop()
+
+
 async def test_schedule_many_again_moves_nothing_and_upserts_what_changed(
     store: MemoryStore, clock: FakeClock
 ) -> None:

@@ -149,6 +149,21 @@ def ids(values: tuple[Any, ...]) -> tuple[str, ...]:
     return values
 
 
+def id_list(ids: object) -> list[str]:
+    """The ids of a batch read (``look_many``), all checked before any is read: an iterable (not a
+    ``str``, which would be read as its characters) of valid ids; an id may come more than once."""
+    if isinstance(ids, str | bytes) or not hasattr(ids, "__iter__"):
+        raise InvalidTypeError(f"ids must be an iterable of ids (str), not {type(ids).__name__}")
+    out = list(ids)
+    for index, value in enumerate(out):
+        try:
+            element_id(value)
+        except InvalidArgumentError as exc:  # InvalidTypeError too
+            exc.add_note(f"in ids[{index}]")
+            raise
+    return out
+
+
 def reschedules(items: object) -> list[tuple[str, int, float]]:
     """The ``(id, token, ttl)`` items of a ``reschedule_many``, all checked before any is acted upon:
     each a triple with a valid id, a claim's token and a duration, and no id twice."""

@@ -18,6 +18,7 @@ from rehydrate.cli._common import (
     aware_datetime,
     duration,
     emit_json,
+    positive_int,
     seconds_text,
     table,
     wants_json,
@@ -56,6 +57,7 @@ def add_commands(command: Callable[..., Any], store: argparse.ArgumentParser) ->
         store,
     )
     listing.add_argument("name", nargs="?", metavar="NAME", help="only this dehydrator")
+    listing.add_argument("--limit", type=positive_int, help="at most this many (in all)")
     listing.set_defaults(verb=f"{__name__}:schedules")
 
     add = command(
@@ -149,12 +151,20 @@ async def schedule(args: argparse.Namespace, store: Store) -> int:
     await scheduler.schedule(
         args.name, trigger, id=args.id, element=args.payload, misfire=args.misfire, grace=args.grace
     )
-    info = next((s for s in await scheduler.schedules(args.name) if s.id == args.id), None)
+    info = await _one(store, args.name, args.id)
     if wants_json(args):
         emit_json(_row(args.name, info) if info is not None else {"name": args.name, "id": args.id})
     elif info is not None:
         print(f"scheduled {args.id} in {args.name}: {info.trigger}, next run {_when(info)}")
     return 0
+
+
+async def _one(store: Store, name: str, id: str) -> ScheduleInfo | None:
+    """The schedule ``id`` of ``name`` (one look, not a listing of ``name``)."""
+    from rehydrate._schedules import ScheduleInfo, is_envelope
+
+    envelope = await store.look(name, id)
+    return ScheduleInfo._from_envelope(id, envelope) if is_envelope(envelope) else None
 
 
 async def unschedule(args: argparse.Namespace, store: Store) -> int:
@@ -212,7 +222,12 @@ async def schedules(args: argparse.Namespace, store: Store) -> int:
 
     scheduler = Scheduler(store)
     names = [args.name] if args.name else [n for n in await store.names() if not n.endswith(DEAD_SUFFIX)]
-    found = [(name, info) for name in names for info in await scheduler.schedules(name)]
+    found: list[tuple[str, ScheduleInfo]] = []
+    for name in names:
+        left = None if args.limit is None else args.limit - len(found)
+        if left == 0:
+            break
+        found += [(name, info) for info in await scheduler.schedules(name, limit=left)]
     if wants_json(args):
         emit_json([_row(name, info) for name, info in found])
         return 0

@@ -160,6 +160,11 @@ class MemoryStore(StoreBase):
         d = self._get(name)
         return d.look(id)
 
+    async def look_many(self, name: str, ids: Iterable[str]) -> list[Any]:
+        await anyio.lowlevel.checkpoint()
+        d = self._get(name)
+        return [d.look(id) for id in _validate.id_list(ids)]
+
     async def ttn(self, name: str) -> float | None:
         await anyio.lowlevel.checkpoint()
         d = self._get(name)

@@ -88,6 +88,8 @@ _T = TypeVar("_T")
 
 #: The most elements one ``claim`` statement takes.
 _CLAIM_BATCH: Final = 1000
+#: How many ids one ``look_many`` query reads.
+_LOOK_BATCH: Final = 1000
 #: Durations above this are refused (due times are integer microseconds in a bigint).
 _MAX_SECONDS: Final = 1e9
 #: A NOTIFY payload is at most 8000 bytes: longer names are sent as "" (wake every subscription).
@@ -838,6 +840,34 @@ class PostgresStore(StoreBase):
         params = {"name": name, "id": id}
         row = await self._run(lambda conn: conn.execute(self._sql.look, params, prepare=True).fetchone())
         return None if row is None else self._loads(name, id, bytes(row[0]), row[1])
+
+    async def look_many(self, name: str, ids: Iterable[str]) -> list[Any]:
+        """See :meth:`Store.look_many`: one primary-key query per ``_LOOK_BATCH`` ids."""
+        _name(name)
+        checked = _validate.id_list(ids)
+        for index, id in enumerate(checked):
+            try:
+                _id(id)
+            except InvalidArgumentError as exc:
+                exc.add_note(f"in ids[{index}]")
+                raise
+        if not checked:
+            if self._pool is None:
+                raise self._not_open()
+            await anyio.lowlevel.checkpoint()
+            return []
+        query = self._sql.look_many
+
+        def read(params: dict[str, Any]) -> Callable[[Any], list[Any]]:
+            return lambda conn: conn.execute(query, params, prepare=True).fetchall()
+
+        out: list[Any] = []
+        for start in range(0, len(checked), _LOOK_BATCH):
+            chunk = checked[start : start + _LOOK_BATCH]
+            rows = await self._run(read({"name": name, "ids": chunk}))
+            found = {row[0]: self._loads(name, row[0], bytes(row[1]), row[2]) for row in rows}
+            out.extend(found.get(id) for id in chunk)
+        return out
 
     async def ttn(self, name: str) -> float | None:
         _name(name)

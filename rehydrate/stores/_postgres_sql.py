@@ -197,6 +197,8 @@ _TEMPLATES: Final = {
         SELECT id FROM {{table}} WHERE name = %(name)s AND due <= (SELECT now FROM t)
         ORDER BY due, seq LIMIT %(limit)s""",
     "look": "SELECT payload, serializer FROM {table} WHERE name = %(name)s AND id = %(id)s",
+    "look_many": """SELECT id, payload, serializer FROM {table}
+        WHERE name = %(name)s AND id = ANY(%(ids)s::text[])""",
     "ttn": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now)
         SELECT greatest(0, due - (SELECT now FROM t)) FROM {{table}}
         WHERE name = %(name)s ORDER BY due, seq LIMIT 1""",
@@ -412,6 +414,7 @@ class Statements:
     xack: str
     xpoll: str
     look: str
+    look_many: str
     ttn: str
     update: str
     claim: str

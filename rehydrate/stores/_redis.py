@@ -596,6 +596,20 @@ class RedisStore(StoreBase):
         reply = await self._eval("look", name, ["look", id])
         return None if reply is None else self._load(reply)
 
+    async def look_many(self, name: str, ids: Iterable[str]) -> list[Any]:
+        """See :meth:`Store.look_many`: ``batch_size`` ids per script (one ``HMGET``)."""
+        self._keys(name)
+        checked = _validate.id_list(ids)
+        if not checked:
+            self._backend.check_open()
+            await anyio.lowlevel.checkpoint()
+            return []
+        out: list[Any] = []
+        for start in range(0, len(checked), self._batch):
+            reply = await self._eval("look", name, ["many", *checked[start : start + self._batch]])
+            out.extend(None if payload is None else self._load(payload) for payload in reply)
+        return out
+
     async def ttn(self, name: str) -> float | None:
         self._keys(name)
         micros = int(await self._eval("ttn", name, []))

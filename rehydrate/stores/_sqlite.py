@@ -38,6 +38,8 @@ _T = TypeVar("_T")
 
 #: The most elements one ``claim`` takes in one transaction (the write lock is held meanwhile).
 _CLAIM_BATCH: Final = 1000
+#: How many ids ``look_many`` reads per trip to the connection's thread.
+_LOOK_BATCH: Final = 1000
 _SYNCHRONOUS: Final = ("FULL", "NORMAL")
 #: How often a subscription reads its counter row when other processes cannot wake it (no wake-up
 #: socket: ``:memory:``, no ``AF_UNIX``, a directory it may not write): the bound on their lateness.
@@ -668,6 +670,32 @@ class SQLiteStore(StoreBase):
             return None if row is None else self._loads(name, id, row[0], row[1])
 
         return await self._run(body)
+
+    async def look_many(self, name: str, ids: Iterable[str]) -> list[Any]:
+        """See :meth:`Store.look_many`: ``_LOOK_BATCH`` primary-key reads per trip to the
+        connection's thread (where ``look`` makes one trip per id)."""
+        _validate.element_id(name, "name")
+        checked = _validate.id_list(ids)
+
+        def body(chunk: list[str]) -> Callable[[sqlite3.Connection], list[Any]]:
+            def read(conn: sqlite3.Connection) -> list[Any]:
+                out = []
+                for id in chunk:
+                    row = conn.execute(sql.LOOK, (name, id)).fetchone()
+                    out.append(None if row is None else self._loads(name, id, row[0], row[1]))
+                return out
+
+            return read
+
+        if not checked:
+            if self._conn is None:
+                raise self._not_open()
+            await anyio.lowlevel.checkpoint()
+            return []
+        found: list[Any] = []
+        for start in range(0, len(checked), _LOOK_BATCH):
+            found += await self._run(body(checked[start : start + _LOOK_BATCH]))
+        return found
 
     async def ttn(self, name: str) -> float | None:
         _validate.element_id(name, "name")

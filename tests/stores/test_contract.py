@@ -48,6 +48,34 @@ class TestVerbs:
         assert await s.poll(N) == ["Dehydrate this"]
         assert await s.size(N) == 0
 
+    async def test_look_many(self, harness: Harness) -> None:
+        """Per id, in the order given, its element or None; claimed or not, due or not, nothing
+        removed; an id given twice is read twice; a batch larger than a store's parts keeps order."""
+        s = harness.store
+        await s.push_many(N, [({"n": 1}, 0, "a"), ("B", 60, "b"), ([3], 0, "c")])
+        (claim,) = await s.claim(N, lease=30, limit=1)
+        assert claim.id == "a"
+        assert await s.look_many(N, ["c", "missing", "a", "b", "a"]) == [[3], None, {"n": 1}, "B", {"n": 1}]
+        assert await s.look_many(N, iter(["b"])) == ["B"]  # any iterable
+        assert await s.look_many(N, []) == []
+        assert await s.look_many("nobody", ["a", "b"]) == [None, None]
+        assert await s.size(N) == 3
+        assert (await s.info(N, "a")).claimed  # type: ignore[union-attr]
+        many = [(i, 60, f"e{i}") for i in range(2500)]
+        for start in range(0, len(many), 1000):
+            await s.push_many("many", many[start : start + 1000])
+        wanted = [f"e{i}" for i in range(2499, -1, -1)] + ["none"]
+        assert await s.look_many("many", wanted) == [*range(2499, -1, -1), None]
+
+    async def test_look_many_by_default_is_look_per_id(self, harness: Harness) -> None:
+        """The contract's own look_many (what a store written before it gets) gives the same."""
+        s = harness.store
+        await s.push_many(N, [("A", 0, "a"), ("B", 60, "b")])
+        wanted = ["b", "x", "a", "b"]
+        assert await Store.look_many(s, N, wanted) == await s.look_many(N, wanted) == ["B", None, "A", "B"]
+        with pytest.raises(InvalidArgumentError):
+            await Store.look_many(s, N, "ab")
+
     async def test_generated_ids(self, harness: Harness) -> None:
         s = harness.store
         ids = {await s.push(N, i, ttl=1) for i in range(50)}
@@ -505,6 +533,11 @@ class TestBadInput:
             lambda s: s.push("", "x", ttl=1),
             lambda s: s.pull(N, ""),
             lambda s: s.look(N, 7),
+            lambda s: s.look_many(N, "ab"),  # a str is not a list of ids
+            lambda s: s.look_many(N, 7),
+            lambda s: s.look_many(N, ["a", ""]),
+            lambda s: s.look_many(N, ["a", None]),
+            lambda s: s.look_many("", ["a"]),
             lambda s: s.poll(N, limit=0),
             lambda s: s.xpoll(N, limit=-1),
             lambda s: s.xack(N, "a", ""),
@@ -541,6 +574,7 @@ class TestBadInput:
             lambda s: s.push_many(N, [("x", 1, "b"), ("y", 1, "\ud800")]),
             lambda s: s.pull(N, "\ud800"),
             lambda s: s.look(N, "a\udcff"),
+            lambda s: s.look_many(N, ["a", "a\udcff"]),
             lambda s: s.info(N, "\ud800"),
             lambda s: s.xack(N, "a", "\ud800"),
             lambda s: s.update(N, "\ud800", 1),
@@ -559,6 +593,11 @@ class TestBadInput:
         with pytest.raises(InvalidArgumentError):
             await call(s)
         assert await state(s) == before
+
+    async def test_look_many_names_the_bad_id(self, harness: Harness) -> None:
+        with pytest.raises(InvalidArgumentError) as caught:
+            await harness.store.look_many(N, ["a", "b", ""])
+        assert caught.value.__notes__ == ["in ids[2]"]
 
     async def test_the_longest_duration_is_accepted(self, harness: Harness) -> None:
         s = harness.store
@@ -612,6 +651,8 @@ def _every_verb() -> list[Any]:
         lambda s: s.xpoll(N),
         lambda s: s.xack(N, "a"),
         lambda s: s.look(N, "a"),
+        lambda s: s.look_many(N, ["a"]),
+        lambda s: s.look_many(N, []),
         lambda s: s.ttn(N),
         lambda s: s.update(N, "a", 1),
         lambda s: s.claim(N, lease=1),
@@ -742,6 +783,7 @@ class TestSerializers:
         async with harness.twin(serializer="pickle") as other:
             for call in (
                 lambda: other.look(N, "x"),
+                lambda: other.look_many(N, ["x"]),
                 lambda: other.pull(N, "x"),
                 lambda: other.poll(N),
                 lambda: other.claim(N, lease=5),
