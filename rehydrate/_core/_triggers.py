@@ -5,9 +5,10 @@ the scheduler maps them to and from the store's clock (``rehydrate._clock.wall``
 
 Cron expressions are parsed and walked by ``cronsim`` (not a parser of our own). It was chosen
 over ``croniter`` because croniter runs ``30 2 * * *`` twice on the day clocks go back in
-Europe/Paris (measured with croniter 7.0), which breaks the daylight-saving rule below, and
-because building an iterator and taking one occurrence, which is what filing the next occurrence
-costs, measured 3-4x faster with cronsim. Both are maintained.
+Europe/Paris (croniter 7.0.0), which breaks the daylight-saving rule below, and because building
+an iterator and taking one occurrence, which is what filing the next occurrence costs, took
+4.6-5.2x less time with cronsim (``benchmarks/bench_cron.py``, its figures in
+``docs/benchmarks.md``). Both are maintained.
 
 **The daylight-saving rule** (``Cron`` with a ``tz``): an expression names local (wall-clock) times.
 
