@@ -46,6 +46,7 @@ from rehydrate._heartbeat import Heartbeat, new_worker_id
 from rehydrate._runner import DEAD_SUFFIX, HandlerSpec, Runner, Settings, feed_channel, handler_label, release
 from rehydrate._schedules import (
     PAUSED_TTL,
+    Envelope,
     ScheduleInfo,
     check_trigger,
     first_run,
@@ -54,6 +55,8 @@ from rehydrate._schedules import (
     next_run,
     ttl_until,
     validate_misfire,
+    with_paused,
+    with_policy,
 )
 from rehydrate._tracing import Tracing, unwrap, wrap
 from rehydrate.abc import Clock, Store
@@ -124,6 +127,14 @@ def _heartbeat_interval(value: Seconds | None) -> float | None:
     if seconds <= 0:
         raise InvalidArgumentError("heartbeat must be positive (or None: no heartbeats)")
     return seconds
+
+
+def _trigger_of(envelope: Envelope) -> Trigger | None:
+    """The trigger an envelope holds (``None`` if it cannot be read: then it differs from any)."""
+    try:
+        return trigger_from_dict(envelope["trigger"])
+    except (RehydrateError, KeyError, TypeError, ValueError):
+        return None
 
 
 def _anchor(trigger: Trigger, now: float) -> float | None:
@@ -602,7 +613,6 @@ class Scheduler:
         self, name: str, trigger: Trigger, id: str, element: Any, misfire: Misfire, grace: float | None
     ) -> None:
         store = self.store
-        wanted = trigger.to_dict()
         while True:
             existing = await store.look(name, id)
             now = wall(store.clock)
@@ -622,8 +632,8 @@ class Scheduler:
                 error.add_note(f"{id!r} in {name!r} holds one-shot work, not a schedule")
                 raise error
             paused = bool(existing.get("paused"))
-            if existing["trigger"] == wanted:
-                envelope = {**existing, "element": element, "misfire": misfire, "grace": grace}
+            if _trigger_of(existing) == trigger:
+                envelope = with_policy({**existing, "element": element}, misfire, grace)
                 if envelope == existing:
                     return  # nothing changed: nothing moves
                 upcoming = float(existing["next"])
@@ -703,12 +713,12 @@ class Scheduler:
         if bool(existing.get("paused")) == paused:
             return True
         if paused:
-            envelope, ttl = {**existing, "paused": True}, PAUSED_TTL
+            envelope, ttl = with_paused(existing, True), PAUSED_TTL
         else:
             trigger = trigger_from_dict(existing["trigger"])
             now = wall(store.clock)
             upcoming = first_run(trigger, existing.get("anchor"), now)
-            envelope, ttl = {**existing, "paused": False, "next": upcoming}, ttl_until(upcoming, now)
+            envelope, ttl = {**with_paused(existing, False), "next": upcoming}, ttl_until(upcoming, now)
         await store.push(name, envelope, ttl=ttl, id=id, replace=True)
         return True
 

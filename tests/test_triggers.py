@@ -307,3 +307,53 @@ def test_triggers_compare_and_round_trip_through_a_dict() -> None:
     assert Every(60) != Every(60, start=start)
     with pytest.raises(InvalidArgumentError):
         trigger_from_dict({"nope": 1})
+
+
+def test_an_envelope_stores_only_what_differs_from_the_defaults() -> None:
+    """The envelope written at every occurrence leaves out default values (a third of its JSON),
+    and reads back as the same schedule."""
+    from rehydrate._schedules import ScheduleInfo, make_envelope, with_paused, with_policy
+
+    lean = make_envelope(Every(60), element={"u": 1}, next=120.0, anchor=60.0, misfire="coalesce", grace=None)
+    assert lean == {
+        "rehydrate.schedule": 1,
+        "trigger": {"every": 60.0},
+        "next": 120.0,
+        "element": {"u": 1},
+        "anchor": 60.0,
+    }
+    cron = make_envelope(Cron("0 9 * * *"), element=None, next=9.0, anchor=None, misfire="skip", grace=5.0)
+    assert cron == {
+        "rehydrate.schedule": 1,
+        "trigger": {"cron": "0 9 * * *"},
+        "next": 9.0,
+        "element": None,
+        "misfire": "skip",
+        "grace": 5.0,
+    }
+    info = ScheduleInfo._from_envelope("c", with_paused(cron, True))
+    assert (info.trigger, info.misfire, info.grace, info.paused, info.next_run) == (
+        Cron("0 9 * * *"),
+        "skip",
+        5.0,
+        True,
+        None,
+    )
+    assert with_paused(with_paused(cron, True), False) == cron
+    assert with_policy(cron, "coalesce", None) == {
+        k: v for k, v in cron.items() if k not in ("misfire", "grace")
+    }
+    paris = make_envelope(
+        Cron("0 9 * * *", tz="Europe/Paris"), element=1, next=9.0, anchor=None, misfire="all", grace=None
+    )
+    assert paris["trigger"] == {"cron": "0 9 * * *", "tz": "Europe/Paris"}
+    assert paris["misfire"] == "all"
+    anchored = Every(60, start=datetime(2026, 1, 1, tzinfo=UTC))
+    assert (
+        trigger_from_dict(
+            make_envelope(anchored, element=1, next=1.0, anchor=1.0, misfire="coalesce", grace=None)[
+                "trigger"
+            ]
+        )
+        == anchored
+    )
