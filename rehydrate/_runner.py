@@ -62,6 +62,9 @@ _STALL_FRACTION: Final = 0.25
 _ACK_TIMEOUT: Final = 10.0
 #: A worker checkpoints after this many elements in a row without waiting for work.
 _STRIDE: Final = 32
+#: While claims wait for a worker, acks (and rearms) wait this long at most for them to start:
+#: bookkeeping after the handlers' starts, in batches, never long enough to endanger a lease.
+_BOOKKEEPING_DELAY: Final = 0.005
 
 
 @attrs.frozen(kw_only=True)
@@ -237,12 +240,18 @@ class _LeaseKeeper:
 
 
 class _Acker:
-    """Sends the fenced acks of finished elements in batches: one store call for many."""
+    """Sends the fenced acks of finished elements in batches: one store call for many.
 
-    def __init__(self, store: Store, name: str, counters: Counters) -> None:
+    Starting handlers comes first: while claims wait for a worker (a burst), a batch waits until
+    they have all started, or ``_BOOKKEEPING_DELAY`` at most, so that the acks of a burst go in a
+    few calls after it instead of between its handlers' starts.
+    """
+
+    def __init__(self, store: Store, name: str, counters: Counters, workers: _Workers) -> None:
         self._store = store
         self._name = name
         self._counters = counters
+        self._workers = workers
         self._pending: list[tuple[str, int]] = []
         self._wake = anyio.Event()
 
@@ -254,6 +263,7 @@ class _Acker:
         while True:
             await self._wake.wait()
             self._wake = anyio.Event()
+            await self._workers.started(_BOOKKEEPING_DELAY)
             await self.flush()
 
     async def flush(self) -> None:
@@ -298,10 +308,11 @@ class _Rearmer:
     of each is measured when the batch is sent, from its nominal time on the store's clock.
     """
 
-    def __init__(self, store: Store, name: str, counters: Counters) -> None:
+    def __init__(self, store: Store, name: str, counters: Counters, workers: _Workers) -> None:
         self._store = store
         self._name = name
         self._counters = counters
+        self._workers = workers
         #: ``(id, token, envelope, nominal time, whether it ends a run)``.
         self._pending: list[tuple[str, int, Envelope, float, bool]] = []
         self._wake = anyio.Event()
@@ -314,6 +325,7 @@ class _Rearmer:
         while True:
             await self._wake.wait()
             self._wake = anyio.Event()
+            await self._workers.started(_BOOKKEEPING_DELAY)  # as the acker does
             await self.flush()
 
     async def flush(self) -> None:
@@ -378,11 +390,35 @@ class _Workers:
         self._waking = False
         self._closed = False
         self.group: anyio.abc.TaskGroup | None = None
+        #: Set once no claim waits for a worker and the claim loop has none coming (its last
+        #: claim was short); made anew when claims wait again.
+        self._emptied = anyio.Event()
+        self._emptied.set()
+        #: The claim loop's last claim took all it asked for: more is due, and comes next.
+        self._more_coming = False
 
     def dispatch(self, claim: Claim) -> None:
-        self._queue.append(claim)
+        queue = self._queue
+        if not queue and self._emptied.is_set():
+            self._emptied = anyio.Event()
+        queue.append(claim)
         if not self._waking:
             self._wake_one()
+
+    def claimed(self, *, more: bool) -> None:
+        """The claim loop's word after each claim: whether it took all it asked for (more is due)."""
+        self._more_coming = more
+        if not more and not self._queue:
+            self._emptied.set()
+
+    async def started(self, at_most: float) -> None:
+        """Return once every due claim has been taken by a worker (none waits, and the claim loop
+        has none coming), or after ``at_most`` seconds (real time: a bound on how long bookkeeping
+        waits, not a deadline of the store's), whichever comes first."""
+        if self._emptied.is_set():
+            return
+        with anyio.move_on_after(at_most):
+            await self._emptied.wait()
 
     def _wake_one(self) -> None:
         if self._sleepers:
@@ -414,7 +450,10 @@ class _Workers:
                 streak = 0
                 continue
             claim = queue.popleft()
-            if queue and not self._waking:
+            if not queue:
+                if not self._more_coming:
+                    self._emptied.set()
+            elif not self._waking:
                 self._wake_one()
             await run(claim)
             streak += 1
@@ -427,6 +466,7 @@ class _Workers:
         self._closed = True
         left = list(self._queue)
         self._queue.clear()
+        self._emptied.set()
         return left
 
 
@@ -452,10 +492,10 @@ class Runner:
         self._threads: set[anyio.CancelScope] = set()
         self._give_up_at: float | None = None
         self._keeper = _LeaseKeeper(store, handler)
-        self._acker = _Acker(store, handler.name, counters)
-        self._rearmer = _Rearmer(store, handler.name, counters)
-        self._rescheduler = Rescheduler(store, handler.name)
         self._workers = _Workers(handler.concurrency, self._deliver)
+        self._acker = _Acker(store, handler.name, counters, self._workers)
+        self._rearmer = _Rearmer(store, handler.name, counters, self._workers)
+        self._rescheduler = Rescheduler(store, handler.name)
 
     def stop(self) -> None:
         """Stop claiming; :meth:`run` then gives running elements their grace and returns."""
@@ -547,10 +587,12 @@ class Runner:
                 self.in_flight += 1
                 keeper.add(claim)
                 workers.dispatch(claim)
-            if len(claims) < want:
-                await _sleep_until_due(store, name, subscription)
-            else:
+            more = len(claims) >= want
+            workers.claimed(more=more)
+            if more:
                 await anyio.lowlevel.checkpoint()
+            else:
+                await _sleep_until_due(store, name, subscription)
 
     async def _deliver(self, claim: Claim) -> None:
         handler, counters = self.handler, self._counters

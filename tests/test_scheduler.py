@@ -209,6 +209,39 @@ class TestDelivery:
         assert peak == 2
         assert scheduler.stats().acked == 5
 
+    async def test_a_burst_starts_every_handler_before_its_acks_go_out(self, clock: FakeClock) -> None:
+        """Bookkeeping after the handlers' starts: 300 elements due at once (three claims of 100)
+        all start before the first ack is sent, and their acks go out in a few batches."""
+        timeline: list[tuple[str, int]] = []
+
+        class Recording(MemoryStore):
+            async def ack(self, name: str, claims: Any) -> list[bool]:
+                pairs = list(claims)
+                timeline.append(("ack", len(pairs)))
+                return await super().ack(name, pairs)
+
+        async with Recording(clock=clock) as store:
+            scheduler = Scheduler(store=store, grace=0.5)
+
+            @scheduler.handler("jobs", concurrency=1000)
+            async def job(element: int) -> None:
+                timeline.append(("start", element))
+
+            await store.push_many("jobs", [(i, 0, None) for i in range(300)])
+            async with scheduler:
+                await settle()
+                for _ in range(100):  # the acks may wait a few real milliseconds for the starts
+                    if scheduler.stats().acked == 300:
+                        break
+                    await anyio.sleep(0.01)
+            assert scheduler.stats().acked == 300
+        kinds = [kind for kind, _ in timeline]
+        assert kinds.count("start") == 300
+        last_start = len(kinds) - 1 - kinds[::-1].index("start")
+        assert kinds.index("ack") > last_start  # no ack between two starts
+        assert sum(n for kind, n in timeline if kind == "ack") == 300
+        assert kinds.count("ack") <= 3
+
     async def test_handler_registered_while_running(self, scheduler: Scheduler, clock: FakeClock) -> None:
         got: list[str] = []
         async with scheduler:
