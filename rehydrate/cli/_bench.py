@@ -28,6 +28,9 @@ BENCHMARKS: Final = {
     "redis": ("bench_redis.py", ["--quick"]),
     "workers": ("bench_workers.py", ["--n", "5000", "--repeat", "1"]),
     "redis-lateness": ("bench_redis_lateness.py", ["--quick"]),
+    "defer": ("bench_defer.py", ["--quick"]),
+    "retries": ("bench_retries.py", ["--n", "1000", "--repeat", "1"]),
+    "schedules": ("bench_schedules.py", ["--quick", "--peers", ""]),
     "cli": ("bench_cli.py", ["--n", "5"]),
 }
 _SPINNER: Final = "|/-\\"

@@ -275,8 +275,8 @@ def build_parser(*, store_verb: bool = False, only: str | None = None) -> argpar
         "names",
         nargs="*",
         metavar="NAME",
-        help="which to run: core, push-floor, scheduler, sqlite, redis, workers, redis-lateness, cli "
-        "(default: all)",
+        help="which to run: core, push-floor, scheduler, sqlite, redis, workers, redis-lateness, defer, "
+        "retries, schedules, cli (default: all)",
     )
     bench.add_argument("--quick", action="store_true", help="smaller runs: minutes, not tens of minutes")
     bench.add_argument("--dir", help="the benchmarks directory (default: found beside the package or in .)")

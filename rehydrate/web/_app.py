@@ -304,10 +304,11 @@ class _Dashboard:
         limit = _int_param(request, "limit", self.page_size, 1, _MAX_LIMIT)
         ids = (await self.store.ids(name, limit=offset + limit))[offset:]
         rows = []
-        for id in ids:
+        elements = await self.store.look_many(name, ids)  # one round trip for the page's elements
+        for id, element in zip(ids, elements, strict=True):
             info = await self.store.info(name, id)
             if info is not None:  # delivered meanwhile
-                rows.append((info, await self.store.look(name, id)))
+                rows.append((info, element))
         total = await self.store.size(name)
         latest = await self._latest()
         if _wants_json(request):
