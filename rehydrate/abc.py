@@ -202,7 +202,10 @@ class Store(ABC):
 
         All or nothing: if any id is present (or repeats within the batch) ``DuplicateIdError`` is
         raised and nothing is pushed. Costs one round trip per batch, not per item. A store may cap
-        the size of one batch (Redis: 10,000) and raise ``InvalidArgumentError`` beyond it.
+        the size of one batch (Redis: 10,000) and raise ``InvalidArgumentError`` beyond it. The
+        ttls may count from the call rather than from the write (SQLite and Redis do: encoding and
+        sending a thousand elements takes milliseconds, which would make each of them that much
+        later than its caller asked).
         """
 
     @abstractmethod

@@ -75,13 +75,6 @@ def _micros(value: object, name: str) -> int:
     return round(_validate.seconds(value, name) * 1_000_000)
 
 
-def _lag_us(elapsed: float) -> int:
-    """``elapsed`` seconds in microseconds, 0 under a tenth of a millisecond: what a batch's
-    encoding took, to be taken off its ttls so they count from the call."""
-    lag = round(elapsed * 1e6)
-    return lag if lag >= 100 else 0
-
-
 def _escape(name: str) -> str:
     """A name fit for a hash tag: no braces (and so no ambiguity: ``%`` is escaped too)."""
     return name.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
@@ -461,18 +454,26 @@ class RedisStore(StoreBase):
     def _new_id(self) -> str:
         return f"{self._id_prefix}{next(self._id_counter):x}"
 
-    async def _push(self, name: str, items: list[_Item], *, replace: bool = False) -> list[str]:
+    async def _push(
+        self, name: str, items: list[_Item], *, replace: bool = False, start: int | None = None
+    ) -> list[str]:
         """File the items in one script. ``None`` ids are generated here, before the first attempt,
-        so a retry after a lost reply is recognised (a replace is simply done again)."""
+        so a retry after a lost reply is recognised (a replace is simply done again). ``start``:
+        the time (µs, this store's clock) the ttls count from (push.lua says when it is taken);
+        ``None``: when the script runs."""
         while True:
             ids = [id if id is not None else self._new_id() for id, _, _ in items]
             flat: _Args = []
             for id, (_, ttl, payload) in zip(ids, items, strict=True):
                 flat += (id, ttl, payload)
             mode, retry = ("r", "r") if replace else ("0", "1")
-            # One new element (a single defer) has a leaner script of its own.
-            script = "push1" if len(items) == 1 and not replace else "push"
-            reply = await self._eval(script, name, [mode, *flat], retry=[retry, *flat])
+            # One new element (a single defer) has a leaner script of its own, stamped when it runs.
+            if len(items) == 1 and not replace:
+                script, args, again = "push1", [mode, *flat], [retry, *flat]
+            else:
+                since = "" if start is None else start
+                script, args, again = "push", [mode, since, *flat], [retry, since, *flat]
+            reply = await self._eval(script, name, args, retry=again)
             status = int(reply[0])
             if status == 0:
                 dup = _text(reply[1])
@@ -502,8 +503,8 @@ class RedisStore(StoreBase):
 
     async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
         """See :meth:`Store.push_many`. One script, so at most 10,000 items per call. The ttls count
-        from the call: the time taken to encode the batch is taken off them (the server's clock
-        stamps the script, which runs only once they are encoded)."""
+        from the call (its time on this store's clock, which the script takes as the start): the
+        script runs only once the batch is encoded and sent, milliseconds later for a thousand."""
         self._keys(name)
         asked = self.clock()  # the store's clock: a pinned clock (tests) sees no time pass
         batch: list[_Item] = []
@@ -527,10 +528,7 @@ class RedisStore(StoreBase):
             self._backend.check_open()
             await anyio.lowlevel.checkpoint()
             return []
-        lag = _lag_us(self.clock() - asked)
-        if lag:
-            batch = [(id, max(0, micros - lag), payload) for id, micros, payload in batch]
-        return await self._push(name, batch)
+        return await self._push(name, batch, start=round(asked * 1_000_000))
 
     async def pull(self, name: str, id: str) -> Any:
         self._keys(name)

@@ -369,6 +369,34 @@ async def test_batch_ttls_count_from_the_call(url: str, prefix: str) -> None:
         assert info.due - called == pytest.approx(60, abs=0.05)
 
 
+async def test_a_large_batch_is_due_from_the_call_not_when_its_script_runs(url: str, prefix: str) -> None:
+    """5,000 elements: the client takes milliseconds to encode and send them before the script
+    stamps them; each is due its ttl after the push_many call, to the millisecond."""
+    async with RedisStore.from_url(url, prefix=prefix) as s:
+        items = [({"i": i, "pad": "x" * 100}, 10, f"e{i}") for i in range(5000)]
+        called = s.clock()
+        await s.push_many(N, items)
+        stamped = s.clock()
+        assert stamped - called > 0.002  # the script ran well after the call
+        for id in ("e0", "e4999"):
+            info = await s.info(N, id)
+            assert info is not None
+            assert info.due - called == pytest.approx(10, abs=0.001)
+
+
+async def test_a_drifted_clock_estimate_never_makes_a_batch_due_early(url: str, prefix: str) -> None:
+    """The call's time is the client's estimate of the server's clock: one more than a quarter of
+    a second behind the server (a drifted offset) is not taken, and the batch counts from when its
+    script runs instead, as a single push does: late by a round trip, never early."""
+    async with RedisStore.from_url(url, prefix=prefix) as s:
+        server_now = s.clock()
+        s.clock.set_offset(server_now - 10, time.monotonic())  # this process now reads 10 s behind
+        await s.push_many(N, [("a", 5, "a"), ("b", 5, "b")])
+        info = await s.info(N, "a")
+        assert info is not None
+        assert info.due - server_now == pytest.approx(5, abs=0.05)  # not 10 s early
+
+
 async def test_xpoll_pages_over_interleaved_ttls(url: str, prefix: str, raw: coredis.Redis[bytes]) -> None:
     """Many TTLs interleaved, more elements than a page holds: every id comes once, in order."""
     async with RedisStore.from_url(url, prefix=prefix, batch_size=50) as s:

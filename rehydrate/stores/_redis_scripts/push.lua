@@ -1,15 +1,21 @@
--- PUSH / push_many: ARGV[5] "0", "1" on a retried attempt, or "r" to replace elements present,
--- then (id, ttl µs, payload) per element. Returns {1, created} when pushed (created: the
--- dehydrator was empty), {0, id} when an id is present, {2} when a retry finds the batch already
--- pushed (an id present with the same payload).
+-- PUSH / push_many: ARGV[5] "0", "1" on a retried attempt, or "r" to replace elements present;
+-- ARGV[6] the time (µs, this store's clock) the ttls count from, or "" for now; then (id, ttl
+-- µs, payload) per element. Returns {1, created} when pushed (created: the dehydrator was empty),
+-- {0, id} when an id is present, {2} when a retry finds the batch already pushed (an id present
+-- with the same payload).
+-- The start: a batch is stamped when its script runs, after the client has encoded and sent it
+-- (milliseconds for a thousand elements): counted from the call, each element is due when its
+-- caller said. The caller's time is its estimate of this server's clock; it is taken only when
+-- it is at most START_SLACK before now (a drifted estimate files from now, as a single push does).
+local START_SLACK = 250000
 load_state(true)
 local retry = ARGV[5] == '1'
 local replace = ARGV[5] == 'r'
-local n = (#ARGV - 5) / 3
+local n = (#ARGV - 6) / 3
 local ids, payloads = {}, {}
 for i = 1, n do
-  ids[i] = ARGV[3 + 3 * i]
-  payloads[i] = ARGV[5 + 3 * i]
+  ids[i] = ARGV[4 + 3 * i]
+  payloads[i] = ARGV[6 + 3 * i]
 end
 local found = hmget(E, ids, n)
 local seen = 0
@@ -35,11 +41,17 @@ if seen > 0 then
   return {2}
 end
 local now = clock()
+if ARGV[6] ~= '' then
+  local start = tonumber(ARGV[6])
+  if start <= now and now - start <= START_SLACK then
+    now = start
+  end
+end
 local due16s, tails, soonest = {}, {}, nil
 -- Elements of a batch often share a TTL: each TTL's due time and header tail are made once.
 local by_ttl = {}
 for i = 1, n do
-  local ttl = ARGV[4 + 3 * i]
+  local ttl = ARGV[5 + 3 * i]
   local made = by_ttl[ttl]
   if not made then
     local due = now + tonumber(ttl)
