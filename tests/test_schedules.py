@@ -131,19 +131,26 @@ async def test_hourly_cron_never_skips_or_repeats_an_hour_of_real_time(
     zone = ZoneInfo(tz)
     day = DST_DAYS[tz][0 if season == "spring" else 1]
     start = datetime(*day, tzinfo=zone) - timedelta(hours=2)
+    runs = await _cron_runs(expression, tz, start, hours=8)
+    assert len(runs) == 8
+    gaps = {(b - a).total_seconds() for a, b in itertools.pairwise(runs)}
+    assert gaps == {3600.0}
+    # Each ran at its nominal time (the fake clock stepped 10 minutes at a time).
+    assert runs[0] == (start + timedelta(hours=1)).astimezone(UTC)
+
+
+async def _cron_runs(expression: str, tz: str, start: datetime, *, hours: int) -> list[datetime]:
+    """The nominal times a scheduler runs ``Cron(expression, tz=tz)`` at, declared at ``start``
+    (plus a minute), over ``hours`` of a fake clock stepping 10 minutes at a time."""
     clock = FakeClock(start=start + timedelta(minutes=1))
     async with MemoryStore(clock=clock) as store:
         scheduler = Scheduler(store, grace=0)
         recorder = Recorder()
-        scheduler.handler("hourly", schedule=Cron(expression, tz=tz), lease=STEP_LEASE)(recorder)
+        scheduler.handler("cron", schedule=Cron(expression, tz=tz), lease=STEP_LEASE)(recorder)
         async with scheduler:
-            await advance(clock, 8 * 3600, step=600)
+            await advance(clock, hours * 3600, step=600)
             scheduler.stop()
-    assert len(recorder.runs) == 8
-    gaps = {(b - a).total_seconds() for a, b in zip(recorder.runs, recorder.runs[1:], strict=False)}
-    assert gaps == {3600.0}
-    # Each ran at its nominal time (the fake clock stepped 10 minutes at a time).
-    assert recorder.runs[0] == (start + timedelta(hours=1)).astimezone(UTC)
+    return recorder.runs
 
 
 LORD_HOWE = "Australia/Lord_Howe"  # clocks move 30 minutes, at 02:00 local either way
@@ -151,20 +158,12 @@ LORD_HOWE = "Australia/Lord_Howe"  # clocks move 30 minutes, at 02:00 local eith
 
 async def _run_cron_for_a_day(expression: str, tz: str, day: tuple[int, int, int]) -> list[datetime]:
     """The nominal times a scheduler runs ``Cron(expression, tz=tz)`` at over the local ``day``
-    (from 2 hours before it to 2 hours after, the fake clock stepping 10 minutes at a time)."""
+    (from 2 hours before it to 2 hours after)."""
     zone = ZoneInfo(tz)
     midnight = datetime(*day, tzinfo=zone)
-    start = midnight - timedelta(hours=2)
-    clock = FakeClock(start=start + timedelta(minutes=1))
-    async with MemoryStore(clock=clock) as store:
-        scheduler = Scheduler(store, grace=0)
-        recorder = Recorder()
-        scheduler.handler("cron", schedule=Cron(expression, tz=tz), lease=STEP_LEASE)(recorder)
-        async with scheduler:
-            await advance(clock, 28 * 3600, step=600)
-            scheduler.stop()
+    runs = await _cron_runs(expression, tz, midnight - timedelta(hours=2), hours=28)
     next_midnight = datetime(*(midnight + timedelta(days=1)).timetuple()[:3], tzinfo=zone)
-    return [r for r in recorder.runs if midnight <= r < next_midnight]
+    return [r for r in runs if midnight <= r < next_midnight]
 
 
 @pytest.mark.parametrize(
