@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
 import pkgutil
 import socket
@@ -287,6 +288,12 @@ class _Lane:
     servers (no TLS, Sentinel, Cluster, replica waits or client options), and is dropped at the
     first failure or cancellation mid-call (its replies could be out of step) and opened again by
     the next call.
+
+    A call gives up after its ``timeout`` without a cancel scope of its own: a scope with a deadline
+    arms and disarms a timer per call, a third of a single ``defer``'s CPU. The store's
+    :meth:`watch` task sleeps until the deadline of the call in flight and, if it is still in
+    flight then, wakes its wait with :func:`anyio.notify_closing`; the call then closes the
+    connection and raises ``TimeoutError``, as a timed-out scope did.
     """
 
     def __init__(self, host: str, port: int, db: int, username: str | None, password: str | None) -> None:
@@ -295,6 +302,12 @@ class _Lane:
         self._sock: socket.socket | None = None
         self._buf = bytearray()
         self.busy = False
+        #: When the call in flight gives up (the event loop's clock); ``inf`` while none is.
+        self._deadline = math.inf
+        #: Set by a call that starts while :meth:`watch` waits for one (``None`` otherwise).
+        self._idle: anyio.Event | None = None
+        #: The connection whose call :meth:`watch` gave up on (cleared by each call).
+        self._expired: socket.socket | None = None
 
     async def _open_socket(self) -> socket.socket:
         """A connected non-blocking socket to the first address that accepts one."""
@@ -388,43 +401,72 @@ class _Lane:
                 sock = self._sock = await self._connect(connect_timeout)
             else:
                 await anyio.lowlevel.checkpoint_if_cancelled()
-            # A scope of our own rather than fail_after (a generator-based context manager), and
-            # the send and the read inline: this is every single defer's path.
-            scope = anyio.CancelScope(deadline=anyio.current_time() + timeout)
+            # The deadline is kept by watch(); the send and the read inline: this is every single
+            # defer's path.
+            self._expired = None
+            self._deadline = anyio.current_time() + timeout
+            idle = self._idle
+            if idle is not None:
+                self._idle = None
+                idle.set()
             try:
-                with scope:
-                    try:
-                        sent = sock.send(payload)
-                    except BlockingIOError:
-                        sent = 0
-                    if sent < len(payload):  # a socket buffer full: wait for room for the rest
-                        await self._send(sock, payload[sent:])
-                    buf = self._buf
-                    while True:
-                        if buf:
-                            try:
-                                reply, pos = _parse(buf, 0)
-                            except _Incomplete:
-                                pass
-                            else:
-                                del buf[:pos]
-                                return reply
-                        await anyio.wait_readable(sock)
+                try:
+                    sent = sock.send(payload)
+                except BlockingIOError:
+                    sent = 0
+                if sent < len(payload):  # a socket buffer full: wait for room for the rest
+                    await self._send(sock, payload[sent:])
+                buf = self._buf
+                while True:
+                    if buf:
                         try:
-                            data = sock.recv(65536)
-                        except BlockingIOError:  # woken without data (spuriously): wait again
-                            continue
-                        if not data:
-                            raise anyio.EndOfStream
-                        buf += data
-                raise TimeoutError(f"no reply within {timeout} s")
-            except BaseException:
+                            reply, pos = _parse(buf, 0)
+                        except _Incomplete:
+                            pass
+                        else:
+                            del buf[:pos]
+                            return reply
+                    await anyio.wait_readable(sock)
+                    try:
+                        data = sock.recv(65536)
+                    except BlockingIOError:  # woken without data (spuriously): wait again
+                        continue
+                    if not data:
+                        raise anyio.EndOfStream
+                    buf += data
+            except BaseException as exc:
                 if self._sock is sock:
                     self._sock = None
                 sock.close()
+                if isinstance(exc, anyio.ClosedResourceError) and self._gave_up_on(sock):
+                    raise TimeoutError(f"no reply within {timeout} s") from None
                 raise
         finally:
+            self._deadline = math.inf
             self.busy = False
+
+    def _gave_up_on(self, sock: socket.socket) -> bool:
+        """Whether :meth:`watch` gave up on the call on ``sock`` (a method: set while it waits)."""
+        return self._expired is sock
+
+    async def watch(self) -> None:
+        """Give up on calls that outlive their deadline, for as long as the store is open.
+
+        Sleeps until the deadline of the call in flight (under steady load, one wake-up per
+        ``timeout``), or waits for a call to start; a call still in flight at its deadline has
+        its wait woken with ``ClosedResourceError`` (:meth:`call` turns it into ``TimeoutError``).
+        """
+        while True:
+            deadline = self._deadline
+            if deadline != math.inf and anyio.current_time() < deadline:
+                await anyio.sleep_until(deadline)
+                continue
+            if deadline != math.inf and self._sock is not None:
+                self._expired = self._sock
+                anyio.notify_closing(self._sock)
+            # No call in flight, or one given up on: wait for the next call.
+            idle = self._idle = anyio.Event()
+            await idle.wait()
 
     async def aclose(self) -> None:
         sock, self._sock = self._sock, None
@@ -579,6 +621,12 @@ class Backend:
                 client = coredis.Redis.from_url(self.url, **options)
             _close_failed_connections(client)
             await stack.enter_async_context(client)
+            if self._lane is not None:
+                # The lane's watchdog, for as long as the store is open (cancelled before the
+                # group's exit when the stack closes).
+                group = await stack.enter_async_context(anyio.create_task_group())
+                group.start_soon(self._lane.watch)
+                stack.callback(group.cancel_scope.cancel)
         except (ce.RedisError, OSError, TimeoutError) as exc:
             await stack.aclose()
             hint = " (cluster=1 needs a Redis Cluster)" if isinstance(exc, ce.RedisClusterError) else ""

@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -276,35 +277,70 @@ async def test_a_push_cancelled_before_its_call_sends_nothing(store: RedisStore)
     assert sorted(await store.ids(N)) == ["first", "next"]
 
 
+@asynccontextmanager
+async def _server_busy(store: RedisStore, seconds: float) -> AsyncIterator[None]:
+    """Hold back every reply to the store's clients for ``seconds`` from about now (``CLIENT
+    PAUSE``: a script spinning on ``TIME`` ran 5 s on Valkey 9 whatever it was asked); on leaving,
+    wait until the pause is over (``CLIENT UNPAUSE`` would wait for it too)."""
+    sock = _lane_sock(store)
+    assert sock is not None
+    pauser = await anyio.connect_tcp(*sock.getpeername()[:2])
+    until = time.monotonic() + seconds
+    try:
+        ms = b"%d" % round(seconds * 1000)
+        await pauser.send(b"*4\r\n$6\r\nCLIENT\r\n$5\r\nPAUSE\r\n$%d\r\n%s\r\n$3\r\nALL\r\n" % (len(ms), ms))
+        assert await pauser.receive() == b"+OK\r\n"
+        yield
+    finally:
+        await pauser.aclose()
+        await anyio.sleep(max(0.0, until - time.monotonic()) + 0.02)
+
+
 async def test_a_push_times_out_and_the_lane_reconnects(url: str, prefix: str) -> None:
     """A reply that does not come within the store's timeout fails the attempt (TimeoutError,
     retried as a lost connection); the lane's connection is dropped and opened again."""
     async with RedisStore.from_url(url, prefix=prefix, timeout=0.2, retries=0) as s:
-        lane = s._backend._lane
-        assert lane is not None
         await s.push(N, "first", ttl=60, id="first")
-        sock = lane._sock
-        assert sock is not None
-        blocker = await anyio.connect_tcp(*sock.getpeername()[:2])
-        try:
-            # The server is single-threaded: a script spinning for longer than the timeout
-            # holds every reply back. One whole second from now (in µs: "until the next second"
-            # could be a few milliseconds, and the push would not time out).
-            spin = b"local t = redis.call('TIME') local e = t[1] * 1000000 + t[2] + 1000000 " + (
-                b"while true do local n = redis.call('TIME') "
-                b"if n[1] * 1000000 + n[2] >= e then break end end return 1"
-            )
-            await blocker.send(b"*3\r\n$4\r\nEVAL\r\n$%d\r\n%s\r\n$1\r\n0\r\n" % (len(spin), spin))
-            await anyio.sleep(0.05)
+        sock = _lane_sock(s)
+        async with _server_busy(s, 0.4):
             with pytest.raises(StoreUnavailableError, match="TimeoutError"):
                 await s.push(N, "slow", ttl=60, id="slow")
             assert _lane_sock(s) is None
-            assert await blocker.receive() == b":1\r\n"
-        finally:
-            await blocker.aclose()
         assert await s.push(N, "next", ttl=60, id="next") == "next"
         assert _lane_sock(s) not in (None, sock)
         assert {"first", "next"} <= set(await s.ids(N))  # "slow" too if the server read it first
+
+
+@pytest.mark.parametrize("idle", [False, True], ids=["busy", "idle"])
+async def test_the_lane_gives_up_on_each_call_at_its_own_deadline(url: str, prefix: str, idle: bool) -> None:
+    """The lane's time-out is kept by one watchdog task, not a scope per call: it gives up on
+    every call past its deadline, after a call that was given up on and after an idle spell (when
+    the watchdog waits for a call to start), and not before the deadline."""
+    async with RedisStore.from_url(url, prefix=prefix, timeout=0.2, retries=0) as s:
+        await s.push(N, "first", ttl=60, id="first")
+        if idle:
+            await anyio.sleep(0.25)  # past the first call's deadline: the watchdog waits for a call
+        async with _server_busy(s, 0.9):
+            for attempt in ("slow-1", "slow-2"):
+                started = time.monotonic()
+                with pytest.raises(StoreUnavailableError, match="TimeoutError"):
+                    await s.push(N, attempt, ttl=60, id=attempt)
+                assert 0.15 <= time.monotonic() - started < 0.4
+                assert _lane_sock(s) is None
+        assert await s.push(N, "next", ttl=60, id="next") == "next"
+
+
+async def test_a_slow_reply_within_the_timeout_is_not_given_up_on(url: str, prefix: str) -> None:
+    """A reply that takes most of the timeout still arrives, on the same connection."""
+    async with RedisStore.from_url(url, prefix=prefix, timeout=1.0, retries=0) as s:
+        await s.push(N, "first", ttl=60, id="first")
+        sock = _lane_sock(s)
+        async with _server_busy(s, 0.4):
+            started = time.monotonic()
+            assert await s.push(N, "slow", ttl=60, id="slow") == "slow"
+            assert time.monotonic() - started >= 0.25
+        assert _lane_sock(s) is sock
+        assert sorted(await s.ids(N)) == ["first", "slow"]
 
 
 async def test_the_lane_selects_the_database_of_the_url(url: str, prefix: str) -> None:
