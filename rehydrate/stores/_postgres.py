@@ -723,8 +723,17 @@ class PostgresStore(StoreBase):
         return key
 
     async def _push(
-        self, name: str, keys: list[str], payloads: list[bytes], ttls: list[int], *, given: set[str]
+        self,
+        name: str,
+        keys: list[str],
+        payloads: list[bytes],
+        ttls: list[int],
+        *,
+        given: set[str],
+        start: int | None = None,
     ) -> None:
+        """File a batch; its ttls count from ``start`` (this store's clock, µs) when the server
+        takes it (see ``START_SLACK_US``), else from when the statement runs."""
         sql = self._sql
         params = self._params(
             name=name,
@@ -734,6 +743,7 @@ class PostgresStore(StoreBase):
             codec=self._codec,
             channel=self._channel,
             note=self._note(name),
+            start=start,
         )
         retried = False
 
@@ -760,7 +770,12 @@ class PostgresStore(StoreBase):
             self._wake(name)
 
     async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
-        """See :meth:`Store.push_many`: one statement (and so one round trip) per batch, of any size."""
+        """See :meth:`Store.push_many`: one statement (and so one round trip) per batch, of any size.
+
+        Each element is due its ttl after the call, not after the statement runs: encoding a
+        large batch takes milliseconds, and a schedule's first occurrences would be that late.
+        """
+        asked = self.clock()
         _name(name)
         keys: list[str] = []
         payloads: list[bytes] = []
@@ -792,7 +807,7 @@ class PostgresStore(StoreBase):
                 raise self._not_open()
             await anyio.lowlevel.checkpoint()
             return []
-        await self._push(name, keys, payloads, ttls, given=given)
+        await self._push(name, keys, payloads, ttls, given=given, start=round(asked * 1_000_000))
         return keys
 
     async def _remove(self, sql: str, name: str, **params: Any) -> list[tuple[str, Any]]:
@@ -970,7 +985,10 @@ class PostgresStore(StoreBase):
         return await self._fenced(name, self._sql.reschedule_many, ("ids", "tokens", "ttls"), batch)
 
     async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
-        """See :meth:`Store.rearm`: one statement per 1,000 items, each atomic."""
+        """See :meth:`Store.rearm`: one statement per 1,000 items, each atomic; the ttls count
+        from the call (a schedule's next occurrence is due at its nominal time, not after the
+        batch was encoded)."""
+        asked = self.clock()
         _name(name)
         batch: list[tuple[str, int, bytes, int]] = []
         for id, token, element, ttl in items:
@@ -980,7 +998,8 @@ class PostgresStore(StoreBase):
                 raise InvalidArgumentError("rearm needs each claim's token")
             batch.append((id, token, self._dumps(element), micros))
         columns = ("ids", "tokens", "payloads", "ttls")
-        return await self._fenced(name, self._sql.rearm, columns, batch, codec=self._codec)
+        start = round(asked * 1_000_000)
+        return await self._fenced(name, self._sql.rearm, columns, batch, codec=self._codec, start=start)
 
     async def _fenced(
         self,

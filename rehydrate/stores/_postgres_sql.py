@@ -40,6 +40,20 @@ _NOW = (
 )
 
 
+#: A batch's ttls count from ``%(start)s`` (the caller's reading of this server's clock, in µs,
+#: taken when the call began, before its elements were encoded) when it is at most this far behind
+#: the server's now; from now otherwise (a drifted reading files late by a round trip, never early).
+START_SLACK_US: Final = 250_000
+
+#: ``t.now`` for a statement that files a batch: ``%(start)s`` when it is taken, else the server's now.
+_FROM_START = f"""n AS MATERIALIZED (SELECT {_NOW} AS now),
+        t AS MATERIALIZED (
+            SELECT CASE WHEN %(start)s::bigint <= n.now AND n.now - %(start)s::bigint <= {START_SLACK_US}
+                THEN %(start)s::bigint ELSE n.now END AS now
+            FROM n
+        )"""
+
+
 def _counter(source: str, size: str, claimed: str) -> str:
     """A CTE adding ``size`` and ``claimed`` (aggregates over ``source``) to this session's counter row."""
     return f"""cnt AS (
@@ -114,7 +128,7 @@ _TEMPLATES: Final = {
     "exists": "SELECT to_regclass(%(meta_name)s) IS NOT NULL, to_regclass(%(table_name)s) IS NOT NULL",
     "now": f"SELECT {_NOW}",
     # push and push_many (without replace): a duplicate id fails the whole statement.
-    "push": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
+    "push": f"""WITH {_FROM_START},
         {_HEAD},
         src AS (
             SELECT * FROM unnest(%(ids)b::text[], %(payloads)b::bytea[], %(ttls)b::bigint[])
@@ -303,7 +317,7 @@ _TEMPLATES: Final = {
     # rearm (a schedule's next occurrence): each (id, token) still claimed under that token is
     # filed anew as a new element (attempt 0, unclaimed) with its payload, in the order given; an
     # id given twice is rearmed by its first item only.
-    "rearm": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
+    "rearm": f"""WITH {_FROM_START},
         found AS MATERIALIZED (
             SELECT f.*, nextval('{{seq_name}}') AS n FROM (
                 SELECT DISTINCT ON (a.id) a.id, a.payload, a.ttl, a.ord, x.tid

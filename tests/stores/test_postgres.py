@@ -9,6 +9,7 @@ binaries they skip with one line.
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -289,6 +290,64 @@ async def test_push_many_checks_every_ttl_though_each_distinct_one_once(store: P
     assert await store.ids(N) == [ids[0], ids[1], ids[3], ids[2], ids[4]]
 
 
+class _SlowJSON:
+    """JSON taking 50 ms of CPU to encode each element: a batch that is slow to encode."""
+
+    name = "json"
+
+    def dumps(self, element: Any) -> bytes:
+        until = time.perf_counter() + 0.05
+        while time.perf_counter() < until:  # busy, as an encoder is (a sleep would block the loop)
+            pass
+        return json.dumps(element).encode()
+
+    def loads(self, data: bytes) -> Any:
+        return json.loads(data)
+
+
+async def test_batch_ttls_count_from_the_call(url: str, table: str) -> None:
+    """push_many and rearm take the time spent encoding off the ttls: due ``ttl`` after the call,
+    not after the statement (which runs once everything is encoded) reads the server's clock."""
+    async with PostgresStore.from_url(url, table=table, serializer=_SlowJSON()) as s:
+        try:
+            called = s.clock()
+            await s.push_many(N, [("a", 10, "a"), ("b", 0, "b"), ("c", 5, "c")])  # 150 ms to encode
+            info = await s.info(N, "a")
+            assert info is not None
+            assert info.due - called == pytest.approx(10, abs=0.05)
+            (claim,) = await s.claim(N, lease=30)
+            called = s.clock()
+            rearmed = await s.rearm(N, [("b", claim.token, "b2", 60), ("zz", 1, "x", 1), ("yy", 1, "y", 1)])
+            assert rearmed == [True, False, False]
+            info = await s.info(N, "b")
+            assert info is not None
+            assert info.due - called == pytest.approx(60, abs=0.05)
+            # A single push counts from its statement, as before (it encodes one element).
+            await s.push(N, "d", ttl=7, id="d")
+            info = await s.info(N, "d")
+            assert info is not None
+            assert info.due - s.clock() == pytest.approx(7, abs=0.05)
+        finally:
+            await s._drop_for_tests()
+
+
+async def test_a_drifted_clock_estimate_never_makes_a_batch_due_early(store: PostgresStore) -> None:
+    """The call's time is this process's estimate of the server's clock: one more than a quarter
+    of a second behind the server (a drifted offset) is not taken, and the batch counts from when
+    its statement runs instead: late by a round trip, never early. The same for a rearm."""
+    server_now = store.clock()
+    store.clock.set_offset(server_now - 10, time.monotonic())  # this process now reads 10 s behind
+    await store.push_many(N, [("a", 5, "a"), ("b", 0, "b")])
+    info = await store.info(N, "a")
+    assert info is not None
+    assert info.due - server_now == pytest.approx(5, abs=0.05)  # not 10 s early
+    (claim,) = await store.claim(N, lease=30)
+    assert await store.rearm(N, [("b", claim.token, "b2", 60)]) == [True]
+    info = await store.info(N, "b")
+    assert info is not None
+    assert info.due - server_now == pytest.approx(60, abs=0.05)
+
+
 async def test_a_push_retried_after_a_lost_reply_is_not_a_duplicate(
     store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -385,6 +444,7 @@ async def test_a_push_holds_the_head_it_compared_against(url: str, store: Postgr
             codec="json",
             channel=store._channel,
             note=N,
+            start=None,
         )
         row = conn.execute(store._sql.push, params).fetchone()
         assert row is not None
