@@ -116,19 +116,34 @@ class ServerClock(RealClock):
     every script or statement reads the pinned and shifted time, and this clock agrees with them.
     """
 
+    #: How often a store measures the offset again, in seconds of ``local``: a server whose clock
+    #: was stepped (a virtual machine resumed, NTP's first sync) would otherwise be misread by
+    #: this process until the store is reopened, and leases and ``at=`` times with it.
+    resync_every: float = 60.0
+
     def __init__(self, server: str, *, local: Callable[[], float] = time.monotonic) -> None:
         self._server = server
         self._local = local
         self._offset = time.time() - local()
         self._last = -math.inf
+        #: When (by ``local``) the store should measure the offset again; never before it first has.
+        self.next_sync = math.inf
         #: Microseconds added to the server's time by every script or statement and by this clock.
         self.skew_us = 0
         #: When set, the server's time is replaced by this (in microseconds).
         self.pinned_us: int | None = None
 
     def set_offset(self, server_seconds: float, local_seconds: float) -> None:
-        """The server read ``server_seconds`` when ``local`` read ``local_seconds``."""
+        """The server read ``server_seconds`` when ``local`` read ``local_seconds``.
+
+        A later offset that is lower holds this clock where it is until the server's time catches
+        up (it never goes backwards); a higher one moves it forward at once."""
         self._offset = server_seconds - local_seconds
+        self.next_sync = local_seconds + self.resync_every
+
+    def sync_due(self) -> bool:
+        """Whether the store should measure the offset again before its next call."""
+        return self._local() >= self.next_sync
 
     def __call__(self) -> float:
         if self.pinned_us is not None:

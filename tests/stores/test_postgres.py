@@ -10,6 +10,7 @@ binaries they skip with one line.
 from __future__ import annotations
 
 import json
+import math
 import signal
 import threading
 import time
@@ -331,21 +332,41 @@ async def test_batch_ttls_count_from_the_call(url: str, table: str) -> None:
             await s._drop_for_tests()
 
 
+async def test_the_clock_is_measured_again_every_so_often(store: PostgresStore) -> None:
+    """A server whose clock was stepped is read right again: once ``resync_every`` has passed, the
+    store measures the offset to the server's clock again before its next call, and not before."""
+    server_now = store.clock()
+    assert abs(server_now - time.time()) < 0.05  # the test server runs on this machine
+    store.clock.set_offset(server_now - 10, time.monotonic())  # as after a 10 s step of the server's
+    store.clock._last = -math.inf  # (it never goes backwards: let it, as from a fresh start)
+    assert store.clock.next_sync > time.monotonic() + 30
+    await store.size(N)
+    assert store.clock() - time.time() == pytest.approx(-10, abs=0.5)  # not measured again yet
+    store.clock.next_sync = time.monotonic()  # resync_every has passed
+    await store.size(N)
+    assert abs(store.clock() - time.time()) < 0.05
+    assert store.clock.next_sync > time.monotonic() + 30
+
+
 async def test_a_drifted_clock_estimate_never_makes_a_batch_due_early(store: PostgresStore) -> None:
     """The call's time is this process's estimate of the server's clock: one more than a quarter
     of a second behind the server (a drifted offset) is not taken, and the batch counts from when
     its statement runs instead: late by a round trip, never early. The same for a rearm."""
     server_now = store.clock()
+    assert abs(server_now - time.time()) < 0.05  # the test server runs on this machine
     store.clock.set_offset(server_now - 10, time.monotonic())  # this process now reads 10 s behind
+    store.clock._last = -math.inf  # (it never goes backwards: let it, as from a fresh start)
+    before = time.time()
     await store.push_many(N, [("a", 5, "a"), ("b", 0, "b")])
     info = await store.info(N, "a")
     assert info is not None
-    assert info.due - server_now == pytest.approx(5, abs=0.05)  # not 10 s early
+    assert before + 5 - 0.05 <= info.due <= time.time() + 5 + 0.05  # not 10 s early
     (claim,) = await store.claim(N, lease=30)
+    before = time.time()
     assert await store.rearm(N, [("b", claim.token, "b2", 60)]) == [True]
     info = await store.info(N, "b")
     assert info is not None
-    assert info.due - server_now == pytest.approx(60, abs=0.05)
+    assert before + 60 - 0.05 <= info.due <= time.time() + 60 + 0.05
 
 
 async def test_a_push_retried_after_a_lost_reply_is_not_a_duplicate(
