@@ -324,7 +324,7 @@ class Store(ABC):
         the element is gone, not claimed, or no longer under that claim (the lease ran out and
         someone claimed it again, or it was replaced or pulled), so a stale worker never files a
         second next occurrence. Each item is filed as if pushed now, in the order given; "now" may be
-        the moment of the call rather than of the write (SQLite and Redis count from the call, so
+        the moment of the call rather than of the write (SQLite, Redis and PostgreSQL count from the call, so
         that an occurrence is due at its nominal time however long the batch waited). One round
         trip per batch; each item is atomic (a store may split a large batch into atomic parts).
         Every store of this package implements it; a store that does not raises
