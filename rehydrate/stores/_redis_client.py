@@ -456,6 +456,7 @@ class _Lane:
         ``timeout``), or waits for a call to start; a call still in flight at its deadline has
         its wait woken with ``ClosedResourceError`` (:meth:`call` turns it into ``TimeoutError``).
         """
+        self._idle = None  # an event of an earlier opening (another event loop, perhaps)
         while True:
             deadline = self._deadline
             if deadline != math.inf and anyio.current_time() < deadline:

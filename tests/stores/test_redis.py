@@ -331,6 +331,19 @@ async def test_the_lane_gives_up_on_each_call_at_its_own_deadline(url: str, pref
         assert await s.push(N, "next", ttl=60, id="next") == "next"
 
 
+async def test_the_lane_keeps_its_time_outs_after_the_store_is_reopened(url: str, prefix: str) -> None:
+    """Closing the store ends the lane's watchdog; opening it again starts a new one."""
+    s = RedisStore.from_url(url, prefix=prefix, timeout=0.2, retries=0)
+    for _ in range(2):
+        async with s:
+            await s.push(N, "x", ttl=60, id="x", replace=True)
+            await anyio.sleep(0.25)  # past that call's deadline: the watchdog waits for the next
+            async with _server_busy(s, 0.5):
+                with pytest.raises(StoreUnavailableError, match="TimeoutError"):
+                    await s.push(N, "slow", ttl=60, id="slow", replace=True)
+            assert await s.look(N, "x") == "x"
+
+
 async def test_a_slow_reply_within_the_timeout_is_not_given_up_on(url: str, prefix: str) -> None:
     """A reply that takes most of the timeout still arrives, on the same connection."""
     async with RedisStore.from_url(url, prefix=prefix, timeout=1.0, retries=0) as s:
