@@ -35,7 +35,7 @@ from rehydrate._core._retry import Retry
 from rehydrate._core._triggers import Trigger, trigger_from_dict
 from rehydrate._deliveries import Counters, Delivery, delivery_var
 from rehydrate._retries import Rescheduler
-from rehydrate._schedules import PAUSED_TTL, Envelope, is_envelope, next_run, plan
+from rehydrate._schedules import PAUSED_TTL, Envelope, is_envelope, next_run, offset_of, plan
 from rehydrate._tracing import Tracing, unwrap
 from rehydrate.abc import Store, Subscription
 from rehydrate.errors import DuplicateIdError, RehydrateError
@@ -113,7 +113,7 @@ class _Occurrence:
     twice as much to make (``benchmarks/bench_schedules.py``). Never changed once made.
     """
 
-    __slots__ = ("envelope", "following", "moved", "nominal", "trigger")
+    __slots__ = ("envelope", "following", "moved", "nominal", "offset", "trigger")
 
     def __init__(
         self,
@@ -123,6 +123,7 @@ class _Occurrence:
         following: float | None = None,
         *,
         moved: bool = False,
+        offset: float = 0.0,
     ) -> None:
         self.trigger = trigger
         self.envelope = envelope
@@ -131,6 +132,8 @@ class _Occurrence:
         self.following = following
         #: Planning moved the nominal time (coalesced, or ``all`` starting later): to be written back.
         self.moved = moved
+        #: How long after its nominal times the schedule runs (its share of a ``spread``).
+        self.offset = offset
 
 
 class _GaveUp(Exception):
@@ -695,7 +698,9 @@ class Runner:
             # Paused: filed again for the longest ttl (the nominal time is never reached).
             self._rearmer.add(claim.id, claim.token, envelope, now + PAUSED_TTL, finished=False)
             return None
-        decided = plan(envelope, trigger, now, claim.attempt)
+        # A spread schedule runs ``offset`` after its nominal times: planned on its own clock.
+        offset = offset_of(claim.id, envelope) if "spread" in envelope else 0.0
+        decided = plan(envelope, trigger, now - offset, claim.attempt)
         if decided.nominal != envelope["next"]:
             envelope = {**envelope, "next": decided.nominal}
         if not decided.run:
@@ -706,10 +711,15 @@ class Runner:
                 skipped=claim.element["next"],
                 next=decided.nominal,
             )
-            self._rearmer.add(claim.id, claim.token, envelope, decided.nominal, finished=False)
+            self._rearmer.add(claim.id, claim.token, envelope, decided.nominal + offset, finished=False)
             return None
         return _Occurrence(
-            trigger, envelope, decided.nominal, decided.following, moved=envelope is not claim.element
+            trigger,
+            envelope,
+            decided.nominal,
+            decided.following,
+            moved=envelope is not claim.element,
+            offset=offset,
         )
 
     async def _write_back(self, claim: Claim, occurrence: _Occurrence) -> None:
@@ -733,7 +743,7 @@ class Runner:
         if upcoming is None:
             upcoming = next_run(occurrence.envelope, occurrence.trigger)
         envelope = {**occurrence.envelope, "next": upcoming}
-        self._rearmer.add(claim.id, claim.token, envelope, upcoming, finished=True)
+        self._rearmer.add(claim.id, claim.token, envelope, upcoming + occurrence.offset, finished=True)
 
     async def _in_thread(self, claim: Claim, element: Any) -> None:
         """Run a plain ``def`` handler in a worker thread, and wait for it even while shutting down.

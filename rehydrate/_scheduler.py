@@ -53,8 +53,11 @@ from rehydrate._schedules import (
     is_envelope,
     make_envelope,
     next_run,
+    offset_of,
+    spread_offset,
     ttl_until,
     validate_misfire,
+    validate_spread,
     with_paused,
     with_policy,
 )
@@ -253,7 +256,7 @@ class Scheduler:
         self._handlers: dict[str, HandlerSpec] = {}
         #: The misfire policy and grace of each schedule declared with a handler (``handler(name,
         #: schedule=...)``; the trigger is the handler's ``schedule``).
-        self._declared: dict[str, tuple[Misfire, float | None]] = {}
+        self._declared: dict[str, tuple[Misfire, float | None, float | None]] = {}
         #: The runner of each handler while the scheduler runs.
         self._runners: dict[str, Runner] = {}
         #: The counters of each dehydrator served (by a handler or a channel), since it was made.
@@ -351,6 +354,7 @@ class Scheduler:
         schedule: Trigger | None = None,
         misfire: Misfire | None = None,
         grace: Seconds | None = None,
+        spread: Seconds | None = None,
     ) -> Callable[[Handler], Handler]:
         """Register the decorated function as the handler of dehydrator ``name``.
 
@@ -366,11 +370,10 @@ class Scheduler:
         schedule with id ``name`` and element ``None``, filed when the scheduler starts: an
         upsert, so any number of processes declaring the same schedule move nothing (see
         :meth:`schedule`). Per-entity schedules are filed at run time with :meth:`schedule`.
-        ``misfire`` (default ``"coalesce"``) and ``grace`` are that schedule's misfire policy, as
-        in :meth:`schedule`; they go with ``schedule`` only. The code is the source of truth for a
-        declared schedule: each start files it as declared, so a :meth:`schedule` call at run time
-        on the same id (another trigger, element, ``misfire`` or ``grace``) lasts until the next
-        start.
+        ``misfire`` (default ``"coalesce"``), ``grace`` and ``spread`` are as in :meth:`schedule`;
+        they go with ``schedule`` only. The code is the source of truth for a declared schedule:
+        each start files it as declared, so a :meth:`schedule` call at run time on the same id
+        (another trigger, element, ``misfire``, ``grace`` or ``spread``) lasts until the next start.
         """
         _validate.element_id(name, "name")
         if name in self._handlers:
@@ -382,14 +385,14 @@ class Scheduler:
             raise InvalidArgumentError("lease must be positive")
         _positive_int(concurrency, "concurrency")
         size = min(concurrency, 100) if batch is None else _positive_int(batch, "batch")
-        policy: tuple[Misfire, float | None] | None = None
+        policy: tuple[Misfire, float | None, float | None] | None = None
         if schedule is not None:
             check_trigger(schedule)
             chosen: Misfire = "coalesce" if misfire is None else misfire
-            policy = (chosen, validate_misfire(chosen, grace))
-        elif misfire is not None or grace is not None:
+            policy = (chosen, validate_misfire(chosen, grace), validate_spread(spread))
+        elif misfire is not None or grace is not None or spread is not None:
             raise InvalidArgumentError(
-                "misfire and grace go with schedule= (they are the declared schedule's misfire "
+                "misfire, grace and spread go with schedule= (they are the declared schedule's "
                 "policy; a schedule filed at run time takes them in Scheduler.schedule)"
             )
 
@@ -494,6 +497,7 @@ class Scheduler:
         element: Any = None,
         misfire: Misfire = "coalesce",
         grace: Seconds | None = None,
+        spread: Seconds | None = None,
     ) -> None:
         """File (or change) the recurring schedule ``id`` of ``name``: its handler gets ``element``
         at each occurrence of ``trigger`` (a :class:`~rehydrate.Cron` or :class:`~rehydrate.Every`).
@@ -511,12 +515,19 @@ class Scheduler:
         (the most recent 100 at most), ``"skip"`` none later than ``grace`` seconds (default 1:
         every claim comes a little after its nominal time, so a grace must be positive; it goes
         with ``"skip"`` only, and anything else raises ``InvalidArgumentError``).
+
+        ``spread`` (seconds or a timedelta) spreads the schedules of a name that share a trigger
+        over that window, so that 100,000 reminders at 08:00 do not all fall due in the same
+        second: each schedule runs at a fixed offset in ``[0, spread)`` after every nominal time,
+        taken from a hash of its id (the same in every process, after every restart). Its
+        handler still sees the nominal time as ``scheduled_for``, and the misfire policy counts
+        lateness from the offset time.
         """
         _validate.element_id(name, "name")
         _validate.element_id(id)
         check_trigger(trigger)
         grace_s = validate_misfire(misfire, grace)
-        await self._upsert(name, trigger, id, element, misfire, grace_s)
+        await self._upsert(name, trigger, id, element, misfire, grace_s, validate_spread(spread))
 
     @_needs_the_store
     async def schedule_many(
@@ -526,6 +537,7 @@ class Scheduler:
         *,
         misfire: Misfire = "coalesce",
         grace: Seconds | None = None,
+        spread: Seconds | None = None,
     ) -> None:
         """:meth:`schedule` for many ``(id, trigger, element)`` at once: a schedule per user, say.
 
@@ -542,6 +554,7 @@ class Scheduler:
         """
         _validate.element_id(name, "name")
         grace_s = validate_misfire(misfire, grace)
+        spread_s = validate_spread(spread)
         if isinstance(schedules, str | bytes | dict):
             raise InvalidTypeError(
                 f"schedules must be an iterable of (id, trigger, element), not {type(schedules).__name__}"
@@ -570,7 +583,7 @@ class Scheduler:
         async def upsert(id: str, trigger: Trigger, element: Any) -> None:
             async with limiter:
                 try:
-                    await self._upsert(name, trigger, id, element, misfire, grace_s)
+                    await self._upsert(name, trigger, id, element, misfire, grace_s, spread_s)
                 except DuplicateIdError as exc:
                     conflicts.append(exc)
 
@@ -581,16 +594,23 @@ class Scheduler:
             planned = []
             for id, trigger, element in batch:
                 anchor = _anchor(trigger, now)
-                first = first_run(trigger, anchor, now)
+                offset = spread_offset(id, spread_s)
+                first = first_run(trigger, anchor, now - offset)
                 envelope = make_envelope(
-                    trigger, element=element, next=first, anchor=anchor, misfire=misfire, grace=grace_s
+                    trigger,
+                    element=element,
+                    next=first,
+                    anchor=anchor,
+                    misfire=misfire,
+                    grace=grace_s,
+                    spread=spread_s,
                 )
-                planned.append((envelope, first, id))
+                planned.append((envelope, first + offset, id))
             # The ttls from the clock read just before filing, not the one the batch was planned
             # at: building a batch of envelopes takes milliseconds, and each of them would make
             # every first occurrence of the batch that much later than its nominal time.
             filed_at = wall(store.clock)
-            fresh = [(envelope, ttl_until(first, filed_at), id) for envelope, first, id in planned]
+            fresh = [(envelope, ttl_until(due, filed_at), id) for envelope, due, id in planned]
             try:
                 await store.push_many(name, fresh)
             except DuplicateIdError:
@@ -610,20 +630,34 @@ class Scheduler:
             raise first_conflict
 
     async def _upsert(
-        self, name: str, trigger: Trigger, id: str, element: Any, misfire: Misfire, grace: float | None
+        self,
+        name: str,
+        trigger: Trigger,
+        id: str,
+        element: Any,
+        misfire: Misfire,
+        grace: float | None,
+        spread: float | None = None,
     ) -> None:
         store = self.store
+        offset = spread_offset(id, spread)
         while True:
             existing = await store.look(name, id)
             now = wall(store.clock)
             if existing is None:
                 anchor = _anchor(trigger, now)
-                first = first_run(trigger, anchor, now)
+                first = first_run(trigger, anchor, now - offset)
                 envelope = make_envelope(
-                    trigger, element=element, next=first, anchor=anchor, misfire=misfire, grace=grace
+                    trigger,
+                    element=element,
+                    next=first,
+                    anchor=anchor,
+                    misfire=misfire,
+                    grace=grace,
+                    spread=spread,
                 )
                 try:
-                    await store.push(name, envelope, ttl=ttl_until(first, now), id=id)
+                    await store.push(name, envelope, ttl=ttl_until(first + offset, now), id=id)
                 except DuplicateIdError:
                     continue  # filed meanwhile (another process declaring it): compare with that
                 return
@@ -633,7 +667,7 @@ class Scheduler:
                 raise error
             paused = bool(existing.get("paused"))
             if _trigger_of(existing) == trigger:
-                envelope = with_policy({**existing, "element": element}, misfire, grace)
+                envelope = with_policy({**existing, "element": element}, misfire, grace, spread)
                 if envelope == existing:
                     return  # nothing changed: nothing moves
                 upcoming = float(existing["next"])
@@ -644,7 +678,7 @@ class Scheduler:
                     envelope["next"] = upcoming
             else:
                 anchor = _anchor(trigger, now)
-                upcoming = first_run(trigger, anchor, now)
+                upcoming = first_run(trigger, anchor, now - offset)
                 envelope = make_envelope(
                     trigger,
                     element=element,
@@ -653,8 +687,9 @@ class Scheduler:
                     misfire=misfire,
                     grace=grace,
                     paused=paused,
+                    spread=spread,
                 )
-            ttl = PAUSED_TTL if paused else ttl_until(upcoming, now)
+            ttl = PAUSED_TTL if paused else ttl_until(upcoming + offset, now)
             await store.push(name, envelope, ttl=ttl, id=id, replace=True)
             return
 
@@ -717,8 +752,10 @@ class Scheduler:
         else:
             trigger = trigger_from_dict(existing["trigger"])
             now = wall(store.clock)
-            upcoming = first_run(trigger, existing.get("anchor"), now)
-            envelope, ttl = {**with_paused(existing, False), "next": upcoming}, ttl_until(upcoming, now)
+            offset = offset_of(id, existing)
+            upcoming = first_run(trigger, existing.get("anchor"), now - offset)
+            envelope = {**with_paused(existing, False), "next": upcoming}
+            ttl = ttl_until(upcoming + offset, now)
         await store.push(name, envelope, ttl=ttl, id=id, replace=True)
         return True
 
@@ -727,8 +764,8 @@ class Scheduler:
         :meth:`schedule`): the code is their source of truth."""
         for handler in self._handlers.values():
             if handler.schedule is not None:
-                misfire, grace = self._declared.get(handler.name, ("coalesce", None))
-                await self._upsert(handler.name, handler.schedule, handler.name, None, misfire, grace)
+                misfire, grace, spread = self._declared.get(handler.name, ("coalesce", None, None))
+                await self._upsert(handler.name, handler.schedule, handler.name, None, misfire, grace, spread)
 
     # -- dead letters ----------------------------------------------------------------------------
 

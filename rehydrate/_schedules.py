@@ -16,6 +16,7 @@ which is filed next); the scheduler and its runners do the store calls.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple
 
@@ -36,9 +37,12 @@ __all__ = [
     "is_envelope",
     "make_envelope",
     "next_run",
+    "offset_of",
     "plan",
+    "spread_offset",
     "stored_trigger",
     "validate_misfire",
+    "validate_spread",
     "with_paused",
     "with_policy",
 ]
@@ -69,6 +73,10 @@ class ScheduleInfo:
     misfire: Misfire = "coalesce"
     #: With ``misfire="skip"``, how late an occurrence may run, in seconds; ``None`` otherwise.
     grace: float | None = None
+    #: The window (seconds) the schedules of a name are spread over, ``None`` if not spread: this
+    #: one's occurrences are due ``offset`` seconds after their nominal times (``next_run``).
+    spread: float | None = None
+    offset: float = 0.0
 
     @classmethod
     def _from_envelope(cls, id: str, envelope: Envelope) -> ScheduleInfo:
@@ -82,6 +90,8 @@ class ScheduleInfo:
             paused=paused,
             misfire=misfire,
             grace=(envelope.get("grace") or SKIP_GRACE) if misfire == "skip" else None,
+            spread=envelope.get("spread"),
+            offset=offset_of(id, envelope),
         )
 
 
@@ -111,6 +121,29 @@ def validate_misfire(misfire: object, grace: object) -> float | None:
     return seconds
 
 
+def validate_spread(spread: object) -> float | None:
+    """Check ``spread`` (seconds or a timedelta); ``None`` for no spread (``None`` or 0)."""
+    if spread is None:
+        return None
+    seconds = _validate.seconds(spread, "spread")
+    return seconds or None
+
+
+def spread_offset(id: str, spread: float | None) -> float:
+    """How long after its nominal times the schedule ``id`` runs: 0 without a spread, else a
+    fixed fraction of the spread taken from a hash of the id (the same in every process and
+    after every restart, and even over many ids)."""
+    if not spread:
+        return 0.0
+    digest = hashlib.blake2b(id.encode(), digest_size=8).digest()
+    return float(spread) * (int.from_bytes(digest, "big") / 2**64)
+
+
+def offset_of(id: str, envelope: Envelope) -> float:
+    """:func:`spread_offset` of the schedule ``id`` filed as ``envelope``."""
+    return spread_offset(id, envelope.get("spread"))
+
+
 def check_trigger(trigger: object) -> Trigger:
     if not isinstance(trigger, (Cron, Every)):
         raise InvalidTypeError(
@@ -128,6 +161,7 @@ def make_envelope(
     misfire: Misfire,
     grace: float | None,
     paused: bool = False,
+    spread: float | None = None,
 ) -> Envelope:
     """A schedule's envelope, with only what differs from the defaults written down.
 
@@ -140,7 +174,7 @@ def make_envelope(
         envelope["anchor"] = anchor
     if paused:
         envelope["paused"] = True
-    return with_policy(envelope, misfire, grace)
+    return with_policy(envelope, misfire, grace, spread)
 
 
 def stored_trigger(trigger: Trigger) -> dict[str, Any]:
@@ -153,14 +187,21 @@ def stored_trigger(trigger: Trigger) -> dict[str, Any]:
     return data
 
 
-def with_policy(envelope: Envelope, misfire: Misfire, grace: float | None) -> Envelope:
-    """A copy of ``envelope`` with this misfire policy and grace (the defaults left out)."""
-    out = {key: value for key, value in envelope.items() if key != "misfire" and key != "grace"}
+def with_policy(
+    envelope: Envelope, misfire: Misfire, grace: float | None, spread: float | None = None
+) -> Envelope:
+    """A copy of ``envelope`` with this misfire policy, grace and spread (the defaults left out)."""
+    out = {key: value for key, value in envelope.items() if key not in _POLICY_KEYS}
     if misfire != "coalesce":
         out["misfire"] = misfire
     if grace is not None:
         out["grace"] = grace
+    if spread is not None:
+        out["spread"] = spread
     return out
+
+
+_POLICY_KEYS: Final = frozenset({"misfire", "grace", "spread"})
 
 
 def with_paused(envelope: Envelope, paused: bool) -> Envelope:

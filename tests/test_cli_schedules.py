@@ -112,6 +112,21 @@ def test_skip_without_grace_gets_the_default_grace(cli: Any) -> None:
     assert json.loads(out)["grace"] is None
 
 
+def test_a_spread_schedule_shows_its_window_and_offset(cli: Any) -> None:
+    from rehydrate._schedules import spread_offset
+
+    code, out, err = cli(
+        "schedule", "n", "user-7", "--cron", "0 8 * * *", "--spread", "10m", "--format", "text"
+    )
+    assert code == 0, err
+    assert "spread 10.0m: runs" in out
+    code, out, _ = cli("schedules", "n", "--format", "json")
+    (row,) = json.loads(out)
+    assert (row["spread"], row["offset"]) == (600.0, pytest.approx(spread_offset("user-7", 600.0)))
+    code, out, _ = cli("schedule", "n", "plain", "--every", "1h", "--format", "json")
+    assert (json.loads(out)["spread"], json.loads(out)["offset"]) == (None, 0.0)
+
+
 def test_schedules_limit(cli: Any) -> None:
     for name, id in [("a", "1"), ("a", "2"), ("b", "3")]:
         assert cli("schedule", name, id, "--every", "1h")[0] == 0

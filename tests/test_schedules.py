@@ -28,7 +28,8 @@ from rehydrate import (
     SyncScheduler,
     current_delivery,
 )
-from rehydrate._schedules import SKIP_GRACE
+from rehydrate._clock import wall
+from rehydrate._schedules import SKIP_GRACE, spread_offset
 from rehydrate.stores import MemoryStore
 from rehydrate.testing import FakeClock
 
@@ -353,10 +354,16 @@ async def test_a_declared_schedule_runs_its_misfire_policy_after_downtime(
 
 def test_handler_checks_misfire_and_grace_when_registering() -> None:
     scheduler = Scheduler()
-    with pytest.raises(InvalidArgumentError, match="misfire and grace go with schedule="):
+    with pytest.raises(InvalidArgumentError, match="misfire, grace and spread go with schedule="):
         scheduler.handler("a", misfire="all")
-    with pytest.raises(InvalidArgumentError, match="misfire and grace go with schedule="):
+    with pytest.raises(InvalidArgumentError, match="misfire, grace and spread go with schedule="):
         scheduler.handler("a", grace=5)
+    with pytest.raises(InvalidArgumentError, match="misfire, grace and spread go with schedule="):
+        scheduler.handler("a", spread=60)
+    with pytest.raises(InvalidArgumentError, match="spread"):
+        scheduler.handler("a", schedule=Every(1), spread=-1)
+    with pytest.raises(InvalidTypeError, match="spread"):
+        scheduler.handler("a", schedule=Every(1), spread="1m")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="misfire must be one of"):
         scheduler.handler("a", schedule=Every(1), misfire="never")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="grace must be positive"):
@@ -788,3 +795,117 @@ def test_the_blocking_facade_schedules_too() -> None:
         assert s.pause("n", "d") is True
         assert s.resume("n", "d") is True
         assert s.unschedule("n", "d") is True
+
+
+# -- spread: schedules sharing a trigger, each at a fixed offset -----------------------------------
+
+
+def test_a_spread_gives_each_id_a_fixed_offset_and_spreads_many_evenly() -> None:
+    offsets = [spread_offset(f"user-{i}", 600.0) for i in range(2000)]
+    assert all(0 <= o < 600 for o in offsets)
+    assert offsets == [spread_offset(f"user-{i}", 600.0) for i in range(2000)]  # the same each time
+    # Even: every minute of the ten gets about a tenth of them.
+    per_minute = [sum(1 for o in offsets if m * 60 <= o < (m + 1) * 60) for m in range(10)]
+    assert all(140 <= count <= 260 for count in per_minute), per_minute
+    assert spread_offset("user-1", None) == 0.0
+    assert spread_offset("user-1", 300.0) == pytest.approx(spread_offset("user-1", 600.0) / 2)
+
+
+async def test_spread_schedules_run_at_their_offsets_with_the_nominal_scheduled_for(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """Twenty daily reminders at noon spread over 10 minutes: each is due at noon plus its own
+    offset, every day the same one; ``scheduled_for`` is noon, and each runs once a day. Filed at
+    noon, today's occurrence is still ahead of each one's offset: it runs today."""
+    scheduler = Scheduler(store, grace=0)
+    seen: dict[str, list[tuple[datetime, datetime]]] = {}
+
+    @scheduler.handler("remind")
+    async def remind(element: str) -> None:
+        when = current_delivery().scheduled_for
+        assert when is not None
+        seen.setdefault(element, []).append((when, datetime.fromtimestamp(wall(store.clock), UTC)))
+
+    ids = [f"u{i}" for i in range(20)]
+    async with scheduler:
+        await scheduler.schedule_many(
+            "remind", [(id, Cron("0 12 * * *"), id) for id in ids[:10]], spread=timedelta(minutes=10)
+        )
+        for id in ids[10:]:
+            await scheduler.schedule("remind", Cron("0 12 * * *"), id=id, element=id, spread=600)
+        infos = {info.id: info for info in await scheduler.schedules("remind")}
+        for id in ids:
+            offset = spread_offset(id, 600.0)
+            assert infos[id].spread == 600.0
+            assert infos[id].offset == pytest.approx(offset)
+            assert infos[id].next_run == T0
+            info = await store.info("remind", id)
+            assert info is not None
+            assert wall(store.clock) + info.ttl == pytest.approx(_ts(T0) + offset)
+        for day in range(2):
+            await advance(clock, _ts(T0 + timedelta(days=day)) - wall(store.clock))  # to noon
+            await advance(clock, 700, step=50)  # its ten minutes, and then some
+        scheduler.stop()
+    assert sorted(seen) == sorted(ids)
+    for id, runs in seen.items():
+        offset = spread_offset(id, 600.0)
+        assert [nominal for nominal, _ in runs] == [T0 + timedelta(days=d) for d in range(2)]
+        for nominal, ran in runs:
+            assert 0 <= (ran - nominal).total_seconds() - offset < 50  # at its offset (steps of 50 s)
+
+
+async def test_skip_counts_lateness_from_the_offset_time(store: MemoryStore, clock: FakeClock) -> None:
+    """With ``misfire="skip"`` and a grace shorter than the offset, a spread schedule still runs
+    every occurrence it claims on time: it is late only past its own offset."""
+    id = next(f"s{i}" for i in itertools.count() if spread_offset(f"s{i}", 60.0) > 20)
+    scheduler = Scheduler(store, grace=0)
+    recorder = Recorder()
+    scheduler.handler("job")(recorder)
+    async with scheduler:
+        await scheduler.schedule("job", Every(60, start=T0), id=id, misfire="skip", grace=1, spread=60)
+        await advance(clock, 180, step=0.5)
+        scheduler.stop()
+    assert recorder.runs == [T0 + timedelta(seconds=s) for s in (0, 60, 120)]
+
+
+async def test_a_changed_spread_moves_the_next_run_and_the_same_moves_nothing(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    scheduler = Scheduler(store)
+    async with scheduler:
+        await scheduler.schedule("job", Every(3600, start=T0 + timedelta(hours=1)), id="j", spread=60)
+        first = await store.info("job", "j")
+        assert first is not None
+        await scheduler.schedule("job", Every(3600, start=T0 + timedelta(hours=1)), id="j", spread=60)
+        assert await store.info("job", "j") == first  # nothing written
+        await scheduler.schedule("job", Every(3600, start=T0 + timedelta(hours=1)), id="j", spread=600)
+        moved = await store.info("job", "j")
+        assert moved is not None
+        assert moved.due - first.due == pytest.approx(spread_offset("j", 600.0) - spread_offset("j", 60.0))
+        await scheduler.schedule("job", Every(3600, start=T0 + timedelta(hours=1)), id="j")
+        plain = await store.info("job", "j")
+        assert plain is not None
+        assert wall(store.clock) + plain.ttl == pytest.approx(_ts(T0 + timedelta(hours=1)))
+        (info,) = await scheduler.schedules("job")
+        assert (info.spread, info.offset) == (None, 0.0)
+
+
+async def test_resume_files_a_spread_schedule_at_its_offset(store: MemoryStore, clock: FakeClock) -> None:
+    scheduler = Scheduler(store)
+    async with scheduler:
+        await scheduler.schedule("job", Every(3600, start=T0), id="j", spread=1800)
+        assert await scheduler.pause("job", "j")
+        await advance(clock, 7200)
+        assert await scheduler.resume("job", "j")
+        (info,) = await scheduler.schedules("job")
+        offset = spread_offset("j", 1800.0)
+        # The next nominal time whose offset time is still ahead.
+        nominal = next(
+            T0 + timedelta(hours=h)
+            for h in range(10)
+            if _ts(T0 + timedelta(hours=h)) + offset >= _ts(T0) + 7200
+        )
+        assert info.next_run == nominal
+        element = await store.info("job", "j")
+        assert element is not None
+        assert wall(store.clock) + element.ttl == pytest.approx(_ts(nominal) + offset)

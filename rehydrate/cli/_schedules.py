@@ -87,6 +87,12 @@ def add_commands(command: Callable[..., Any], store: argparse.ArgumentParser) ->
         type=duration,
         help="with --misfire skip: run those at most this late (default 1s; must be positive)",
     )
+    add.add_argument(
+        "--spread",
+        type=duration,
+        help="run at a fixed offset within this window after each nominal time, taken from the "
+        "id (spreads many schedules of one trigger), e.g. 10m",
+    )
     add.set_defaults(verb=f"{__name__}:schedule")
     _intermixed(add)
 
@@ -149,13 +155,24 @@ async def schedule(args: argparse.Namespace, store: Store) -> int:
         raise CLIError(f"--grace goes with --misfire skip (--misfire {args.misfire} skips nothing)")
     scheduler = Scheduler(store)
     await scheduler.schedule(
-        args.name, trigger, id=args.id, element=args.payload, misfire=args.misfire, grace=args.grace
+        args.name,
+        trigger,
+        id=args.id,
+        element=args.payload,
+        misfire=args.misfire,
+        grace=args.grace,
+        spread=args.spread,
     )
     info = await _one(store, args.name, args.id)
     if wants_json(args):
         emit_json(_row(args.name, info) if info is not None else {"name": args.name, "id": args.id})
     elif info is not None:
-        print(f"scheduled {args.id} in {args.name}: {info.trigger}, next run {_when(info)}")
+        spread = (
+            f" (spread {seconds_text(info.spread)}: runs {seconds_text(info.offset)} after)"
+            if info.spread
+            else ""
+        )
+        print(f"scheduled {args.id} in {args.name}: {info.trigger}, next run {_when(info)}{spread}")
     return 0
 
 
@@ -213,6 +230,8 @@ def _row(name: str, info: ScheduleInfo) -> dict[str, Any]:
         "paused": info.paused,
         "misfire": info.misfire,
         "grace": info.grace,
+        "spread": info.spread,
+        "offset": info.offset,
         "element": info.element,
     }
 
