@@ -73,9 +73,10 @@ class ScheduleInfo:
     misfire: Misfire = "coalesce"
     #: With ``misfire="skip"``, how late an occurrence may run, in seconds; ``None`` otherwise.
     grace: float | None = None
-    #: The window (seconds) the schedules of a name are spread over, ``None`` if not spread: this
-    #: one's occurrences are due ``offset`` seconds after their nominal times (``next_run``).
+    #: The window (seconds) this schedule was filed with (``spread=``), ``None`` if none.
     spread: float | None = None
+    #: Its occurrences are due this many seconds after their nominal times (``next_run``): its
+    #: fixed place in ``spread``, from a hash of its id; 0 without a spread.
     offset: float = 0.0
 
     @classmethod
@@ -251,7 +252,8 @@ class Plan(NamedTuple):
 
 
 def plan(envelope: Envelope, trigger: Trigger, now: float, attempt: int) -> Plan:
-    """Apply the misfire policy to an occurrence claimed at wall time ``now``.
+    """Apply the misfire policy to an occurrence claimed at wall time ``now`` (on the schedule's
+    own clock: for a spread schedule, wall time less its offset).
 
     Only a first delivery is planned: a retry, or a redelivery after a lost lease, runs the
     occurrence it was (a plan that moved the nominal time was written back before it ran).
