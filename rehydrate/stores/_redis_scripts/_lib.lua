@@ -109,6 +109,21 @@ local function clock()
   return t
 end
 
+-- The time a batch's ttls count from (push_many, rearm): ``arg``, the caller's reading of this
+-- server's clock in µs taken when its call began (before it encoded and sent the batch), when it
+-- is at most START_SLACK before ``now``; ``now`` otherwise (and for ""), so that a drifted reading
+-- files late by a round trip, never early.
+local START_SLACK = 250000
+local function start_of(arg, now)
+  if arg ~= '' then
+    local start = tonumber(arg)
+    if start <= now and now - start <= START_SLACK then
+      return start
+    end
+  end
+  return now
+end
+
 -- Save seq and time (kept when the dehydrator empties, so seqs are never reused); when it is
 -- empty (only scripts that removed elements ask), forget its serializer and its name.
 local function finish(removed)

@@ -4,10 +4,8 @@
 -- {0, id} when an id is present, {2} when a retry finds the batch already pushed (an id present
 -- with the same payload).
 -- The start: a batch is stamped when its script runs, after the client has encoded and sent it
--- (milliseconds for a thousand elements): counted from the call, each element is due when its
--- caller said. The caller's time is its estimate of this server's clock; it is taken only when
--- it is at most START_SLACK before now (a drifted estimate files from now, as a single push does).
-local START_SLACK = 250000
+-- (milliseconds for a thousand elements): counted from the call (start_of), each element is due
+-- when its caller said.
 load_state(true)
 local retry = ARGV[5] == '1'
 local replace = ARGV[5] == 'r'
@@ -40,13 +38,7 @@ end
 if seen > 0 then
   return {2}
 end
-local now = clock()
-if ARGV[6] ~= '' then
-  local start = tonumber(ARGV[6])
-  if start <= now and now - start <= START_SLACK then
-    now = start
-  end
-end
+local now = start_of(ARGV[6], clock())
 local due16s, tails, soonest = {}, {}, nil
 -- Elements of a batch often share a TTL: each TTL's due time and header tail are made once.
 local by_ttl = {}

@@ -1,16 +1,13 @@
--- REARM: ARGV[5] the time (µs, this store's clock) the ttls count from, or "" for now; then per
--- item, four values: id, ttl (µs), token (attempt10 .. claim16), payload. For each: end the claim
--- and file the element anew with that payload at ARGV[5] + ttl, unclaimed, attempt 0 (a recurring
--- schedule's next occurrence, filed as the current one ends: due at its nominal time, however long
--- the call took to get here), only if the element is claimed under that very token. Returns a 1
--- or a 0 per item.
+-- REARM: ARGV[5] the time (µs, this store's clock) the ttls count from (see start_of), or "" for
+-- now; then per item, four values: id, ttl (µs), token (attempt10 .. claim16), payload. For each:
+-- end the claim and file the element anew with that payload at start + ttl, unclaimed, attempt 0
+-- (a recurring schedule's next occurrence, filed as the current one ends: due at its nominal
+-- time, however long the call took to get here), only if the element is claimed under that very
+-- token. Returns a 1 or a 0 per item.
 load_state(true)
 local n = (#ARGV - 5) / 4
 local before = earliest()
-local now = clock()
-if ARGV[5] ~= '' then
-  now = tonumber(ARGV[5])
-end
+local now = start_of(ARGV[5], clock())
 local ids = {}
 for i = 1, n do
   ids[i] = ARGV[2 + 4 * i]
