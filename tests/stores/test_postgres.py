@@ -9,8 +9,6 @@ binaries they skip with one line.
 
 from __future__ import annotations
 
-import json
-import math
 import signal
 import threading
 import time
@@ -33,6 +31,12 @@ from rehydrate import (
 )
 from rehydrate.stores import PostgresStore, open_store
 from tests.pg_server import PostgresServer, shared_server_url, skip_without_server
+from tests.stores.server_clock import (
+    SlowJSON,
+    batch_ttls_count_from_the_call,
+    clock_is_measured_again,
+    drifted_estimate_never_files_early,
+)
 from tests.test_faults import lines, start_worker, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -291,82 +295,20 @@ async def test_push_many_checks_every_ttl_though_each_distinct_one_once(store: P
     assert await store.ids(N) == [ids[0], ids[1], ids[3], ids[2], ids[4]]
 
 
-class _SlowJSON:
-    """JSON taking 50 ms of CPU to encode each element: a batch that is slow to encode."""
-
-    name = "json"
-
-    def dumps(self, element: Any) -> bytes:
-        until = time.perf_counter() + 0.05
-        while time.perf_counter() < until:  # busy, as an encoder is (a sleep would block the loop)
-            pass
-        return json.dumps(element).encode()
-
-    def loads(self, data: bytes) -> Any:
-        return json.loads(data)
-
-
 async def test_batch_ttls_count_from_the_call(url: str, table: str) -> None:
-    """push_many and rearm take the time spent encoding off the ttls: due ``ttl`` after the call,
-    not after the statement (which runs once everything is encoded) reads the server's clock."""
-    async with PostgresStore.from_url(url, table=table, serializer=_SlowJSON()) as s:
+    async with PostgresStore.from_url(url, table=table, serializer=SlowJSON()) as s:
         try:
-            called = s.clock()
-            await s.push_many(N, [("a", 10, "a"), ("b", 0, "b"), ("c", 5, "c")])  # 150 ms to encode
-            info = await s.info(N, "a")
-            assert info is not None
-            assert info.due - called == pytest.approx(10, abs=0.05)
-            (claim,) = await s.claim(N, lease=30)
-            called = s.clock()
-            rearmed = await s.rearm(N, [("b", claim.token, "b2", 60), ("zz", 1, "x", 1), ("yy", 1, "y", 1)])
-            assert rearmed == [True, False, False]
-            info = await s.info(N, "b")
-            assert info is not None
-            assert info.due - called == pytest.approx(60, abs=0.05)
-            # A single push counts from its statement, as before (it encodes one element).
-            await s.push(N, "d", ttl=7, id="d")
-            info = await s.info(N, "d")
-            assert info is not None
-            assert info.due - s.clock() == pytest.approx(7, abs=0.05)
+            await batch_ttls_count_from_the_call(s)
         finally:
             await s._drop_for_tests()
 
 
 async def test_the_clock_is_measured_again_every_so_often(store: PostgresStore) -> None:
-    """A server whose clock was stepped is read right again: once ``resync_every`` has passed, the
-    store measures the offset to the server's clock again before its next call, and not before."""
-    server_now = store.clock()
-    assert abs(server_now - time.time()) < 0.05  # the test server runs on this machine
-    store.clock.set_offset(server_now - 10, time.monotonic())  # as after a 10 s step of the server's
-    store.clock._last = -math.inf  # (it never goes backwards: let it, as from a fresh start)
-    assert store.clock.next_sync > time.monotonic() + 30
-    await store.size(N)
-    assert store.clock() - time.time() == pytest.approx(-10, abs=0.5)  # not measured again yet
-    store.clock.next_sync = time.monotonic()  # resync_every has passed
-    await store.size(N)
-    assert abs(store.clock() - time.time()) < 0.05
-    assert store.clock.next_sync > time.monotonic() + 30
+    await clock_is_measured_again(store)
 
 
 async def test_a_drifted_clock_estimate_never_makes_a_batch_due_early(store: PostgresStore) -> None:
-    """The call's time is this process's estimate of the server's clock: one more than a quarter
-    of a second behind the server (a drifted offset) is not taken, and the batch counts from when
-    its statement runs instead: late by a round trip, never early. The same for a rearm."""
-    server_now = store.clock()
-    assert abs(server_now - time.time()) < 0.05  # the test server runs on this machine
-    store.clock.set_offset(server_now - 10, time.monotonic())  # this process now reads 10 s behind
-    store.clock._last = -math.inf  # (it never goes backwards: let it, as from a fresh start)
-    before = time.time()
-    await store.push_many(N, [("a", 5, "a"), ("b", 0, "b")])
-    info = await store.info(N, "a")
-    assert info is not None
-    assert before + 5 - 0.05 <= info.due <= time.time() + 5 + 0.05  # not 10 s early
-    (claim,) = await store.claim(N, lease=30)
-    before = time.time()
-    assert await store.rearm(N, [("b", claim.token, "b2", 60)]) == [True]
-    info = await store.info(N, "b")
-    assert info is not None
-    assert before + 60 - 0.05 <= info.due <= time.time() + 60 + 0.05
+    await drifted_estimate_never_files_early(store)
 
 
 async def test_a_push_retried_after_a_lost_reply_is_not_a_duplicate(

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import gc
 import http.server
-import json
-import math
 import multiprocessing
 import os
 import random
@@ -45,6 +43,12 @@ from rehydrate import (
 from rehydrate.stores import MemoryStore, RedisStore, _redis, open_store
 from rehydrate.testing import FakeClock
 from tests.redis_server import KINDS, RedisServer, available_servers, drop_prefix, shared_server_url
+from tests.stores.server_clock import (
+    SlowJSON,
+    batch_ttls_count_from_the_call,
+    clock_is_measured_again,
+    drifted_estimate_never_files_early,
+)
 
 pytestmark = pytest.mark.anyio
 #: asyncio without debug mode: the Redis store stays on the loop's thread (see tests/conftest.py).
@@ -383,40 +387,9 @@ async def test_push_many_is_capped(store: RedisStore) -> None:
     assert await store.size(N) == 10_000
 
 
-class _SlowJSON:
-    """JSON taking 50 ms of CPU to encode each element: a batch that is slow to encode."""
-
-    name = "json"
-
-    def dumps(self, element: Any) -> bytes:
-        until = time.perf_counter() + 0.05
-        while time.perf_counter() < until:  # busy, as an encoder is (a sleep would block the loop)
-            pass
-        return json.dumps(element).encode()
-
-    def loads(self, data: bytes) -> Any:
-        return json.loads(data)
-
-
 async def test_batch_ttls_count_from_the_call(url: str, prefix: str) -> None:
-    """push_many and rearm take the time spent encoding off the ttls: due ``ttl`` after the call
-    (the server's clock stamps the script, which runs once everything is encoded)."""
-    async with RedisStore.from_url(url, prefix=prefix, serializer=_SlowJSON()) as s:
-        called = s.clock()
-        await s.push_many(N, [("a", 10, "a"), ("b", 0, "b"), ("c", 5, "c")])  # 150 ms to encode
-        info = await s.info(N, "a")
-        assert info is not None
-        assert info.due - called == pytest.approx(10, abs=0.05)
-        (claim,) = await s.claim(N, lease=30)
-        called = s.clock()
-        assert await s.rearm(N, [("b", claim.token, "b2", 60), ("zz", 1, "x", 1), ("yy", 1, "y", 1)]) == [
-            True,
-            False,
-            False,
-        ]
-        info = await s.info(N, "b")
-        assert info is not None
-        assert info.due - called == pytest.approx(60, abs=0.05)
+    async with RedisStore.from_url(url, prefix=prefix, serializer=SlowJSON()) as s:
+        await batch_ttls_count_from_the_call(s)
 
 
 async def test_a_large_batch_is_due_from_the_call_not_when_its_script_runs(url: str, prefix: str) -> None:
@@ -435,35 +408,11 @@ async def test_a_large_batch_is_due_from_the_call_not_when_its_script_runs(url: 
 
 
 async def test_the_clock_is_measured_again_every_so_often(store: RedisStore) -> None:
-    """A server whose clock was stepped is read right again: once ``resync_every`` has passed, the
-    store measures the offset to the server's clock again before its next call, and not before."""
-    server_now = store.clock()
-    assert abs(server_now - time.time()) < 0.05  # the test server runs on this machine
-    store.clock.set_offset(server_now - 10, time.monotonic())  # as after a 10 s step of the server's
-    store.clock._last = -math.inf  # (it never goes backwards: let it, as from a fresh start)
-    assert store.clock.next_sync > time.monotonic() + 30
-    await store.size(N)
-    assert store.clock() - time.time() == pytest.approx(-10, abs=0.5)  # not measured again yet
-    store.clock.next_sync = time.monotonic()  # resync_every has passed
-    await store.size(N)
-    assert abs(store.clock() - time.time()) < 0.05
-    assert store.clock.next_sync > time.monotonic() + 30
+    await clock_is_measured_again(store)
 
 
-async def test_a_drifted_clock_estimate_never_makes_a_batch_due_early(url: str, prefix: str) -> None:
-    """The call's time is the client's estimate of the server's clock: one more than a quarter of
-    a second behind the server (a drifted offset) is not taken, and the batch counts from when its
-    script runs instead, as a single push does: late by a round trip, never early."""
-    async with RedisStore.from_url(url, prefix=prefix) as s:
-        server_now = s.clock()
-        s.clock.set_offset(server_now - 10, time.monotonic())  # this process now reads 10 s behind
-        s.clock._last = -math.inf  # (it never goes backwards: let it, as from a fresh start)
-        assert abs(server_now - time.time()) < 0.05  # the test server runs on this machine
-        before = time.time()
-        await s.push_many(N, [("a", 5, "a"), ("b", 5, "b")])
-        info = await s.info(N, "a")
-        assert info is not None
-        assert before + 5 - 0.05 <= info.due <= time.time() + 5 + 0.05  # not 10 s early
+async def test_a_drifted_clock_estimate_never_makes_a_batch_due_early(store: RedisStore) -> None:
+    await drifted_estimate_never_files_early(store)
 
 
 async def test_xpoll_pages_over_interleaved_ttls(url: str, prefix: str, raw: coredis.Redis[bytes]) -> None:
