@@ -147,6 +147,34 @@ def _anchor(trigger: Trigger, now: float) -> float | None:
     return None
 
 
+def _new_schedule(
+    trigger: Trigger,
+    element: Any,
+    now: float,
+    offset: float,
+    *,
+    misfire: Misfire,
+    grace: float | None,
+    spread: float | None,
+    paused: bool = False,
+) -> tuple[Envelope, float]:
+    """A new schedule's envelope, filed at wall time ``now``, and the nominal time of its first
+    occurrence (found on the schedule's own clock: ``offset`` later is when it is due)."""
+    anchor = _anchor(trigger, now)
+    first = first_run(trigger, anchor, now - offset)
+    envelope = make_envelope(
+        trigger,
+        element=element,
+        next=first,
+        anchor=anchor,
+        misfire=misfire,
+        grace=grace,
+        paused=paused,
+        spread=spread,
+    )
+    return envelope, first
+
+
 def _delay_until(at: datetime, clock: Clock) -> float:
     """Seconds from now until ``at``, by the store's clock (a FakeClock's wall time in tests)."""
     if not isinstance(at, datetime):
@@ -593,17 +621,9 @@ class Scheduler:
             now = wall(store.clock)
             planned = []
             for id, trigger, element in batch:
-                anchor = _anchor(trigger, now)
                 offset = spread_offset(id, spread_s)
-                first = first_run(trigger, anchor, now - offset)
-                envelope = make_envelope(
-                    trigger,
-                    element=element,
-                    next=first,
-                    anchor=anchor,
-                    misfire=misfire,
-                    grace=grace_s,
-                    spread=spread_s,
+                envelope, first = _new_schedule(
+                    trigger, element, now, offset, misfire=misfire, grace=grace_s, spread=spread_s
                 )
                 planned.append((envelope, first + offset, id))
             # The ttls from the clock read just before filing, not the one the batch was planned
@@ -645,16 +665,8 @@ class Scheduler:
             existing = await store.look(name, id)
             now = wall(store.clock)
             if existing is None:
-                anchor = _anchor(trigger, now)
-                first = first_run(trigger, anchor, now - offset)
-                envelope = make_envelope(
-                    trigger,
-                    element=element,
-                    next=first,
-                    anchor=anchor,
-                    misfire=misfire,
-                    grace=grace,
-                    spread=spread,
+                envelope, first = _new_schedule(
+                    trigger, element, now, offset, misfire=misfire, grace=grace, spread=spread
                 )
                 try:
                     await store.push(name, envelope, ttl=ttl_until(first + offset, now), id=id)
@@ -677,17 +689,8 @@ class Scheduler:
                     upcoming = next_run(existing, trigger)
                     envelope["next"] = upcoming
             else:
-                anchor = _anchor(trigger, now)
-                upcoming = first_run(trigger, anchor, now - offset)
-                envelope = make_envelope(
-                    trigger,
-                    element=element,
-                    next=upcoming,
-                    anchor=anchor,
-                    misfire=misfire,
-                    grace=grace,
-                    paused=paused,
-                    spread=spread,
+                envelope, upcoming = _new_schedule(
+                    trigger, element, now, offset, misfire=misfire, grace=grace, spread=spread, paused=paused
                 )
             ttl = PAUSED_TTL if paused else ttl_until(upcoming + offset, now)
             await store.push(name, envelope, ttl=ttl, id=id, replace=True)
