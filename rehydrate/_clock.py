@@ -141,9 +141,15 @@ class ServerClock(RealClock):
         self._offset = server_seconds - local_seconds
         self.next_sync = local_seconds + self.resync_every
 
-    def sync_due(self) -> bool:
-        """Whether the store should measure the offset again before its next call."""
-        return self._local() >= self.next_sync
+    def take_sync(self) -> bool:
+        """Whether the store should measure the offset again before its next call; once ``True``,
+        the next is ``resync_every`` later whatever the measurement does (not again at once, nor
+        by every call meanwhile; a failed one leaves the offset as it was)."""
+        now = self._local()
+        if now < self.next_sync:
+            return False
+        self.next_sync = now + self.resync_every
+        return True
 
     def __call__(self) -> float:
         if self.pinned_us is not None:

@@ -588,14 +588,6 @@ class PostgresStore(StoreBase):
         before, after, micros = await self._run(sample)
         self.clock.set_offset(micros / 1e6, (before + after) / 2)
 
-    async def _resync_clock(self) -> None:
-        """Measure the offset to the server's clock again (every ``ServerClock.resync_every``)."""
-        # Not again at once, nor by every call meanwhile (this very one runs through _run); a
-        # failure leaves the offset as it was (the call that follows meets the same trouble).
-        self.clock.next_sync = time.monotonic() + self.clock.resync_every
-        with suppress(RehydrateError):
-            await self._set_clock()
-
     async def _drop_for_tests(self) -> None:
         """Drop this store's tables (test harnesses only)."""
 
@@ -641,8 +633,9 @@ class PostgresStore(StoreBase):
         """Run ``fn(connection)`` in a worker thread with a pooled connection; retry lost connections."""
         import psycopg
 
-        if self.clock.sync_due():
-            await self._resync_clock()
+        if self.clock.take_sync():  # every ServerClock.resync_every; a failure is the call's to meet
+            with suppress(RehydrateError):
+                await self._set_clock()
         attempt = 1
         while True:
             pool, limiter = self._pool, self._limiter

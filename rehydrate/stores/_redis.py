@@ -378,14 +378,6 @@ class RedisStore(StoreBase):
         micros, before, after = min(samples, key=lambda s: s[2] - s[1])
         self.clock.set_offset(micros / 1e6, (before + after) / 2)
 
-    async def _resync_clock(self) -> None:
-        """Measure the offset to the server's clock again (every ``ServerClock.resync_every``)."""
-        # Not again at once, nor by every call meanwhile; a failure leaves the offset as it was
-        # (the call that follows meets the same trouble and reports it).
-        self.clock.next_sync = _local_clock() + self.clock.resync_every
-        with suppress(RehydrateError):
-            await self._set_clock()
-
     # -- test hooks ------------------------------------------------------------------------------
 
     def _advance_for_tests(self, seconds: float) -> float:
@@ -435,8 +427,9 @@ class RedisStore(StoreBase):
         *,
         retry: Sequence[str | bytes | int] = (),
     ) -> Any:
-        if self.clock.sync_due():
-            await self._resync_clock()
+        if self.clock.take_sync():  # every ServerClock.resync_every; a failure is the call's to meet
+            with suppress(RehydrateError):
+                await self._set_clock()
         head = self._head(name)
         try:
             return await self._backend.eval(
