@@ -401,8 +401,7 @@ class _Lane:
                 sock = self._sock = await self._connect(connect_timeout)
             else:
                 await anyio.lowlevel.checkpoint_if_cancelled()
-            # The deadline is kept by watch(); the send and the read inline: this is every single
-            # defer's path.
+            # The deadline is kept by watch().
             self._expired = None
             self._deadline = anyio.current_time() + timeout
             idle = self._idle
@@ -416,24 +415,7 @@ class _Lane:
                     sent = 0
                 if sent < len(payload):  # a socket buffer full: wait for room for the rest
                     await self._send(sock, payload[sent:])
-                buf = self._buf
-                while True:
-                    if buf:
-                        try:
-                            reply, pos = _parse(buf, 0)
-                        except _Incomplete:
-                            pass
-                        else:
-                            del buf[:pos]
-                            return reply
-                    await anyio.wait_readable(sock)
-                    try:
-                        data = sock.recv(65536)
-                    except BlockingIOError:  # woken without data (spuriously): wait again
-                        continue
-                    if not data:
-                        raise anyio.EndOfStream
-                    buf += data
+                return await self._read(sock)
             except BaseException as exc:
                 if self._sock is sock:
                     self._sock = None
