@@ -426,7 +426,7 @@ class SQLiteStore(StoreBase):
         # (and its fsync) at every open, which a one-shot ``rehydrate push`` would pay each time.
         version = sql.current_schema(conn)
         if version != sql.SCHEMA_VERSION:
-            version = sql.transaction(conn, create, self._busy_timeout)
+            version = sql.transaction(conn, create, self._busy_timeout, self._wake_dir)
         if version != sql.SCHEMA_VERSION:
             raise RehydrateError(
                 f"{self._database!r} holds a rehydrate schema of version {version}, this version "
@@ -469,7 +469,7 @@ class SQLiteStore(StoreBase):
             if relax:
                 conn.execute("PRAGMA synchronous = NORMAL")
             try:
-                result = sql.transaction(conn, fn, self._busy_timeout)
+                result = sql.transaction(conn, fn, self._busy_timeout, self._wake_dir)
             finally:
                 if relax:
                     conn.execute("PRAGMA synchronous = FULL")

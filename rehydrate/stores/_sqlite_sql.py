@@ -13,6 +13,8 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Final, TypeVar
 
+from rehydrate.stores import _sqlite_wake as _wake
+
 __all__ = [
     "ACK",
     "CLAIM",
@@ -168,7 +170,8 @@ def current_schema(conn: sqlite3.Connection) -> int | None:
     return None if row is None else int(row[0])
 
 
-#: Between two tries for the write lock, a writer sleeps these (then the last, again and again).
+#: Between two tries for the write lock, a writer waits at most these (then the last, again and
+#: again), woken as soon as a writer of this store frees the lock (``_sqlite_wake.LockWaiter``).
 #: SQLite's own busy handler sleeps 1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100 ms: a worker that
 #: found the lock taken three times in a row (a producer pushing one element at a time from another
 #: process) then slept 10 to 100 ms while the lock was free, the tail of SQLite's cross-process
@@ -176,11 +179,17 @@ def current_schema(conn: sqlite3.Connection) -> int | None:
 _LOCK_PAUSES: Final = (0.0002, 0.0005, 0.001, 0.002)
 
 
-def begin(conn: sqlite3.Connection, busy_timeout: float) -> None:
-    """``BEGIN IMMEDIATE``, waiting for another process's write lock in short steps, up to
-    ``busy_timeout`` seconds (then ``OperationalError: database is locked``, as before); the
-    connection's own busy timeout (its readers') is ``busy_timeout`` again afterwards."""
+def begin(conn: sqlite3.Connection, busy_timeout: float, wake: str | None = None) -> None:
+    """``BEGIN IMMEDIATE``, waiting for another process's write lock up to ``busy_timeout`` seconds
+    (then ``OperationalError: database is locked``, as before); the connection's own busy timeout
+    (its readers') is ``busy_timeout`` again afterwards.
+
+    ``wake``: the database's wake-up directory. A writer that finds the lock taken waits there to
+    be handed it (see :func:`transaction`), each wait bounded by the next of ``_LOCK_PAUSES``;
+    without one, it sleeps those pauses.
+    """
     conn.execute("PRAGMA busy_timeout = 0")  # this loop waits, not SQLite's busy handler
+    waiter: _wake.LockWaiter | None = None
     try:
         deadline: float | None = None
         tries = 0
@@ -194,24 +203,38 @@ def begin(conn: sqlite3.Connection, busy_timeout: float) -> None:
                 now = time.monotonic()
                 if deadline is None:
                     deadline = now + busy_timeout
+                    waiter = _wake.LockWaiter.bind(wake)
+                    if waiter is not None:
+                        continue  # the lock may have been freed before the waiter could hear of it
                 if now >= deadline:
                     raise
-                time.sleep(_LOCK_PAUSES[min(tries, len(_LOCK_PAUSES) - 1)])
+                pause = _LOCK_PAUSES[min(tries, len(_LOCK_PAUSES) - 1)]
+                if waiter is None:
+                    time.sleep(pause)
+                else:
+                    waiter.wait(pause)
                 tries += 1
     finally:
+        if waiter is not None:
+            waiter.close()
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
 
 
 def transaction(
-    conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T], busy_timeout: float
+    conn: sqlite3.Connection,
+    body: Callable[[sqlite3.Connection], _T],
+    busy_timeout: float,
+    wake: str | None = None,
 ) -> _T:
     """Run ``body`` in a write transaction taken up front (``BEGIN IMMEDIATE``); roll back if it raises.
 
     Taking the write lock at ``BEGIN`` (not at the first write) is what makes read-then-write
     sequences, such as claim's select-then-refile, atomic across processes: a second claimer waits
-    (up to ``busy_timeout``) instead of reading the same due rows.
+    (up to ``busy_timeout``) instead of reading the same due rows. ``wake``: the database's wake-up
+    directory, where writers wait for the lock (:func:`begin`); once the transaction has ended,
+    they are handed the lock.
     """
-    begin(conn, busy_timeout)
+    begin(conn, busy_timeout, wake)
     try:
         result = body(conn)
         conn.execute("COMMIT")
@@ -220,6 +243,8 @@ def transaction(
             with suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
         raise
+    finally:
+        _wake.hand_over(wake)
     return result
 
 

@@ -13,6 +13,10 @@ file share a machine, so they can share a directory of Unix datagram sockets bes
   subscriber left, and a refused send means its process died without removing its socket (it was
   SIGKILLed), so the writer removes the file. A subscription starting up removes such files of its
   name too, so they cannot pile up where nobody writes.
+* ``<database>-wake/lock/`` holds one socket per writer waiting for SQLite's write lock
+  (:class:`LockWaiter`), for as long as it waits; every write transaction, once it has ended,
+  sends each an empty datagram (:func:`hand_over`), so that the lock goes to a waiter rather than
+  to whoever happens to try next.
 
 Why datagram sockets, rather than the alternatives (``docs/stores-design-history.md``): a FIFO
 wakes one reader per byte and blocks or fails a writer when no reader has it open; inotify is
@@ -36,13 +40,13 @@ import stat
 import struct
 import sys
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     import socket
 
-__all__ = ["MAX_SUBSCRIBERS", "Listener", "directory", "notify", "send"]
+__all__ = ["MAX_SUBSCRIBERS", "Listener", "LockWaiter", "directory", "hand_over", "notify", "send"]
 
 #: Beside ``jobs.db``, ``jobs.db-wake/`` (as SQLite's own ``jobs.db-wal`` and ``jobs.db-shm``).
 _SUFFIX: Final = "-wake"
@@ -53,6 +57,9 @@ _MAX_ADDRESS: Final = 107 if sys.platform.startswith("linux") else 103
 #: bump is bounded by it).
 MAX_SUBSCRIBERS: Final = 256
 _TAG_LENGTH: Final = 8
+#: The sockets of writers waiting for the write lock, ``<database>-wake/lock/`` (:class:`LockWaiter`):
+#: a directory of their own, so that a commit with nobody waiting pays one failed ``listdir``.
+_LOCK_DIRECTORY: Final = "lock"
 #: A datagram: the name's new counter (8 bytes, big-endian) then the name in UTF-8. A name too
 #: long to send (``EMSGSIZE``, beyond the socket buffer) or to receive whole is left to the nap,
 #: or to a read of the counter row.
@@ -135,7 +142,34 @@ def send(where: str | None, counters: Mapping[str, int]) -> int:
         return 0
     tags = {tag(name): name for name in counters}
     targets = [entry for entry in entries if entry[:_TAG_LENGTH] in tags]
-    if not targets:
+    datagrams = {name: _encode(name, counter) for name, counter in counters.items()}
+    return _send_each(
+        where, targets[: MAX_SUBSCRIBERS * len(tags)], lambda entry: datagrams[tags[entry[:_TAG_LENGTH]]]
+    )
+
+
+def hand_over(where: str | None) -> int:
+    """Wake every writer of another process (or connection) waiting for the write lock.
+
+    Call it once a write transaction has ended (committed or rolled back): the lock is free.
+    Synchronous, non-blocking, and it never raises; where nobody waits it costs one failed
+    ``listdir``. Returns how many were woken.
+    """
+    if where is None:
+        return 0
+    lock = os.path.join(where, _LOCK_DIRECTORY)
+    try:
+        entries = os.listdir(lock)
+    except OSError:  # nobody waits (the usual case), or not ours to read
+        return 0
+    if not entries:
+        return 0
+    return _send_each(lock, entries, lambda entry: b"")
+
+
+def _send_each(where: str, entries: list[str], datagram: Callable[[str], bytes]) -> int:
+    """Send ``datagram(entry)`` to each socket file of ``where``; how many were sent. Never raises."""
+    if not entries:
         return 0
     import socket
 
@@ -149,16 +183,15 @@ def send(where: str | None, counters: Mapping[str, int]) -> int:
         return 0
     try:
         sender.setblocking(False)
-        for entry in targets[: MAX_SUBSCRIBERS * len(tags)]:
+        for entry in entries:
             path = os.path.join(where, entry)
             if len(os.fsencode(path)) > _MAX_ADDRESS and dirfd is None:
                 dirfd = _open_dir(where)
             address = _address(path, dirfd)
             if address is None:
                 continue
-            name = tags[entry[:_TAG_LENGTH]]
             try:
-                sender.sendto(_encode(name, counters[name]), address)
+                sender.sendto(datagram(entry), address)
                 sent += 1
             except ConnectionRefusedError:  # nobody bound: its process died without cleaning up
                 _remove_stale(path)
@@ -210,29 +243,8 @@ class Listener:
 
     @classmethod
     def _bind_in(cls, where: str, prefix: str) -> Listener | None:
-        import socket
-
-        path = os.path.join(where, f"{prefix}.{os.urandom(4).hex()}")
-        dirfd = _open_dir(where) if len(os.fsencode(path)) > _MAX_ADDRESS else None
-        try:
-            address = _address(path, dirfd)
-            if address is None:
-                return None
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            try:
-                sock.bind(address)
-                # Whoever may create files beside the database may wake its subscribers.
-                os.chmod(path, stat.S_IMODE(os.stat(where).st_mode) & 0o666)
-                sock.setblocking(False)
-            except BaseException:
-                sock.close()
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-                raise
-        finally:
-            if dirfd is not None:
-                os.close(dirfd)
-        return cls(sock, path, where)
+        bound = _bind(where, f"{prefix}.{os.urandom(4).hex()}")
+        return None if bound is None else cls(bound[0], bound[1], where)
 
     def receive(self) -> list[tuple[str, int] | None]:
         """Every datagram waiting, as (name, counter), ``None`` for one that could not be read
@@ -256,6 +268,70 @@ class Listener:
             os.rmdir(self._directory)
 
 
+class LockWaiter:
+    """A writer waiting for the write lock, woken by the writer that frees it (:func:`hand_over`).
+
+    SQLite only lets a writer that finds the lock taken try again later. Trying again after
+    pauses, a worker's claim lost the race to a producer that committed and began its next push
+    a tenth of a millisecond later, pause after pause: one claim waited 15 ms behind 50 pushes
+    (``bench_workers.py --store sqlite --enqueue one``). A waiter binds a socket in
+    ``<database>-wake/lock/`` for as long as it waits; whoever ends a write transaction sends a
+    datagram to each socket there, so the waiter tries again at once, usually before the writer
+    that freed the lock begins again. The pauses remain the bound of each wait: a writer that
+    sends nothing (the ``sqlite3`` shell, an older version) is still waited out. Blocking: call it
+    from a worker thread.
+    """
+
+    def __init__(self, sock: socket.socket, path: str, where: str) -> None:
+        self._socket = sock
+        self._path = path
+        self._directory = where
+
+    @classmethod
+    def bind(cls, where: str | None) -> LockWaiter | None:
+        """A waiter in the wake-up directory ``where`` (from :func:`directory`), or ``None``: then
+        the writer pauses unwoken, as it did before."""
+        if where is None:
+            return None
+        lock = os.path.join(where, _LOCK_DIRECTORY)
+        for _ in range(3):  # a last leaver may remove the directories between mkdir and bind
+            try:
+                _make_directory(where, os.path.dirname(where))
+                _make_directory(lock, where)
+                bound = _bind(lock, os.urandom(4).hex())
+                return None if bound is None else cls(bound[0], bound[1], where)
+            except FileNotFoundError:
+                continue
+            except OSError:  # read-only or foreign directory, descriptors exhausted...: pause instead
+                return None
+        return None
+
+    def wait(self, timeout: float) -> None:
+        """Return once a writer has freed the lock, or after ``timeout`` seconds."""
+        sock = self._socket
+        try:
+            sock.settimeout(timeout)  # a wait in poll(), for any descriptor number
+            sock.recv(16)
+        except OSError:  # TimeoutError: nobody handed the lock over (a foreign writer, or a race)
+            pass
+        sock.setblocking(False)
+        try:
+            while True:  # hand-overs that came together make one wake-up
+                sock.recv(16)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        """Close the socket, remove its file, and the directories if they are left empty."""
+        self._socket.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self._path)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(self._path))
+        with contextlib.suppress(OSError):
+            os.rmdir(self._directory)
+
+
 def _make_directory(where: str, parent: str) -> None:
     """Create the directory with the database directory's permissions (not this process's umask)."""
     try:
@@ -264,6 +340,34 @@ def _make_directory(where: str, parent: str) -> None:
         return
     with contextlib.suppress(OSError):
         os.chmod(where, stat.S_IMODE(os.stat(parent).st_mode))
+
+
+def _bind(where: str, filename: str) -> tuple[socket.socket, str] | None:
+    """A non-blocking datagram socket bound to the file ``filename`` in ``where``, and its path;
+    ``None`` where its address cannot be named. Whoever may create files beside the database may
+    send to it."""
+    import socket
+
+    path = os.path.join(where, filename)
+    dirfd = _open_dir(where) if len(os.fsencode(path)) > _MAX_ADDRESS else None
+    try:
+        address = _address(path, dirfd)
+        if address is None:
+            return None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            sock.bind(address)
+            os.chmod(path, stat.S_IMODE(os.stat(where).st_mode) & 0o666)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+    finally:
+        if dirfd is not None:
+            os.close(dirfd)
+    return sock, path
 
 
 def _sweep(where: str, prefix: str) -> int:

@@ -287,6 +287,171 @@ def test_a_writer_takes_the_lock_soon_after_it_is_freed(tmp_path: Path) -> None:
         writer.close()
 
 
+def _locked_file(tmp_path: Path) -> tuple[str, str]:
+    """A WAL database with a table, and its wake-up directory (not made yet)."""
+    path = str(tmp_path / "lock.db")
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE t (x)")
+    conn.close()
+    wake = _sqlite_wake.directory(path)
+    assert wake is not None
+    return path, wake
+
+
+def _begin_in_a_thread(path: str, wake: str | None, got: list[float]) -> threading.Thread:
+    """A writer on its own connection that takes the write lock (waiting as a store's writer does)."""
+    from rehydrate.stores import _sqlite_sql as sql
+
+    def run() -> None:
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            sql.begin(conn, 30.0, wake)
+            got.append(time.monotonic())
+            conn.execute("ROLLBACK")
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def _until(predicate: Any, within: float = 10.0) -> None:
+    """Wait (sync, in short steps) until ``predicate()``: how the tests see a writer begin waiting."""
+    deadline = time.monotonic() + within
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+@pytest.mark.parametrize("ending", ["commit", "rollback"])
+def test_a_waiting_writer_is_handed_the_lock_when_a_transaction_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str
+) -> None:
+    """A writer waiting for the lock is woken by the transaction that frees it, however it ends:
+    with 5 s between its own tries, only the hand-over can give it the lock in time."""
+    from rehydrate.stores import _sqlite_sql as sql
+
+    monkeypatch.setattr(sql, "_LOCK_PAUSES", (5.0,))
+    path, wake = _locked_file(tmp_path)
+    lock = Path(wake) / "lock"
+    holder = sqlite3.connect(path, isolation_level=None)
+    got: list[float] = []
+    threads: list[threading.Thread] = []
+
+    def body(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t VALUES (1)")
+        threads.append(_begin_in_a_thread(path, wake, got))
+        _until(lambda: bool(_entries(lock)))  # the other writer found the lock taken and waits
+        if ending == "rollback":
+            raise RuntimeError("the body failed")
+
+    try:
+        if ending == "rollback":
+            with pytest.raises(RuntimeError):
+                sql.transaction(holder, body, 5.0, wake)
+        else:
+            sql.transaction(holder, body, 5.0, wake)
+        freed = time.monotonic()
+        threads[0].join(10)
+        assert got
+        assert got[0] - freed < 2.5  # not its own 5 s pause
+        assert holder.execute("SELECT count(*) FROM t").fetchone() == ((1,) if ending == "commit" else (0,))
+    finally:
+        holder.close()
+    assert not os.path.exists(wake)  # the waiter's socket and both directories are gone
+
+
+def test_a_writer_that_hands_nothing_over_is_still_waited_out(tmp_path: Path) -> None:
+    """A writer that does not hand the lock over (the ``sqlite3`` shell, an older rehydrate) is
+    waited out in pauses, as before the hand-over existed; a wake-up directory it cannot use
+    (a file in its place) leaves the writer pausing too."""
+    path, wake = _locked_file(tmp_path)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        for where in (wake, str(tmp_path / "not-a-directory")):
+            if where != wake:
+                Path(where).write_text("")
+            holder.execute("BEGIN IMMEDIATE")
+            got: list[float] = []
+            thread = _begin_in_a_thread(path, where, got)
+            time.sleep(0.02)
+            freed = time.monotonic()
+            holder.execute("ROLLBACK")  # no hand-over
+            thread.join(10)
+            assert got
+            assert got[0] - freed < 0.5
+        assert not os.path.exists(wake)
+    finally:
+        holder.close()
+
+
+def test_a_dead_waiters_socket_is_removed_by_the_next_hand_over(tmp_path: Path) -> None:
+    _, wake = _locked_file(tmp_path)
+    assert _sqlite_wake.hand_over(wake) == 0  # nobody has waited: no directory, nothing sent
+    assert _sqlite_wake.hand_over(None) == 0
+    waiter = _sqlite_wake.LockWaiter.bind(wake)
+    assert waiter is not None
+    lock = Path(wake) / "lock"
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    dead.bind(str(lock / "deadbeef"))
+    dead.close()  # its process was SIGKILLed: the file stays, nobody is bound
+    (lock / "notes.txt").write_text("not a socket")  # never removed: not ours
+    assert sorted(_entries(lock) or []) != []
+    assert _sqlite_wake.hand_over(wake) == 1  # the live waiter
+    assert "deadbeef" not in (_entries(lock) or [])
+    assert "notes.txt" in (_entries(lock) or [])
+    began = time.monotonic()
+    waiter.wait(5.0)  # returns at once: the hand-over is waiting in its socket
+    assert time.monotonic() - began < 1.0
+    waiter.close()
+
+
+def _hold_the_lock_until_a_writer_waits(path: str, wake: str, done: Any) -> None:
+    """Run in a spawned process: a store's write transaction that ends once a writer waits."""
+    from rehydrate.stores import _sqlite_sql as sql
+
+    lock = Path(wake) / "lock"
+    conn = sqlite3.connect(path, isolation_level=None)
+
+    def body(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t VALUES (2)")
+        done.set()  # holding the lock
+        _until(lambda: bool(_entries(lock)), within=30)
+
+    sql.transaction(conn, body, 5.0, wake)
+    conn.close()
+
+
+def test_a_writer_in_another_process_hands_the_lock_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rehydrate.stores import _sqlite_sql as sql
+
+    monkeypatch.setattr(sql, "_LOCK_PAUSES", (5.0,))
+    path, wake = _locked_file(tmp_path)
+    ctx = multiprocessing.get_context("spawn")
+    holding = ctx.Event()
+    holder = ctx.Process(target=_hold_the_lock_until_a_writer_waits, args=(path, wake, holding))
+    holder.start()
+    try:
+        assert holding.wait(30)
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            began = time.monotonic()
+            sql.begin(conn, 30.0, wake)  # waits (the lock is the other process's), then is handed it
+            waited = time.monotonic() - began
+            assert conn.execute("SELECT count(*) FROM t").fetchone() == (1,)  # the holder's commit
+            conn.execute("ROLLBACK")
+        finally:
+            conn.close()
+        assert waited < 2.5  # not its own 5 s pause
+    finally:
+        holder.join(30)
+    assert holder.exitcode == 0
+
+
 @pytest.mark.anyio
 async def test_claim_is_bounded_per_call(tmp_path: Path) -> None:
     async with SQLiteStore(tmp_path / "jobs.db") as store:
