@@ -440,6 +440,7 @@ class SQLiteStore(StoreBase):
         if self._conn is conn:  # not already closed by a concurrent aclose()
             self._conn = None
             conn.close()
+            wake.tidy(self._wake_dir)  # the lock waiters' directory, once nobody waits
 
     # -- plumbing --------------------------------------------------------------------------------
 

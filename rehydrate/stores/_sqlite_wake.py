@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     import socket
 
-__all__ = ["MAX_SUBSCRIBERS", "Listener", "LockWaiter", "directory", "hand_over", "notify", "send"]
+__all__ = ["MAX_SUBSCRIBERS", "Listener", "LockWaiter", "directory", "hand_over", "notify", "send", "tidy"]
 
 #: Beside ``jobs.db``, ``jobs.db-wake/`` (as SQLite's own ``jobs.db-wal`` and ``jobs.db-shm``).
 _SUFFIX: Final = "-wake"
@@ -264,8 +264,7 @@ class Listener:
         self.socket.close()
         with contextlib.suppress(OSError):
             os.unlink(self.path)
-        with contextlib.suppress(OSError):  # not empty, or gone: both fine
-            os.rmdir(self._directory)
+        tidy(self._directory)
 
 
 class LockWaiter:
@@ -322,14 +321,25 @@ class LockWaiter:
             pass
 
     def close(self) -> None:
-        """Close the socket, remove its file, and the directories if they are left empty."""
+        """Close the socket and remove its file. The directories stay for the next wait (making
+        and removing them costs more than a wait on a quiet disk); :func:`tidy` removes them."""
         self._socket.close()
         with contextlib.suppress(OSError):
             os.unlink(self._path)
-        with contextlib.suppress(OSError):
-            os.rmdir(os.path.dirname(self._path))
-        with contextlib.suppress(OSError):
-            os.rmdir(self._directory)
+
+
+def tidy(where: str | None) -> None:
+    """Remove the wake-up directory (and its ``lock/``) if nobody uses it any more; never raises.
+
+    A store calls it when it closes, a subscription when it leaves: the last one out leaves
+    nothing beside the database.
+    """
+    if where is None:
+        return
+    with contextlib.suppress(OSError):  # not empty (a writer waits), or gone: both fine
+        os.rmdir(os.path.join(where, _LOCK_DIRECTORY))
+    with contextlib.suppress(OSError):  # not empty (a subscription waits), or gone: both fine
+        os.rmdir(where)
 
 
 def _make_directory(where: str, parent: str) -> None:

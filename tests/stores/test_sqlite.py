@@ -360,7 +360,9 @@ def test_a_waiting_writer_is_handed_the_lock_when_a_transaction_ends(
         assert holder.execute("SELECT count(*) FROM t").fetchone() == ((1,) if ending == "commit" else (0,))
     finally:
         holder.close()
-    assert not os.path.exists(wake)  # the waiter's socket and both directories are gone
+    assert _entries(lock) == []  # the waiter's socket is gone; the directories stay for the next
+    _sqlite_wake.tidy(wake)  # what a closing store does
+    assert not os.path.exists(wake)
 
 
 def test_a_writer_that_hands_nothing_over_is_still_waited_out(tmp_path: Path) -> None:
@@ -382,7 +384,7 @@ def test_a_writer_that_hands_nothing_over_is_still_waited_out(tmp_path: Path) ->
             thread.join(10)
             assert got
             assert got[0] - freed < 0.5
-        assert not os.path.exists(wake)
+        assert _entries(Path(wake) / "lock") == []
     finally:
         holder.close()
 
@@ -406,6 +408,30 @@ def test_a_dead_waiters_socket_is_removed_by_the_next_hand_over(tmp_path: Path) 
     waiter.wait(5.0)  # returns at once: the hand-over is waiting in its socket
     assert time.monotonic() - began < 1.0
     waiter.close()
+
+
+@pytest.mark.anyio
+async def test_a_closing_store_removes_the_directories_nobody_uses(tmp_path: Path) -> None:
+    """The lock waiters' directory stays between waits and goes when the store closes, unless a
+    writer or a subscription still uses it."""
+    path = str(tmp_path / "jobs.db")
+    wake = Path(f"{path}-wake")
+    async with SQLiteStore(path) as store:
+        await store.push(N, "x", ttl=0)
+        # A writer of another store waited once (in its worker thread, as a store's writer does).
+        waiter = await anyio.to_thread.run_sync(_sqlite_wake.LockWaiter.bind, str(wake))
+        assert waiter is not None
+        await anyio.to_thread.run_sync(waiter.close)
+        assert _entries(wake) == ["lock"]
+    assert not wake.exists()
+    async with SQLiteStore(path) as store, store.subscribe(N):
+        waiter = await anyio.to_thread.run_sync(_sqlite_wake.LockWaiter.bind, str(wake))
+        assert waiter is not None
+        async with SQLiteStore(path):
+            pass  # another store closes while a writer waits and a subscription listens
+        assert _entries(wake / "lock") is not None
+        await anyio.to_thread.run_sync(waiter.close)
+    assert not wake.exists()  # the subscription left last, and took both
 
 
 def _hold_the_lock_until_a_writer_waits(path: str, wake: str, done: Any) -> None:
