@@ -162,8 +162,6 @@ def hand_over(where: str | None) -> int:
         entries = os.listdir(lock)
     except OSError:  # nobody waits (the usual case), or not ours to read
         return 0
-    if not entries:
-        return 0
     return _send_each(lock, entries, lambda entry: b"")
 
 
@@ -281,10 +279,9 @@ class LockWaiter:
     from a worker thread.
     """
 
-    def __init__(self, sock: socket.socket, path: str, where: str) -> None:
+    def __init__(self, sock: socket.socket, path: str) -> None:
         self._socket = sock
         self._path = path
-        self._directory = where
 
     @classmethod
     def bind(cls, where: str | None) -> LockWaiter | None:
@@ -298,7 +295,7 @@ class LockWaiter:
                 _make_directory(where, os.path.dirname(where))
                 _make_directory(lock, where)
                 bound = _bind(lock, os.urandom(4).hex())
-                return None if bound is None else cls(bound[0], bound[1], where)
+                return None if bound is None else cls(*bound)
             except FileNotFoundError:
                 continue
             except OSError:  # read-only or foreign directory, descriptors exhausted...: pause instead
