@@ -779,3 +779,53 @@ class TestRearmMany:
             dehydrator.rearm_many([("a", claim.token, "a2", 0), bad])
         assert snapshot(dehydrator) == before
         assert dehydrator.rearm_many([]) == []
+
+
+class TestPushMany:
+    """A batch push: every item as ``push`` would, all at one reading of the clock."""
+
+    def test_one_clock_reading_for_the_batch(self) -> None:
+        readings = iter(range(1000, 2000))  # a clock that moves a second at every reading
+        dehydrator = Dehydrator(clock=lambda: float(next(readings)))
+        ids = dehydrator.push_many([("a", 5, "a"), ("b", 5, None), ("c", timedelta(seconds=7), "c")])
+        assert (ids[0], ids[2]) == ("a", "c")
+        assert ids[1] not in ("a", "c")
+        infos = [dehydrator.info(id) for id in ids]
+        assert [i.due for i in infos if i is not None] == [1005.0, 1005.0, 1007.0]
+        assert [i.ttl for i in infos if i is not None] == [5.0, 5.0, 7.0]
+
+    def test_equal_due_times_come_out_batch_by_batch(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+        """Batches filed a moment apart for one instant share it exactly (ttls counted from each
+        batch's own clock reading), and ties come out in filing order."""
+        dehydrator.push_many([(f"a{i}", 10, f"a{i}") for i in range(3)])
+        clock.advance(0.25)
+        dehydrator.push_many([(f"b{i}", 9.75, f"b{i}") for i in range(3)])
+        clock.advance(10)
+        claims = dehydrator.claim(lease=30)
+        assert [c.id for c in claims] == ["a0", "a1", "a2", "b0", "b1", "b2"]
+        assert {c.due for c in claims} == {1010.0}
+
+    def test_duplicates_and_bad_items_file_none(self, dehydrator: Dehydrator) -> None:
+        dehydrator.push("x", ttl=1, id="taken")
+        before = snapshot(dehydrator)
+        with pytest.raises(DuplicateIdError):
+            dehydrator.push_many([("a", 1, "fresh"), ("b", 1, "taken")])
+        with pytest.raises(DuplicateIdError):
+            dehydrator.push_many([("a", 1, "twice"), ("b", 1, "twice")])
+        with pytest.raises(InvalidArgumentError):
+            dehydrator.push_many([("a", 1, "fresh"), ("b", -1, "bad")])
+        with pytest.raises(InvalidTypeError):
+            dehydrator.push_many([("a", 1, "fresh"), ("b", 1, 7)])  # type: ignore[list-item]
+        assert snapshot(dehydrator) == before
+        assert dehydrator.push_many([]) == []
+
+    def test_the_same_elements_as_pushes(self, clock: FakeClock) -> None:
+        """Against a push per item at the same moment: the same elements, due times and order."""
+        one, many = Dehydrator(clock=clock), Dehydrator(clock=clock)
+        items = [({"n": i}, (i * 7) % 5, f"e{i}") for i in range(50)]
+        for element, ttl, id in items:
+            one.push(element, ttl=ttl, id=id)
+        many.push_many(items)
+        clock.advance(10)
+        assert snapshot(one) == snapshot(many)
+        assert one.poll() == many.poll()

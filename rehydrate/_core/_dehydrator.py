@@ -103,6 +103,13 @@ class _Queue:
 #: place. A node taken by poll or claim is behind its old queue's head, where nothing looks.
 _Node = list[Any]
 
+#: What a queue keeps in a slot behind its head, in place of the node that was there: the node
+#: is freed at once instead of at the queue's next trim. A rearm files a fresh node as it drops
+#: the old one; a dropped node that lingered would make each recurring occurrence a net new
+#: object for the garbage collector's count, and a burst of them a collection every few hundred
+#: (``benchmarks/bench_schedules.py``). Nothing reads a slot behind the head.
+_GONE: Final[_Node] = [_INF, -1, "", _DEAD, 0, None]
+
 
 #: A heads-heap entry: ``[due, seq, queue]``, the ``(due, seq)`` of a queue's head when the entry
 #: was made, or a loose node itself. Lists, so that the two compare (on ``(due, seq)``: seqs are
@@ -244,6 +251,47 @@ class Dehydrator:
         if seq >= self._check_at:
             self._check(seq)
         return id
+
+    def push_many(self, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
+        """:meth:`push` for each ``(element, ttl, id)``, all at one ``now``; their ids, in order.
+
+        Everything is checked before anything is filed: a bad item raises, and an id already
+        dehydrating (or given twice) raises :class:`~rehydrate.errors.DuplicateIdError`, filing
+        none. One clock read for the batch, as the stores that count a batch's ttls from the call:
+        elements pushed with one due time share it exactly, and so come out of their queues in
+        whole runs rather than interleaved with another batch's, one heap operation each.
+        """
+        batch: list[tuple[Any, float, str | None]] = []
+        index = self._index
+        seen: set[str] = set()
+        for element, ttl, id in items:
+            if type(ttl) is not float or not 0.0 <= ttl <= _MAX:
+                ttl = _validate.seconds(ttl, "ttl")
+            if id is not None:
+                if type(id) is not str or not id or not id.isascii():
+                    _validate.element_id(id)
+                if id in index or id in seen:
+                    raise DuplicateIdError(id)
+                seen.add(id)
+            batch.append((element, ttl, id))
+        now = self.now()
+        queues, seqs, insert = self._queues, self._seq, self._insert
+        ids: list[str] = []
+        for element, seconds, id in batch:
+            if id is None:
+                id = self._new_id()
+            queue = queues.get(seconds)
+            if queue is None:
+                insert(id, element, 0, now + seconds, seconds, False)
+            else:
+                # _insert's common case (a queue for this TTL), written out: push_many is a hot path.
+                seq = next(seqs)
+                node = index[id] = [now + seconds, seq, id, element, 0, queue]
+                queue.items.append(node)
+                if seq >= self._check_at:
+                    self._check(seq)
+            ids.append(id)
+        return ids
 
     def pull(self, id: str) -> Any:
         """Remove and return the element ``id``, due or not (PULL); ``None`` if it is unknown."""
@@ -505,13 +553,18 @@ class Dehydrator:
         Every item is checked before any is filed (a bad one raises and files none). The batch a
         runner sends once per dispatch: one check and one clock read per item, not two.
         """
-        batch = [
-            (_validate.element_id(id), token, element, _validate.seconds(ttl, "ttl"))
-            for id, token, element, ttl in items
-        ]
-        for _, token, _, _ in batch:
-            if _validate.token(token) is None:
+        batch: list[tuple[str, int, Any, float]] = []
+        append = batch.append
+        for id, token, element, ttl in items:
+            # The common case in one test each (a runner's batch: str ids, int tokens, float
+            # ttls); anything else goes through the checks that raise.
+            if type(id) is not str or not id or not id.isascii():
+                _validate.element_id(id)
+            if (type(token) is not int or token < 1) and _validate.token(token) is None:
                 raise InvalidArgumentError("rearm needs each claim's token")
+            if type(ttl) is not float or not 0.0 <= ttl <= _MAX:
+                ttl = _validate.seconds(ttl, "ttl")
+            append((id, token, element, ttl))
         now = self.now()
         index = self._index
         drop = self._drop_claimed
@@ -667,7 +720,12 @@ class Dehydrator:
         start = i
         while i < n and items[i][3] is _DEAD:
             i += 1
-        self._left += i - start
+        dead = i - start
+        self._left += dead
+        if dead == 1:
+            items[start] = _GONE
+        elif dead:
+            items[start:i] = repeat(_GONE, dead)
         queue.head = i
         return items[i] if i < n else None
 
@@ -708,11 +766,14 @@ class Dehydrator:
 
     @staticmethod
     def _advance(queue: _Queue, head: int) -> None:
-        """Move the queue's head to ``head``, trimming the taken prefix once it outweighs the rest."""
+        """Move the queue's head to ``head``, trimming the taken prefix once it outweighs the rest
+        (the slots passed over hold ``_GONE`` until then)."""
         items = queue.items
         if head > _COMPACT_MIN and head * 2 > len(items):
             del items[:head]
             head = 0
+        elif head > queue.head:
+            items[queue.head : head] = repeat(_GONE, head - queue.head)
         queue.head = head
 
     def _forget(self, queue: _Queue) -> None:

@@ -15,7 +15,7 @@ from rehydrate._core._dehydrator import Dehydrator
 from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Clock, Subscription
-from rehydrate.errors import DuplicateIdError, InvalidArgumentError, InvalidTypeError
+from rehydrate.errors import InvalidArgumentError, InvalidTypeError
 from rehydrate.stores._base import StoreBase, url_options
 from rehydrate.stores._subscription import EventSubscription
 
@@ -119,17 +119,8 @@ class MemoryStore(StoreBase):
     async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
         await anyio.lowlevel.checkpoint()
         d = self._get_or_create(name)
-        batch = [(element, _validate.seconds(ttl, "ttl"), id) for element, ttl, id in items]
-        seen: set[str] = set()
-        for _, _, id in batch:
-            if id is None:
-                continue
-            _validate.element_id(id)
-            if id in d or id in seen:
-                raise DuplicateIdError(id)
-            seen.add(id)
         before = d.next_due()
-        ids = [d.push(element, ttl=ttl, id=id) for element, ttl, id in batch]
+        ids = d.push_many(items)  # every ttl counted from one reading of the clock, as rearm's
         self._notify_if_sooner(name, d, before)
         return ids
 
