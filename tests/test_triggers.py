@@ -237,6 +237,22 @@ def test_cron_after_is_strictly_after_and_before_is_at_or_before() -> None:
     assert cron.before(t + 299) == t
 
 
+def test_cron_after_remembers_recent_answers_within_a_bound() -> None:
+    """Schedules of one cron minute ask the shared ``Cron`` for the same occurrence: the answer
+    is kept (a walk of cronsim costs about 20 µs), is the same as a fresh walk's, and the memory
+    of answers stays bounded however many times are asked about."""
+    from rehydrate._core import _triggers
+
+    shared = Cron("30 2 * * *", tz="Europe/Paris")
+    start = _utc(2026, 10, 20)
+    times = [start + 3600 * i for i in range(2 * _triggers._MEMO_SIZE)]  # across the fall-back day
+    first = [shared.after(t) for t in times]
+    assert [shared.after(t) for t in times] == first  # answered again, from memory or not
+    assert [Cron("30 2 * * *", tz="Europe/Paris").after(t) for t in times] == first
+    assert len(shared._after_memo) <= _triggers._MEMO_SIZE
+    assert shared == Cron("30 2 * * *", tz="Europe/Paris")  # the memory is no part of its value
+
+
 @pytest.mark.parametrize(
     ("expression", "field"),
     [

@@ -73,6 +73,8 @@ _EPSILON: Final = 1e-6
 
 
 _ALL_HOURS: Final = frozenset(range(24))
+#: How many answers of :meth:`Cron.after` each cron keeps (then it starts again).
+_MEMO_SIZE: Final = 256
 
 
 def _walked(parts: list[str], minutes: set[int], hours: set[int], every_hour: bool) -> str:
@@ -122,6 +124,11 @@ class Cron:
     _fields: str = attrs.field(init=False, eq=False, repr=False)
     #: Whether the hour field names every hour: the expression follows real time.
     _every_hour: bool = attrs.field(init=False, eq=False, repr=False)
+    #: :meth:`after`'s recent answers. One ``Cron`` serves every schedule of its expression and
+    #: zone (``trigger_from_dict`` caches them), and the schedules of one cron minute (a reminder
+    #: at 08:00 for each of 100,000 users) all ask for the occurrence after the same time: a walk
+    #: of cronsim costs about 20 µs, a look here a tenth of one.
+    _after_memo: dict[float, float] = attrs.field(init=False, eq=False, repr=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         from cronsim import CronSim, CronSimError
@@ -159,6 +166,17 @@ class Cron:
 
     def after(self, ts: float) -> float:
         """The first occurrence strictly after Unix time ``ts``."""
+        memo = self._after_memo
+        known = memo.get(ts)
+        if known is not None:
+            return known
+        result = self._after(ts)
+        if len(memo) >= _MEMO_SIZE:
+            memo.clear()  # one step (a ``Cron`` may be shared by event loops in several threads)
+        memo[ts] = result
+        return result
+
+    def _after(self, ts: float) -> float:
         from cronsim import CronSim
 
         start = _at(ts, self._zone)
