@@ -438,6 +438,91 @@ class TestAtLeastOnce:
                 release.set()
         assert not [e for e in logs if e["log_level"] == "warning"], logs
 
+    async def test_a_failed_renewal_is_tried_again_before_the_lease_runs_out(self, clock: FakeClock) -> None:
+        """A store error on ``extend`` is retried within a second (not half a lease later), and
+        the element keeps running under its lease: no duplicate, no "lease lost"."""
+        store = _FlakyExtend(failures=2, clock=clock)
+        scheduler = Scheduler(store=store, grace=0.5)
+        release = anyio.Event()
+        calls = 0
+
+        @scheduler.handler("jobs", lease=10)
+        async def job(element: str) -> None:
+            nonlocal calls
+            calls += 1
+            await release.wait()
+
+        with capture_logs() as logs:
+            async with scheduler:
+                start = clock()
+                await scheduler.defer("jobs", "slow", id="s")
+                await settle()
+                await advance(clock, 5)  # half the lease: the renewal fails (injected)
+                await advance(clock, 1)  # tried again a second later: fails again
+                await advance(clock, 1)  # and again: renewed, until 17
+                assert store.extends == 3
+                info = await store.info("jobs", "s")
+                assert info is not None
+                assert info.claimed
+                assert info.due == pytest.approx(start + 17)  # the lease, renewed at +7 for 10 s
+                await advance(clock, 9)  # past the first lease's end: renewed again at 12
+                assert await store.claim("jobs", lease=1) == []  # still held
+                release.set()
+                await settle()
+        assert calls == 1
+        assert scheduler.stats().acked == 1
+        failed = [e for e in logs if e["event"] == "lease renewal failed, will retry"]
+        assert len(failed) == 2
+        assert not [e for e in logs if e["event"].startswith("lease lost")]
+
+    async def test_a_lost_lease_is_said_once(
+        self, scheduler: Scheduler, store: MemoryStore, clock: FakeClock
+    ) -> None:
+        """An element pulled while its handler runs: the next renewal finds no claim to extend,
+        says so once, and stops renewing it; its neighbours in the same claim go on."""
+        release = anyio.Event()
+        started: list[str] = []
+
+        @scheduler.handler("jobs", lease=10)
+        async def job(element: str) -> None:
+            started.append(element)
+            await release.wait()
+
+        with capture_logs() as logs:
+            async with scheduler:
+                await store.push_many("jobs", [("a", 1, "a"), ("b", 1, "b")])  # claimed together
+                await advance(clock, 1)
+                assert sorted(started) == ["a", "b"]
+                assert await store.pull("jobs", "a") == "a"
+                await advance(clock, 5)  # the renewal: "a" is gone, "b" renewed
+                await advance(clock, 5)  # and again: nothing more is said about "a"
+                info = await store.info("jobs", "b")
+                assert info is not None
+                assert info.claimed
+                release.set()
+                await settle()
+        lost = [e for e in logs if e["event"].startswith("lease lost")]
+        assert [e["id"] for e in lost] == ["a"]
+
+    async def test_the_keeper_forgets_finished_elements_at_once(
+        self, scheduler: Scheduler, store: MemoryStore, clock: FakeClock
+    ) -> None:
+        """Nothing of a finished element stays in the lease keeper until its renewal would have
+        come (half a lease): a burst of short deliveries leaves it empty."""
+
+        @scheduler.handler("jobs", lease=60)
+        async def job(element: int) -> None:
+            pass
+
+        async with scheduler:
+            await store.push_many("jobs", [(i, 0, f"e{i}") for i in range(500)])
+            await settle()
+            assert scheduler.stats().acked == 500
+            (runner,) = scheduler._runners.values()
+            keeper = runner._keeper
+            assert keeper._home == {}
+            assert not any(keeper._batches.values())
+
     async def test_retry_with_backoff_then_dead_letter(
         self, scheduler: Scheduler, store: MemoryStore, clock: FakeClock
     ) -> None:
@@ -1002,6 +1087,23 @@ async def test_a_channel_hands_back_what_it_did_not_deliver(clock: FakeClock) ->
         infos = [await store.info("inbox", id) for id in await store.ids("inbox")]
         assert not any(info.claimed for info in infos if info is not None)
         assert len(await store.xpoll("inbox")) == 9
+
+
+class _FlakyExtend(MemoryStore):
+    """A real memory store whose first ``failures`` lease renewals fail with a store error, as a
+    store that is briefly unreachable does; counts every ``extend``."""
+
+    def __init__(self, failures: int, **options: Any) -> None:
+        super().__init__(**options)
+        self.failures = failures
+        self.extends = 0
+
+    async def extend(self, name: str, id: str, *, lease: Any, token: int) -> float | None:
+        self.extends += 1
+        if self.failures:
+            self.failures -= 1
+            raise rehydrate.StoreUnavailableError("the store is down (injected)")
+        return await super().extend(name, id, lease=lease, token=token)
 
 
 class _FlakySubscriptions(MemoryStore):
