@@ -58,6 +58,7 @@ from bench_scheduler import PATTERNS, due_offsets, percentiles
 
 from rehydrate import Scheduler, current_delivery, open_store
 from rehydrate._clock import ServerClock
+from rehydrate.cli._worker import settle_heap
 
 #: The server's time in µs, as the store's own time script reads it.
 TIME = """
@@ -135,14 +136,15 @@ def rehydrate_worker(
             if len(late) == n:
                 done.set()
 
-        async with store, scheduler:
-            ready.set()
-            with anyio.fail_after(120):
-                await done.wait()
-            cpu[0] = time.process_time() - cpu[0]
+        async with store:
+            settle_heap()  # as ``rehydrate worker`` does once its store is open
+            async with scheduler:
+                ready.set()
+                with anyio.fail_after(120):
+                    await done.wait()
+                cpu[0] = time.process_time() - cpu[0]
         results.put((late, cpu[0]))
 
-    gc.collect()
     if profile:
         import cProfile
 
@@ -164,6 +166,7 @@ def floor_worker(url: str, key: str, n: int, batch: int, ready: Any, results: An
         cpu: list[float] = []
         async with coredis.Redis.from_url(url, decode_responses=False) as client:
             clock = await server_clock(client)
+            settle_heap()  # as the rehydrate worker does
             take = client.register_script(TAKE)
             woken = anyio.Event()
 
@@ -203,7 +206,6 @@ def floor_worker(url: str, key: str, n: int, batch: int, ready: Any, results: An
                 tg.cancel_scope.cancel()
         results.put((late, cpu[0]))
 
-    gc.collect()
     anyio.run(main, backend="asyncio")
 
 

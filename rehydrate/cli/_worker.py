@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import gc
 import importlib
 import importlib.util
 import os
@@ -183,6 +184,21 @@ def _scheme(url: str) -> str:
     return url.split("://", 1)[0] + "://..." if "://" in url else "(not a URL)"
 
 
+def settle_heap() -> None:
+    """Collect once and freeze what start-up left, before the first claim.
+
+    Start-up (the application's modules, the event loop's, the store's client) leaves tens of
+    thousands of objects the collector tracks (about 60,000 in a Redis worker) and has never
+    examined as old: more than the quarter of the old generation that lets a full collection
+    run, so one runs as soon as the middle generation has been collected ten times more, a few
+    seconds into serving, and stops the event loop while it walks them all (20 to 45 ms on 2
+    cores; every element due meanwhile waits). Collected and frozen here, they are never walked
+    again, and no full collection is due until a quarter as many objects again have survived.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 async def _serve(
     scheduler: Scheduler,
     source: str,
@@ -234,6 +250,7 @@ async def _serve(
                 # current task's", and a context token reset in a different Context). Idempotent
                 # for a store the scheduler made from a URL, which closes it itself.
                 async with scheduler.store:
+                    settle_heap()
                     await scheduler.run(task_status=task_status)
                 metrics_stop.set()
                 tg.cancel_scope.cancel()  # stopped: the watchers (and the metrics server) are done too
