@@ -36,7 +36,16 @@ from rehydrate._core._retry import Retry
 from rehydrate._core._triggers import Trigger, trigger_from_dict
 from rehydrate._deliveries import Counters, Delivery, delivery_var
 from rehydrate._retries import Rescheduler
-from rehydrate._schedules import PAUSED_TTL, Envelope, is_envelope, next_run, offset_of, plan
+from rehydrate._schedules import (
+    PAUSED_TTL,
+    Envelope,
+    is_envelope,
+    next_run,
+    nominal_of,
+    offset_of,
+    plan,
+    with_next,
+)
 from rehydrate._tracing import Tracing, unwrap
 from rehydrate.abc import Store, Subscription
 from rehydrate.errors import DuplicateIdError, RehydrateError
@@ -765,7 +774,11 @@ class Runner:
                 id=claim.id,
                 exc_info=exc,
             )
-            return _Occurrence(None, envelope, float(envelope.get("next") or 0.0))
+            try:
+                nominal = nominal_of(envelope)
+            except (KeyError, TypeError, ValueError):
+                nominal = 0.0
+            return _Occurrence(None, envelope, nominal)
         now = wall(store.clock)
         # The common case, written out (it is ``plan``'s first steps): a first delivery of a
         # schedule neither paused nor spread nor ``skip``, with no later occurrence missed yet.
@@ -777,7 +790,7 @@ class Runner:
         ):
             following = next_run(envelope, trigger)
             if following > now:
-                return _Occurrence(trigger, envelope, float(envelope["next"]), following)
+                return _Occurrence(trigger, envelope, nominal_of(envelope), following)
         if envelope.get("paused"):
             # Paused: filed again for the longest ttl (the nominal time is never reached).
             self._rearmer.add(claim.id, claim.token, envelope, now + PAUSED_TTL, False)
@@ -785,14 +798,14 @@ class Runner:
         # A spread schedule runs ``offset`` after its nominal times: planned on its own clock.
         offset = offset_of(claim.id, envelope) if "spread" in envelope else 0.0
         decided = plan(envelope, trigger, now - offset, claim.attempt)
-        if decided.nominal != envelope["next"]:
-            envelope = {**envelope, "next": decided.nominal}
+        if decided.nominal != nominal_of(envelope):
+            envelope = with_next(envelope, decided.nominal)
         if not decided.run:
             logger.info(
                 "schedule: an occurrence later than its grace was skipped",
                 dehydrator=handler.name,
                 id=claim.id,
-                skipped=claim.element["next"],
+                skipped=nominal_of(claim.element),
                 next=decided.nominal,
             )
             self._rearmer.add(claim.id, claim.token, envelope, decided.nominal + offset, False)
@@ -821,7 +834,7 @@ class Runner:
         upcoming = occurrence.following
         if upcoming is None:
             upcoming = next_run(occurrence.envelope, occurrence.trigger)
-        envelope = {**occurrence.envelope, "next": upcoming}
+        envelope = with_next(occurrence.envelope, upcoming)
         self._rearmer.add(claim.id, claim.token, envelope, upcoming + occurrence.offset, True)
 
     async def _in_thread(self, claim: Claim, element: Any) -> None:

@@ -48,16 +48,19 @@ from rehydrate._schedules import (
     PAUSED_TTL,
     Envelope,
     ScheduleInfo,
+    anchor_of,
     check_trigger,
     first_run,
     is_envelope,
     make_envelope,
     next_run,
+    nominal_of,
     offset_of,
     spread_offset,
     ttl_until,
     validate_misfire,
     validate_spread,
+    with_next,
     with_paused,
     with_policy,
 )
@@ -682,12 +685,12 @@ class Scheduler:
                 envelope = with_policy({**existing, "element": element}, misfire, grace, spread)
                 if envelope == existing:
                     return  # nothing changed: nothing moves
-                upcoming = float(existing["next"])
+                upcoming = nominal_of(existing)
                 info = await store.info(name, id)
                 if info is not None and info.claimed:
                     # The running occurrence is fenced out by the replace: file the one after it.
                     upcoming = next_run(existing, trigger)
-                    envelope["next"] = upcoming
+                    envelope = with_next(envelope, upcoming)
             else:
                 envelope, upcoming = _new_schedule(
                     trigger, element, now, offset, misfire=misfire, grace=grace, spread=spread, paused=paused
@@ -756,8 +759,8 @@ class Scheduler:
             trigger = trigger_from_dict(existing["trigger"])
             now = wall(store.clock)
             offset = offset_of(id, existing)
-            upcoming = first_run(trigger, existing.get("anchor"), now - offset)
-            envelope = {**with_paused(existing, False), "next": upcoming}
+            upcoming = first_run(trigger, anchor_of(existing), now - offset)
+            envelope = with_next(with_paused(existing, False), upcoming)
             ttl = ttl_until(upcoming + offset, now)
         await store.push(name, envelope, ttl=ttl, id=id, replace=True)
         return True

@@ -292,6 +292,33 @@ def test_every_needs_a_positive_interval(interval: object) -> None:
         Every(interval)
 
 
+def test_every_counts_whole_microseconds_exactly() -> None:
+    """Every step lands on the anchor's grid, however small the interval and however far from the
+    anchor (in floating-point seconds, ``Every(0.01)`` 2e9 s from 0 rounded back onto the
+    occurrence it started from in four steps out of ten, and ran it again)."""
+    anchor = 1795762861.982641
+    steps: list[tuple[float | timedelta, int]] = [
+        (0.01, 10_000),
+        (0.1, 100_000),
+        (timedelta(microseconds=7), 7),
+        (1.1, 1_100_000),
+    ]
+    for interval, step_us in steps:
+        every = Every(interval)
+        t = anchor
+        for _ in range(20_000):
+            following = every.after(t, anchor)
+            assert round(following * 1e6) - round(t * 1e6) == step_us
+            assert every.before(following, anchor) == following
+            assert every.at_or_after(following, anchor) == following
+            t = following
+    # Times are microseconds, as a datetime's: more digits are rounded; less than one is refused.
+    assert Every(0.0000014).interval == 0.000001
+    assert Every(60, start=1.0000004).start == 1.0
+    with pytest.raises(InvalidArgumentError, match="at least a microsecond"):
+        Every(0.0000004)
+
+
 def test_every_refuses_bad_types_and_naive_starts() -> None:
     with pytest.raises(InvalidTypeError):
         Every("5")
@@ -326,27 +353,32 @@ def test_triggers_compare_and_round_trip_through_a_dict() -> None:
 
 
 def test_an_envelope_stores_only_what_differs_from_the_defaults() -> None:
-    """The envelope written at every occurrence leaves out default values (a third of its JSON),
-    and reads back as the same schedule."""
+    """The envelope read at every occurrence leaves out default values (a third of its JSON), keeps
+    times as whole microseconds with ``next`` last (the end a store rewrites for the next
+    occurrence), and reads back as the same schedule."""
     from rehydrate._schedules import ScheduleInfo, make_envelope, with_paused, with_policy
 
     lean = make_envelope(Every(60), element={"u": 1}, next=120.0, anchor=60.0, misfire="coalesce", grace=None)
     assert lean == {
         "rehydrate.schedule": 1,
         "trigger": {"every": 60.0},
-        "next": 120.0,
         "element": {"u": 1},
-        "anchor": 60.0,
+        "anchor": 60_000_000,
+        "next": 120_000_000,
     }
+    assert list(lean)[-1] == "next"
     cron = make_envelope(Cron("0 9 * * *"), element=None, next=9.0, anchor=None, misfire="skip", grace=5.0)
     assert cron == {
         "rehydrate.schedule": 1,
         "trigger": {"cron": "0 9 * * *"},
-        "next": 9.0,
         "element": None,
         "misfire": "skip",
         "grace": 5.0,
+        "next": 9_000_000,
     }
+    assert list(cron)[-1] == "next"
+    assert list(with_paused(cron, True))[-1] == "next"
+    assert list(with_policy(lean, "all", None, 30.0))[-1] == "next"
     info = ScheduleInfo._from_envelope("c", with_paused(cron, True))
     assert (info.trigger, info.misfire, info.grace, info.paused, info.next_run) == (
         Cron("0 9 * * *"),

@@ -46,11 +46,13 @@ from rehydrate.errors import InvalidArgumentError, InvalidTypeError
 __all__ = [
     "ALL_MAX",
     "MISFIRE",
+    "US",
     "Cron",
     "Every",
     "Misfire",
     "Trigger",
     "trigger_from_dict",
+    "us",
 ]
 
 Misfire: TypeAlias = Literal["coalesce", "all", "skip"]
@@ -266,17 +268,27 @@ class Cron:
         return self.expression if self.tz == "UTC" else f"{self.expression} ({self.tz})"
 
 
+#: Microseconds in a second. Every's occurrences are whole microseconds (``datetime``'s resolution),
+#: counted in integers: exact however many intervals from the anchor, whatever the interval.
+US: Final = 1_000_000
+
+
+def us(seconds: float) -> int:
+    """Unix seconds as whole microseconds: how an ``Every`` counts, and how envelopes keep times."""
+    return round(seconds * US)
+
+
 def _start(value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, datetime):
         if value.tzinfo is None or value.utcoffset() is None:
             raise InvalidArgumentError("start must be an aware datetime (a naive one is ambiguous)")
-        return value.timestamp()
+        return us(value.timestamp()) / US
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if not math.isfinite(value):
             raise InvalidArgumentError(f"start must be finite, got {value!r}")
-        return float(value)
+        return us(value) / US
     raise InvalidTypeError(f"start must be an aware datetime or Unix seconds, not {type(value).__name__}")
 
 
@@ -291,7 +303,10 @@ def _as_interval(value: object) -> float:
         )
     if not math.isfinite(seconds) or seconds <= 0:
         raise InvalidArgumentError(f"interval must be positive, got {value!r}")
-    return _validate.seconds(seconds, "interval")
+    seconds = _validate.seconds(seconds, "interval")
+    if us(seconds) < 1:
+        raise InvalidArgumentError(f"interval must be at least a microsecond, got {value!r}")
+    return us(seconds) / US
 
 
 @attrs.frozen(eq=True)
@@ -300,26 +315,38 @@ class Every:
 
     Occurrences are ``start + k * interval``: anchored, so they never drift with the time a handler
     takes. ``start`` (an aware datetime) defaults to when the schedule is first filed; the first
-    occurrence is the first of them at or after that moment.
+    occurrence is the first of them at or after that moment. Times are whole microseconds, as a
+    ``datetime``'s are (an interval or start with more digits is rounded to the microsecond), and
+    the occurrences are counted in integers: ``Every(0.01)`` steps exactly 10,000 µs at a time,
+    however far from its anchor (in floating-point seconds a step could round back onto the
+    occurrence it started from, and run it again).
     """
 
     interval: float = attrs.field(converter=_as_interval)
     start: float | None = attrs.field(default=None, kw_only=True, converter=_start)
+    #: ``interval`` in microseconds.
+    _step: int = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_step", us(self.interval))
 
     def after(self, ts: float, anchor: float) -> float:
         """The first occurrence strictly after ``ts``, counting from ``anchor``."""
-        k = math.floor((ts - anchor) / self.interval + _EPSILON) + 1
-        return anchor + max(k, 0) * self.interval
+        a = us(anchor)
+        k = (us(ts) - a) // self._step + 1
+        return (a + max(k, 0) * self._step) / US
 
     def at_or_after(self, ts: float, anchor: float) -> float:
-        k = math.ceil((ts - anchor) / self.interval - _EPSILON)
-        return anchor + max(k, 0) * self.interval
+        a = us(anchor)
+        k = -((a - us(ts)) // self._step)
+        return (a + max(k, 0) * self._step) / US
 
     def before(self, ts: float, anchor: float) -> float | None:
         """The last occurrence at or before ``ts`` (``None`` before the anchor)."""
-        if ts < anchor - _EPSILON:
+        a, t = us(anchor), us(ts)
+        if t < a:
             return None
-        return anchor + math.floor((ts - anchor) / self.interval + _EPSILON) * self.interval
+        return (a + (t - a) // self._step * self._step) / US
 
     def to_dict(self) -> dict[str, Any]:
         return {"every": self.interval, "start": self.start}
