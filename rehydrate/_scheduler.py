@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import math
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
@@ -39,7 +40,7 @@ from rehydrate._batcher import DeferBatcher
 from rehydrate._clock import wall
 from rehydrate._core import _validate
 from rehydrate._core._retry import Retry
-from rehydrate._core._triggers import Every, Misfire, Trigger, trigger_from_dict
+from rehydrate._core._triggers import US, Every, Misfire, Trigger, trigger_from_dict
 from rehydrate._core._validate import Seconds
 from rehydrate._deliveries import Counters, DeadLetter, Delivery, Stats, current_delivery, stats_of
 from rehydrate._heartbeat import Heartbeat, new_worker_id
@@ -144,9 +145,10 @@ def _trigger_of(envelope: Envelope) -> Trigger | None:
 
 
 def _anchor(trigger: Trigger, now: float) -> float | None:
-    """Where an ``Every`` counts from: its ``start``, or when it is first filed."""
+    """Where an ``Every`` counts from: its ``start``, or when it is first filed (that
+    microsecond, so its first occurrence is due at once)."""
     if isinstance(trigger, Every):
-        return now if trigger.start is None else trigger.start
+        return math.floor(now * US) / US if trigger.start is None else trigger.start
     return None
 
 

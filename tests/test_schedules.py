@@ -229,6 +229,26 @@ async def test_every_runs_on_an_anchored_grid_with_scheduled_for(
     assert recorder.elements == [{"k": 1}] * 3
 
 
+@pytest.mark.parametrize("fraction", [1e-7, 3e-7, 5e-7, 7e-7])
+async def test_every_without_a_start_is_due_at_once_whatever_the_time_within_its_microsecond(
+    store: MemoryStore, clock: FakeClock, fraction: float
+) -> None:
+    """Filed at a time that is not a whole microsecond (a real clock's), an ``Every`` counts from
+    that microsecond: its first occurrence is due at once, not a fraction of a microsecond later
+    (which a fake clock that does not move would never reach)."""
+    clock.advance(fraction)
+    scheduler = Scheduler(store, grace=0)
+    recorder = Recorder()
+    scheduler.handler("sync")(recorder)
+    async with scheduler:
+        await scheduler.schedule("sync", Every(10), id="s")
+        await advance(clock, 0)
+        assert recorder.runs == [T0]
+        await advance(clock, 10)
+        assert recorder.runs == [T0, T0 + timedelta(seconds=10)]
+        scheduler.stop()
+
+
 async def test_a_slow_handler_neither_overlaps_nor_drifts(store: MemoryStore, clock: FakeClock) -> None:
     scheduler = Scheduler(store, grace=0)
     running = 0

@@ -337,8 +337,9 @@ class Every:
         return (a + max(k, 0) * self._step) / US
 
     def at_or_after(self, ts: float, anchor: float) -> float:
+        """The first occurrence at or after ``ts`` (a time within its microsecond counts)."""
         a = us(anchor)
-        k = -((a - us(ts)) // self._step)
+        k = -((a - math.floor(ts * US)) // self._step)
         return (a + max(k, 0) * self._step) / US
 
     def before(self, ts: float, anchor: float) -> float | None:
