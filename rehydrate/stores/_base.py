@@ -13,6 +13,15 @@ A store subclasses :class:`StoreBase` (a :class:`~rehydrate.abc.Store`) and gets
   :meth:`_loads` checks the serializer name stored beside a payload and raises
   :class:`~rehydrate.errors.SerializerMismatchError` rather than guess (:meth:`_mismatch` builds
   it for stores that detect a mismatch elsewhere, e.g. in a server-side script).
+* **the next occurrence without encoding it again**, for stores that keep bytes: a recurring
+  schedule's element (its envelope, ``rehydrate._schedules``) is read at every occurrence and
+  filed again by ``rearm`` with one value changed, its ``next`` (the last key, an integer).
+  :meth:`_keep_envelope`, called by ``claim`` for each element, keeps a claimed envelope's bytes
+  until that claim ends; :meth:`_rearm_payload` then gives the bytes to file: the kept ones with
+  their end rewritten when the element filed is the claimed one with another ``next`` (and the
+  serializer is JSON), else the element encoded (``_dumps``). Encoding an envelope was a third of
+  what filing an occurrence cost on SQLite; the rewrite is a slice and a join. Nothing about
+  schedules is kept anywhere but in the element, as before.
 * **one URL-option parser**, :func:`url_options`: a store's ``from_url`` hands it the URL and a
   table of the options its query may carry (name -> converter, see :func:`as_bool`,
   :func:`as_float`, :func:`as_int`, :func:`as_str`); unknown options are refused with a message
@@ -29,10 +38,11 @@ the store and a ``twin`` factory, through which the lifecycle and serializer rul
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 from urllib.parse import parse_qsl
 
+from rehydrate._schedules import KEY
 from rehydrate.abc import Serializer, Store
 from rehydrate.errors import (
     InvalidArgumentError,
@@ -40,7 +50,7 @@ from rehydrate.errors import (
     SerializerMismatchError,
     StoreNotOpenError,
 )
-from rehydrate.serializers import get_serializer
+from rehydrate.serializers import JSONSerializer, get_serializer
 
 __all__ = [
     "Converter",
@@ -57,6 +67,10 @@ _FALSE: Final = frozenset({"0", "false", "no", "off"})
 
 #: A URL option's converter: the option's text in, its value out; ``ValueError`` says what it wants.
 Converter = Callable[[str], Any]
+#: A store keeps the bytes of at most this many claimed envelopes (the running occurrences of
+#: every process's runners on it); past that it forgets them all and starts again, which costs
+#: each forgotten one an encoding at its rearm, nothing else.
+_KEPT_ENVELOPES: Final = 100_000
 
 
 def as_str(text: str) -> str:
@@ -131,10 +145,57 @@ class StoreBase(Store):
     """The shared part of the stores; see the module docstring for what a subclass gets."""
 
     _serializer: Serializer
+    _kept: dict[tuple[str, str], tuple[int, dict[str, Any], bytes]] | None = None
 
     def _set_serializer(self, serializer: str | Serializer | None) -> None:
         """Resolve ``serializer`` (a name, an instance, or ``None`` for JSON) for this store."""
         self._serializer = get_serializer(serializer)
+        #: Claimed envelopes and their bytes, by (name, id), with the claim's token (see the
+        #: module docstring); JSON only.
+        self._kept = {} if type(self._serializer) is JSONSerializer else None
+
+    def _keep_envelope(self, name: str, id: str, token: int, element: Any, payload: bytes = b"") -> None:
+        """At a claim: keep the bytes of an envelope until the claim's rearm (or other end)."""
+        kept = self._kept
+        if kept is not None and type(element) is dict and element.get(KEY) == 1:
+            if len(kept) >= _KEPT_ENVELOPES:
+                kept.clear()
+            kept[(name, id)] = (token, element, payload)
+
+    def _forget_envelopes(self, name: str, ids: Iterable[str]) -> None:
+        """Claims that ended otherwise than by a rearm (acked, rescheduled), or elements replaced
+        while claimed (``update``): nothing to keep."""
+        kept = self._kept
+        if kept:
+            for id in ids:
+                kept.pop((name, id), None)
+
+    def _rearm_payload(self, name: str, id: str, token: int, element: Any) -> bytes:
+        """The bytes to file ``element`` as the claim ``token``'s next occurrence: the claimed
+        envelope's bytes with another ``next`` at their end, when that is what ``element`` is."""
+        kept = self._next_only(name, id, token, element)
+        if kept is not None:
+            claimed, payload = kept
+            tail = b'"next":%d}' % claimed["next"]
+            if payload.endswith(tail):
+                return payload[: -len(tail)] + b'"next":%d}' % element["next"]
+        return self._dumps(element)
+
+    def _next_only(self, name: str, id: str, token: int, element: Any) -> tuple[dict[str, Any], bytes] | None:
+        """The envelope the claim ``token`` handed out and its bytes (if kept), when ``element``
+        is that envelope with only its ``next`` changed (both integers). Forgets them."""
+        kept = self._kept.pop((name, id), None) if self._kept else None
+        if kept is None or kept[0] != token or type(element) is not dict:
+            return None
+        claimed = kept[1]
+        if (
+            type(claimed.get("next")) is int
+            and type(element.get("next")) is int
+            and element.keys() == claimed.keys()
+            and all(element[key] is value for key, value in claimed.items() if key != "next")
+        ):
+            return claimed, kept[2]
+        return None
 
     def _not_open(self) -> StoreNotOpenError:
         return StoreNotOpenError(

@@ -914,20 +914,14 @@ class PostgresStore(StoreBase):
         params = self._params(name=name, lease=micros, limit=take, codec=self._codec)
         rows = await self._run(lambda conn: conn.execute(self._sql.claim, params, prepare=True).fetchall())
         claims = []
+        keep = self._keep_envelope
         for id, payload, token, until, due, now, foreign in rows:
             if foreign is not None:
                 raise self._mismatch(name, foreign, id)
-            claims.append(
-                new_claim(
-                    id,
-                    self._serializer.loads(bytes(payload)),
-                    attempt_of(token),
-                    until / 1e6,
-                    token,
-                    due / 1e6,
-                    now / 1e6,
-                )
-            )
+            data = bytes(payload)
+            element = self._serializer.loads(data)
+            keep(name, id, token, element, data)
+            claims.append(new_claim(id, element, attempt_of(token), until / 1e6, token, due / 1e6, now / 1e6))
         return claims
 
     async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
@@ -942,6 +936,7 @@ class PostgresStore(StoreBase):
                 raise self._not_open()
             await anyio.lowlevel.checkpoint()
             return []
+        self._forget_envelopes(name, (id for id, _ in pairs))
         params = self._params(name=name, ids=[id for id, _ in pairs], tokens=[token for _, token in pairs])
         rows = await self._run(lambda conn: conn.execute(self._sql.ack, params, prepare=True).fetchall())
         removed = {(id, token) for id, token in rows}
@@ -979,12 +974,15 @@ class PostgresStore(StoreBase):
         _id(id)
         _validate.attempt(attempt)
         _validate.token(token)
+        if token is not None:
+            self._forget_envelopes(name, [id])
         return await self._refile(name, id, micros, attempt=attempt, token=token, extend=False) is not None
 
     async def reschedule_many(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
         """See :meth:`Store.reschedule_many`: one statement per 1,000 items, each atomic."""
         _name(name)
         batch = [(_id(id), token, _micros(ttl)) for id, token, ttl in _validate.reschedules(items)]
+        self._forget_envelopes(name, (id for id, _, _ in batch))
         return await self._fenced(name, self._sql.reschedule_many, ("ids", "tokens", "ttls"), batch)
 
     async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
@@ -999,7 +997,7 @@ class PostgresStore(StoreBase):
             micros = _micros(_validate.seconds(ttl, "ttl"))
             if _validate.token(token) is None:
                 raise InvalidArgumentError("rearm needs each claim's token")
-            batch.append((id, token, self._dumps(element), micros))
+            batch.append((id, token, self._rearm_payload(name, id, token, element), micros))
         columns = ("ids", "tokens", "payloads", "ttls")
         start = round(asked * 1_000_000)
         return await self._fenced(name, self._sql.rearm, columns, batch, codec=self._codec, start=start)

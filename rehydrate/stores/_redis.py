@@ -621,6 +621,7 @@ class RedisStore(StoreBase):
         self._keys(name)
         _validate.element_id(id)
         payload = self._dumps(element)
+        self._forget_envelopes(name, [id])  # (its bytes are no longer the ones claimed)
         reply = await self._eval("update", name, [id, payload])
         if not int(reply[0]):
             raise UnknownIdError(id)
@@ -648,18 +649,12 @@ class RedisStore(StoreBase):
                 elements = self._loads_joined(reply[4])
             else:
                 elements = [self._load(reply[i + 4]) for i in rows]
-            out += [
-                new_claim(
-                    _text(reply[i]),
-                    element,
-                    int(reply[i + 1]),
-                    until,
-                    stamp(int(reply[i + 3]), int(reply[i + 1])),
-                    int(reply[i + 2]) / 1e6,
-                    now,
-                )
-                for i, element in zip(rows, elements, strict=True)
-            ]
+            keep = self._keep_envelope
+            for i, element in zip(rows, elements, strict=True):
+                id, attempt = _text(reply[i]), int(reply[i + 1])
+                token = stamp(int(reply[i + 3]), attempt)
+                keep(name, id, token, element)  # (rearm.lua rewrites the stored bytes' end)
+                out.append(new_claim(id, element, attempt, until, token, int(reply[i + 2]) / 1e6, now))
             if not int(reply[1]) or (n is not None and len(out) >= n):
                 return out
             if first[0] == "":
@@ -673,6 +668,7 @@ class RedisStore(StoreBase):
             _validate.element_id(id)
             if _validate.token(token) is None:
                 raise InvalidArgumentError("ack needs each claim's token")
+        self._forget_envelopes(name, (id for id, _ in pairs))
         if not pairs:
             self._backend.check_open()
             await anyio.lowlevel.checkpoint()
@@ -694,6 +690,8 @@ class RedisStore(StoreBase):
         _validate.element_id(id)
         _validate.attempt(attempt)
         _validate.token(token)
+        if token is not None:
+            self._forget_envelopes(name, [id])
         fence = "" if attempt is None else attempt
         reply = await self._eval("move", name, ["reschedule", id, micros, fence, _fence_text(token)])
         return reply is not None
@@ -706,6 +704,7 @@ class RedisStore(StoreBase):
             self._backend.check_open()
             await anyio.lowlevel.checkpoint()
             return []
+        self._forget_envelopes(name, (id for id, _, _ in batch))
         out: list[bool] = []
         for start in range(0, len(batch), self._batch):
             flat: _Args = []
@@ -724,23 +723,41 @@ class RedisStore(StoreBase):
         self._keys(name)
         asked = round(self.clock() * 1_000_000)
         flat_items: list[tuple[str, int, str, bytes]] = []
+        elements: list[Any] = []
         for id, token, element, ttl in items:
             _validate.element_id(id)
             micros = _micros(ttl, "ttl")
             if _validate.token(token) is None:
                 raise InvalidArgumentError("rearm needs each claim's token")
-            flat_items.append((id, micros, _fence_text(token), self._dumps(element)))
+            # The claimed envelope with another next: rearm.lua rewrites the end of the bytes it
+            # holds (a zero byte, then the new next); anything else is sent encoded.
+            kept = self._next_only(name, id, token, element)
+            if kept is not None:
+                payload = b"\0%d:%d" % (kept[0]["next"], element["next"])
+            else:
+                payload = self._dumps(element)
+            flat_items.append((id, micros, _fence_text(token), payload))
+            elements.append(element)
         if not flat_items:
             self._backend.check_open()
             await anyio.lowlevel.checkpoint()
             return []
         out: list[bool] = []
         for start in range(0, len(flat_items), self._batch):
+            part = flat_items[start : start + self._batch]
             flat: _Args = [asked]
-            for item in flat_items[start : start + self._batch]:
+            for item in part:
                 flat += item
-            reply = await self._eval("rearm", name, flat)
-            out.extend(bool(int(r)) for r in reply)
+            reply = [int(r) for r in await self._eval("rearm", name, flat)]
+            if 2 in reply:  # stored bytes that did not end as an envelope's: sent whole, again
+                again = [i for i, r in enumerate(reply) if r == 2]
+                flat = [asked]
+                for i in again:
+                    id, micros, fence, _ = part[i]
+                    flat += (id, micros, fence, self._dumps(elements[start + i]))
+                for i, r in zip(again, await self._eval("rearm", name, flat), strict=True):
+                    reply[i] = int(r)
+            out.extend(r == 1 for r in reply)
         return out
 
     async def extend(self, name: str, id: str, *, lease: Seconds, token: int) -> float | None:

@@ -745,12 +745,12 @@ class SQLiteStore(StoreBase):
             # The filing number doubles as the claim number of the stamp (the fencing token): the
             # sequence never goes back in this file.
             stamps = [stamp(first + i, attempt_of(row[5]) + 1) for i, row in enumerate(rows)]
-            claims = [
-                new_claim(
-                    id, self._loads(name, id, payload, codec), attempt_of(token), until, token, due, now
-                )
-                for (_, id, payload, codec, due, _), token in zip(rows, stamps, strict=True)
-            ]
+            claims = []
+            keep = self._keep_envelope
+            for (_, id, payload, codec, due, _), token in zip(rows, stamps, strict=True):
+                element = self._loads(name, id, payload, codec)
+                keep(name, id, token, element, payload)
+                claims.append(new_claim(id, element, attempt_of(token), until, token, due, now))
             conn.executemany(
                 sql.CLAIM,
                 [(until, first + i, seconds, stamps[i], row[0]) for i, row in enumerate(rows)],
@@ -770,6 +770,7 @@ class SQLiteStore(StoreBase):
         def body(conn: sqlite3.Connection) -> list[bool]:
             return [conn.execute(sql.ACK, (name, id, token)).rowcount == 1 for id, token in pairs]
 
+        self._forget_envelopes(name, (id for id, _ in pairs))
         if not pairs:
             if self._conn is None:
                 raise self._not_open()
@@ -785,6 +786,8 @@ class SQLiteStore(StoreBase):
         _validate.element_id(id)
         _validate.attempt(attempt)
         _validate.token(token)
+        if token is not None:
+            self._forget_envelopes(name, [id])
 
         def body(conn: sqlite3.Connection) -> tuple[bool, int | None]:
             row = conn.execute(sql.ROW, (name, id)).fetchone()
@@ -809,6 +812,7 @@ class SQLiteStore(StoreBase):
                 raise self._not_open()
             await anyio.lowlevel.checkpoint()
             return []
+        self._forget_envelopes(name, (id for id, _, _ in batch))
 
         def body(conn: sqlite3.Connection) -> tuple[list[bool], int | None]:
             done: list[bool] = []
@@ -840,7 +844,7 @@ class SQLiteStore(StoreBase):
             seconds = _validate.seconds(ttl, "ttl")
             if _validate.token(token) is None:
                 raise InvalidArgumentError("rearm needs each claim's token")
-            batch.append((id, token, self._dumps(element), seconds))
+            batch.append((id, token, self._rearm_payload(name, id, token, element), seconds))
         if not batch:
             if self._conn is None:
                 raise self._not_open()

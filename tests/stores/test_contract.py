@@ -451,6 +451,58 @@ class TestLeases:
         assert await s.rearm(N, [good, ("b", claims["b"].token, "b2", 0)]) == [True, True]
         assert await s.poll(N) == ["b2"]
 
+    async def test_rearm_files_an_envelope_with_another_next_as_given(self, harness: Harness) -> None:
+        """A schedule's envelope filed again with only its next changed (which a store that keeps
+        bytes may file by rewriting the end of the bytes it read, not encoding it again) reads
+        back as given: alone, beside elements that changed more, after an update made while it
+        was claimed, and in a batch whose items are filed differently."""
+        from rehydrate import Every
+        from rehydrate._schedules import make_envelope, with_next
+
+        s = harness.store
+
+        def envelope(user: int) -> dict[str, Any]:
+            element = {"user": user, "text": "é,}"}
+            every = Every(60)
+            return make_envelope(every, element=element, next=120.0, anchor=60.0, misfire="all", grace=None)
+
+        await s.push_many(N, [(envelope(i), 0, f"s{i}") for i in range(5)])
+        claims = {c.id: c for c in await s.claim(N, lease=60)}
+        assert len(claims) == 5
+        expected = {
+            "s0": with_next(claims["s0"].element, 180.0),  # only next: the rewritten end
+            "s1": {**with_next(claims["s1"].element, 180.0), "element": "changed"},  # more changed
+            "s2": with_next(claims["s2"].element, 120.0),  # the same next again
+            "s4": with_next(claims["s4"].element, 9e9),  # a longer number
+        }
+        # Updated while claimed (the runner writes a coalesced occurrence back so): what is filed
+        # is still the element the rearm gives.
+        await s.update(N, "s3", with_next(claims["s3"].element, 150.0))
+        expected["s3"] = with_next(claims["s3"].element, 210.0)
+        items = [(id, claims[id].token, element, 30) for id, element in sorted(expected.items())]
+        assert await s.rearm(N, items) == [True] * 5
+        assert await s.look_many(N, sorted(expected)) == [expected[id] for id in sorted(expected)]
+        harness.advance(30)
+        again = {c.id: c for c in await s.claim(N, lease=60)}
+        assert {id: c.element for id, c in again.items()} == expected
+        # Filed again from what was claimed just now, and from a claim that is over: fenced.
+        latest, stale = again["s0"], claims["s0"]
+        assert await s.rearm(N, [("s0", latest.token, with_next(latest.element, 240.0), 0)]) == [True]
+        assert await s.rearm(N, [("s0", stale.token, with_next(stale.element, 1.0), 0)]) == [False]
+        assert await s.look(N, "s0") == with_next(expected["s0"], 240.0)
+        if getattr(s, "serializer", None) is None or harness.twin is None:
+            return  # a memory store shares nothing with another process
+        # Updated while claimed by another process (a store object that kept nothing of it):
+        # still the element the rearm gives, whatever bytes were stored meanwhile.
+        (late,) = [c for c in await s.claim(N, lease=60) if c.id == "s0"]
+        async with harness.twin() as other:
+            await other.update(N, "s0", with_next(late.element, 250.0))
+            await other.update(N, "s1", "not an envelope")
+        filed = with_next(late.element, 300.0)
+        items = [("s0", late.token, filed, 5), ("s1", again["s1"].token, expected["s1"], 5)]
+        assert await s.rearm(N, items) == [True, True]
+        assert await s.look_many(N, ["s0", "s1"]) == [filed, expected["s1"]]
+
     async def test_rearm_wakes_a_subscriber_when_sooner(self, harness: Harness) -> None:
         s = harness.store
         await s.push(N, "e", ttl=0, id="j")

@@ -39,6 +39,7 @@ local NAME = ARGV[4]
 -- Never unpack more values than this into one command (the Lua stack is small).
 local CHUNK = 1000
 local sub = string.sub
+local byte, find = string.byte, string.find
 -- The header's length; the payload starts after it.
 local HEADER = 75
 -- attempt10 .. claim16 of an element never claimed.

@@ -3,7 +3,11 @@
 -- end the claim and file the element anew with that payload at start + ttl, unclaimed, attempt 0
 -- (a recurring schedule's next occurrence, filed as the current one ends: due at its nominal
 -- time, however long the call took to get here), only if the element is claimed under that very
--- token. Returns a 1 or a 0 per item.
+-- token. A payload of a zero byte then "<old>:<new>" (integers) stands for the stored payload with
+-- its end '"next":<old>}' made '"next":<new>}': a schedule's envelope (JSON, next its last key)
+-- filed for its next occurrence, sent as the two nominal times instead of encoded again. Returns
+-- a 1 or a 0 per item, or a 2 for such an item whose stored payload does not end that way
+-- (nothing done: the client sends the whole payload).
 load_state(true)
 local n = (#ARGV - 5) / 4
 local before = earliest()
@@ -26,18 +30,31 @@ for i = 1, n do
   local id, ttl, token = ids[i], ARGV[at + 1], ARGV[at + 2]
   local v = values[i]
   -- An id given twice is rearmed by its first item only (then it is no longer claimed).
-  if v and not done[id] and claimed(v) and token_of(v) == token then
+  local payload = ARGV[at + 3]
+  local ok = v and not done[id] and claimed(v) and token_of(v) == token
+  if ok and byte(payload, 1) == 0 then
+    local colon = find(payload, ':', 2, true)
+    local tail = '"next":' .. sub(payload, 2, colon - 1) .. '}'
+    local stored = payload_of(v)
+    if sub(stored, -#tail) == tail then
+      payload = sub(stored, 1, #stored - #tail) .. '"next":' .. sub(payload, colon + 1) .. '}'
+    else
+      ok = false
+      out[i] = 2
+    end
+  end
+  if ok then
     done[id] = true
     local due = now + tonumber(ttl)
     CLAIMED = CLAIMED - 1
     k = k + 1
     members[k] = member(id, v)
-    kept[k], dues[k], tails[k], payloads[k] = id, int16(due), 't' .. int16(ttl) .. UNCLAIMED, ARGV[at + 3]
+    kept[k], dues[k], tails[k], payloads[k] = id, int16(due), 't' .. int16(ttl) .. UNCLAIMED, payload
     if soonest == nil or due < soonest then
       soonest = due
     end
     out[i] = 1
-  else
+  elseif out[i] == nil then
     out[i] = 0
   end
 end
