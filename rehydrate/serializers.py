@@ -8,6 +8,7 @@ writer is trusted. Neither is ever chosen for you.
 from __future__ import annotations
 
 import json
+import json.scanner
 import pickle
 from collections.abc import Callable
 from typing import Any
@@ -57,6 +58,25 @@ def _c_encoder() -> Callable[[Any], str]:
 _encode = _c_encoder()
 
 
+def _c_scanner() -> Callable[[str, int], tuple[Any, int]] | None:
+    """The C scanner behind ``json.loads``, called directly where it exists.
+
+    ``json.loads`` of bytes first guesses their encoding, decodes them, and matches a regular
+    expression for whitespace on each side: about 1.5 µs, more than reading a small element's
+    JSON (0.3 µs for ``{"i":1}``, 1.3 µs for a schedule's envelope). What this package writes is
+    UTF-8 with no whitespace around it, so the scanner is asked first; anything else (a BOM,
+    another encoding, whitespace, bad JSON) goes to ``json.loads``, which answers as always.
+    """
+    make = getattr(json.scanner, "c_make_scanner", None)
+    if make is None:  # no C accelerator (another interpreter)
+        return None
+    scan: Callable[[str, int], tuple[Any, int]] = make(json.JSONDecoder())
+    return scan
+
+
+_scan = _c_scanner()
+
+
 class JSONSerializer:
     """Compact UTF-8 JSON. Tuples come back as lists; non-JSON data raises ``TypeError``.
 
@@ -84,6 +104,15 @@ class JSONSerializer:
             ) from exc
 
     def loads(self, data: bytes) -> Any:
+        if _scan is not None:
+            try:
+                text = data.decode()
+                element, end = _scan(text, 0)
+            except (UnicodeDecodeError, StopIteration, ValueError):
+                pass  # json.loads says what it is (or reads what the scanner alone cannot)
+            else:
+                if end == len(text):
+                    return element
         return json.loads(data)
 
     def __repr__(self) -> str:
