@@ -309,15 +309,20 @@ class _Acker:
         self._workers = workers
         self._pending: list[tuple[str, int]] = []
         self._wake = anyio.Event()
+        #: ``_wake`` is set (or about to be): the first add since the last batch sets it, the
+        #: others need not (an event's ``set`` is two calls deep, at every delivery).
+        self._woken = False
 
     def add(self, id: str, token: int) -> None:
         self._pending.append((id, token))
-        self._wake.set()
+        if not self._woken:
+            self._woken = True
+            self._wake.set()
 
     async def run(self) -> None:
         while True:
             await self._wake.wait()
-            self._wake = anyio.Event()
+            self._wake, self._woken = anyio.Event(), False
             await self._workers.started(_BOOKKEEPING_DELAY)
             await self.flush()
 
@@ -381,6 +386,7 @@ class _Rearmer:
         self._due: list[float] = []
         self._finished: list[bool] = []
         self._wake = anyio.Event()
+        self._woken = False  # as the acker's
 
     def add(self, id: str, token: int, envelope: Envelope, due: float, finished: bool) -> None:
         self._ids.append(id)
@@ -388,12 +394,14 @@ class _Rearmer:
         self._envelopes.append(envelope)
         self._due.append(due)
         self._finished.append(finished)
-        self._wake.set()
+        if not self._woken:
+            self._woken = True
+            self._wake.set()
 
     async def run(self) -> None:
         while True:
             await self._wake.wait()
-            self._wake = anyio.Event()
+            self._wake, self._woken = anyio.Event(), False
             await self._workers.started(_BOOKKEEPING_DELAY)  # as the acker does
             await self.flush()
 
