@@ -33,7 +33,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from rehydrate._clock import wall
 from rehydrate._core._records import Claim
 from rehydrate._core._retry import Retry
-from rehydrate._core._triggers import Trigger, trigger_from_dict
+from rehydrate._core._triggers import US, Every, Trigger, trigger_from_dict, us
 from rehydrate._deliveries import Counters, Delivery, delivery_var
 from rehydrate._retries import Rescheduler
 from rehydrate._schedules import (
@@ -117,7 +117,7 @@ def handler_label(func: Callable[..., Any]) -> str:
 
 class _Occurrence:
     """A claimed occurrence of a schedule: its trigger (``None`` if unreadable), its envelope (the
-    nominal time planned), and that time.
+    nominal time planned), and that time (Unix seconds).
 
     A plain slotted class: one is made per occurrence delivered, and a frozen attrs class costs
     twice as much to make (``benchmarks/bench_schedules.py``). Never changed once made.
@@ -130,14 +130,15 @@ class _Occurrence:
         trigger: Trigger | None,
         envelope: Envelope,
         nominal: float,
-        following: float | None = None,
+        following: int | None = None,
         moved: bool = False,
         offset: float = 0.0,
     ) -> None:
         self.trigger = trigger
         self.envelope = envelope
         self.nominal = nominal
-        #: The occurrence to file when this one ends, if planning already knew it.
+        #: The occurrence to file when this one ends, if planning already knew it (whole
+        #: microseconds, as envelopes keep it).
         self.following = following
         #: Planning moved the nominal time (coalesced, or ``all`` starting later): to be written back.
         self.moved = moved
@@ -788,17 +789,25 @@ class Runner:
                 nominal = 0.0
             return _Occurrence(None, envelope, nominal)
         now = wall(store.clock)
-        # The common case, written out (it is ``plan``'s first steps): a first delivery of a
-        # schedule neither paused nor spread nor ``skip``, with no later occurrence missed yet.
+        # The common case, written out (it is ``plan``'s first steps), in whole microseconds as
+        # the envelope keeps them: a first delivery of a schedule neither paused nor spread nor
+        # ``skip``, with no later occurrence missed yet.
+        nominal_us = envelope["next"]
         if (
             claim.attempt == 1
+            and type(nominal_us) is int
             and "paused" not in envelope
             and "spread" not in envelope
             and envelope.get("misfire") != "skip"
         ):
-            following = next_run(envelope, trigger)
-            if following > now:
-                return _Occurrence(trigger, envelope, nominal_of(envelope), following)
+            if not isinstance(trigger, Every):
+                following = us(trigger.after(nominal_us / US))
+            elif type(anchor := envelope.get("anchor")) is int:
+                following = trigger.after_us(nominal_us, anchor)
+            else:
+                following = 0  # a damaged envelope: planning says what becomes of it
+            if following > now * US:
+                return _Occurrence(trigger, envelope, nominal_us / US, following)
         if envelope.get("paused"):
             # Paused: filed again for the longest ttl (the nominal time is never reached).
             self._rearmer.add(claim.id, claim.token, envelope, now + PAUSED_TTL, False)
@@ -818,9 +827,9 @@ class Runner:
             )
             self._rearmer.add(claim.id, claim.token, envelope, decided.nominal + offset, False)
             return None
-        return _Occurrence(
-            trigger, envelope, decided.nominal, decided.following, envelope is not claim.element, offset
-        )
+        then = None if decided.following is None else us(decided.following)
+        moved = envelope is not claim.element
+        return _Occurrence(trigger, envelope, decided.nominal, then, moved, offset)
 
     async def _write_back(self, claim: Claim, occurrence: _Occurrence) -> None:
         """Record a moved nominal time before the occurrence runs, so a retry runs this same one."""
@@ -841,9 +850,11 @@ class Runner:
             return
         upcoming = occurrence.following
         if upcoming is None:
-            upcoming = next_run(occurrence.envelope, occurrence.trigger)
-        envelope = with_next(occurrence.envelope, upcoming)
-        self._rearmer.add(claim.id, claim.token, envelope, upcoming + occurrence.offset, True)
+            upcoming = us(next_run(occurrence.envelope, occurrence.trigger))
+        # ``next`` keeps its place, the last (with_next's copy, without its check: every envelope
+        # is written so).
+        envelope = {**occurrence.envelope, "next": upcoming}
+        self._rearmer.add(claim.id, claim.token, envelope, upcoming / US + occurrence.offset, True)
 
     async def _in_thread(self, claim: Claim, element: Any) -> None:
         """Run a plain ``def`` handler in a worker thread, and wait for it even while shutting down.

@@ -332,9 +332,12 @@ class Every:
 
     def after(self, ts: float, anchor: float) -> float:
         """The first occurrence strictly after ``ts``, counting from ``anchor``."""
-        a = us(anchor)
-        k = (us(ts) - a) // self._step + 1
-        return (a + max(k, 0) * self._step) / US
+        return self.after_us(us(ts), us(anchor)) / US
+
+    def after_us(self, t: int, anchor: int) -> int:
+        """:meth:`after` in whole microseconds (what envelopes keep): no float on the way."""
+        k = (t - anchor) // self._step + 1
+        return anchor + max(k, 0) * self._step
 
     def at_or_after(self, ts: float, anchor: float) -> float:
         """The first occurrence at or after ``ts`` (a time within its microsecond counts)."""
