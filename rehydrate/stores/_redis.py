@@ -724,20 +724,22 @@ class RedisStore(StoreBase):
         asked = round(self.clock() * 1_000_000)
         flat_items: list[tuple[str, int, str, bytes]] = []
         elements: list[Any] = []
+        rewrites: list[bool] = []
         for id, token, element, ttl in items:
             _validate.element_id(id)
             micros = _micros(ttl, "ttl")
             if _validate.token(token) is None:
                 raise InvalidArgumentError("rearm needs each claim's token")
             # The claimed envelope with another next: rearm.lua rewrites the end of the bytes it
-            # holds (a zero byte, then the new next); anything else is sent encoded.
+            # holds (sent: the old and the new next, marked a rewrite); anything else is encoded.
             kept = self._next_only(name, id, token, element)
             if kept is not None:
-                payload = b"\0%d:%d" % (kept[0]["next"], element["next"])
+                payload = b"%d:%d" % (kept[0]["next"], element["next"])
             else:
                 payload = self._dumps(element)
             flat_items.append((id, micros, _fence_text(token), payload))
             elements.append(element)
+            rewrites.append(kept is not None)
         if not flat_items:
             self._backend.check_open()
             await anyio.lowlevel.checkpoint()
@@ -745,13 +747,14 @@ class RedisStore(StoreBase):
         out: list[bool] = []
         for start in range(0, len(flat_items), self._batch):
             part = flat_items[start : start + self._batch]
-            flat: _Args = [asked]
+            marks = rewrites[start : start + self._batch]
+            flat: _Args = [asked, "".join("1" if m else "0" for m in marks) if any(marks) else ""]
             for item in part:
                 flat += item
             reply = [int(r) for r in await self._eval("rearm", name, flat)]
             if 2 in reply:  # stored bytes that did not end as an envelope's: sent whole, again
                 again = [i for i, r in enumerate(reply) if r == 2]
-                flat = [asked]
+                flat = [asked, ""]
                 for i in again:
                     id, micros, fence, _ = part[i]
                     flat += (id, micros, fence, self._dumps(elements[start + i]))

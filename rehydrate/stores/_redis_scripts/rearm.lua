@@ -1,20 +1,23 @@
 -- REARM: ARGV[5] the time (µs, this store's clock) the ttls count from (see start_of), or "" for
--- now; then per item, four values: id, ttl (µs), token (attempt10 .. claim16), payload. For each:
--- end the claim and file the element anew with that payload at start + ttl, unclaimed, attempt 0
--- (a recurring schedule's next occurrence, filed as the current one ends: due at its nominal
--- time, however long the call took to get here), only if the element is claimed under that very
--- token. A payload of a zero byte then "<old>:<new>" (integers) stands for the stored payload with
--- its end '"next":<old>}' made '"next":<new>}': a schedule's envelope (JSON, next its last key)
--- filed for its next occurrence, sent as the two nominal times instead of encoded again. Returns
--- a 1 or a 0 per item, or a 2 for such an item whose stored payload does not end that way
--- (nothing done: the client sends the whole payload).
+-- now; ARGV[6] which items are rewrites ("" for none, else a "0" or a "1" per item); then per
+-- item, four values: id, ttl (µs), token (attempt10 .. claim16), payload. For each: end the claim
+-- and file the element anew with that payload at start + ttl, unclaimed, attempt 0 (a recurring
+-- schedule's next occurrence, filed as the current one ends: due at its nominal time, however
+-- long the call took to get here), only if the element is claimed under that very token. The
+-- payload of a rewrite is "<old>:<new>" (integers) and stands for the stored payload with its end
+-- '"next":<old>}' made '"next":<new>}': a schedule's envelope (JSON, next its last key) filed for
+-- its next occurrence, sent as the two nominal times instead of encoded again (told apart by
+-- ARGV[6], not by its bytes: a serializer may write anything). Returns a 1 or a 0 per item, or a
+-- 2 for a rewrite whose stored payload does not end that way (nothing done: the client sends the
+-- whole payload).
 load_state(true)
-local n = (#ARGV - 5) / 4
+local n = (#ARGV - 6) / 4
+local rewrites = ARGV[6]
 local before = earliest()
 local now = start_of(ARGV[5], clock())
 local ids = {}
 for i = 1, n do
-  ids[i] = ARGV[2 + 4 * i]
+  ids[i] = ARGV[3 + 4 * i]
 end
 local out = {}
 if n == 0 then
@@ -26,15 +29,15 @@ local values = hmget(E, ids, n)
 local members, kept, dues, tails, payloads, k = {}, {}, {}, {}, {}, 0
 local done, soonest = {}, nil
 for i = 1, n do
-  local at = 2 + 4 * i
+  local at = 3 + 4 * i
   local id, ttl, token = ids[i], ARGV[at + 1], ARGV[at + 2]
   local v = values[i]
   -- An id given twice is rearmed by its first item only (then it is no longer claimed).
   local payload = ARGV[at + 3]
   local ok = v and not done[id] and claimed(v) and token_of(v) == token
-  if ok and byte(payload, 1) == 0 then
-    local colon = find(payload, ':', 2, true)
-    local tail = '"next":' .. sub(payload, 2, colon - 1) .. '}'
+  if ok and rewrites ~= '' and byte(rewrites, i) == 49 then -- "1"
+    local colon = find(payload, ':', 1, true)
+    local tail = '"next":' .. sub(payload, 1, colon - 1) .. '}'
     local stored = payload_of(v)
     if sub(stored, -#tail) == tail then
       payload = sub(stored, 1, #stored - #tail) .. '"next":' .. sub(payload, colon + 1) .. '}'
