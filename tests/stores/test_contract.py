@@ -503,6 +503,27 @@ class TestLeases:
         assert await s.rearm(N, items) == [True, True]
         assert await s.look_many(N, ["s0", "s1"]) == [filed, expected["s1"]]
 
+    async def test_a_rearm_files_the_envelope_as_claimed_not_as_changed_in_place(
+        self, harness: Harness
+    ) -> None:
+        """docs/schedules.md: a handler's in-place change to its element stays with that run on a
+        store that serializes with JSON (the next occurrence is filed from the bytes the claim
+        read); the memory store holds the object itself, so the change is what it holds."""
+        from rehydrate import Every
+        from rehydrate._schedules import make_envelope, with_next
+
+        s = harness.store
+        envelope = make_envelope(
+            Every(60), element={"n": 0}, next=60.0, anchor=0.0, misfire="coalesce", grace=None
+        )
+        await s.push(N, envelope, ttl=0, id="s")
+        (claim,) = await s.claim(N, lease=60)
+        claim.element["element"]["n"] = 1  # what a handler that changes its element does
+        assert await s.rearm(N, [("s", claim.token, with_next(claim.element, 120.0), 0)]) == [True]
+        stored = await s.look(N, "s")
+        kept = getattr(getattr(s, "serializer", None), "name", None) == "json"
+        assert stored == {**with_next(envelope, 120.0), "element": {"n": 0 if kept else 1}}
+
     async def test_rearm_wakes_a_subscriber_when_sooner(self, harness: Harness) -> None:
         s = harness.store
         await s.push(N, "e", ttl=0, id="j")
