@@ -582,6 +582,13 @@ class Runner:
         #: The last ``scheduled_for`` made (see :meth:`_when`).
         self._last_nominal = math.nan
         self._last_when = datetime.fromtimestamp(0, UTC)
+        #: The last stored trigger read, and the trigger it stands for (see :meth:`_trigger`).
+        self._last_raw: object = None
+        self._last_trigger: Trigger | None = None
+        #: The store clock's wall time, as ``wall`` reads it, looked up once (a store's clock is
+        #: made with it): it is read at every occurrence.
+        method = getattr(store.clock, "wall", None)
+        self._wall: Callable[[], float] = method if callable(method) else time.time
 
     def stop(self) -> None:
         """Stop claiming; :meth:`run` then gives running elements their grace and returns."""
@@ -764,6 +771,20 @@ class Runner:
             self._last_when = datetime.fromtimestamp(nominal, UTC)
         return self._last_when
 
+    def _trigger(self, raw: object) -> Trigger:
+        """The trigger a schedule's envelope stores (``trigger_from_dict``), the last one kept.
+
+        The occurrences of a burst mostly share their trigger: the very dict on the memory store,
+        an equal one decoded on the others; comparing it with the last costs less than the
+        cache's hashing of its parts.
+        """
+        last = self._last_trigger
+        if last is not None and (raw is self._last_raw or raw == self._last_raw):
+            return last
+        trigger = trigger_from_dict(raw)
+        self._last_raw, self._last_trigger = raw, trigger
+        return trigger
+
     def _occurrence(self, claim: Claim) -> _Occurrence | None:
         """Plan a claimed occurrence of a schedule by its misfire policy, on the store's clock.
 
@@ -772,10 +793,10 @@ class Runner:
         occurrence on time (the common case) needs no store call before it runs, and a coroutine
         per occurrence costs more than its planning; one whose nominal time moved is ``moved``.
         """
-        handler, store = self.handler, self._store
+        handler = self.handler
         envelope: Envelope = claim.element
         try:
-            trigger = trigger_from_dict(envelope["trigger"])
+            trigger = self._trigger(envelope["trigger"])
         except (RehydrateError, KeyError, TypeError, ValueError) as exc:
             logger.error(
                 "a schedule's trigger cannot be read; it is run once",
@@ -788,7 +809,7 @@ class Runner:
             except (KeyError, TypeError, ValueError):
                 nominal = 0.0
             return _Occurrence(None, envelope, nominal)
-        now = wall(store.clock)
+        now = float(self._wall())
         # The common case, written out (it is ``plan``'s first steps), in whole microseconds as
         # the envelope keeps them: a first delivery of a schedule neither paused nor spread nor
         # ``skip``, with no later occurrence missed yet.

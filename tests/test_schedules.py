@@ -229,6 +229,34 @@ async def test_every_runs_on_an_anchored_grid_with_scheduled_for(
     assert recorder.elements == [{"k": 1}] * 3
 
 
+async def test_schedules_of_one_handler_each_follow_their_own_trigger(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """The runner keeps the last trigger it read (a burst's occurrences share one): schedules of
+    other triggers, an equal trigger in another dict, and one whose stored trigger cannot be read
+    (run once, then gone) each get their own, in any order."""
+    scheduler = Scheduler(store, grace=0)
+    recorder = Recorder()
+    scheduler.handler("mixed")(recorder)
+    async with scheduler:
+        await scheduler.schedule("mixed", Every(timedelta(minutes=10)), id="a", element="a")
+        await scheduler.schedule("mixed", Every(timedelta(minutes=15)), id="b", element="b")
+        await scheduler.schedule("mixed", Every(timedelta(minutes=10)), id="a2", element="a2")
+        damaged = dict(await store.look("mixed", "a"))
+        damaged["trigger"], damaged["element"] = {"every": "ten minutes"}, "c"
+        await store.push("mixed", damaged, ttl=0, id="c")
+        await advance(clock, 30 * 60 + 1, step=60)
+        scheduler.stop()
+    runs: dict[str, list[datetime]] = {}
+    for element, run in zip(recorder.elements, recorder.runs, strict=True):
+        runs.setdefault(element, []).append(run)
+    minutes = {key: [int((run - T0).total_seconds()) // 60 for run in value] for key, value in runs.items()}
+    # The unreadable one ran once, at the nominal time it was copied with, and is gone.
+    assert len(minutes.pop("c")) == 1
+    assert minutes == {"a": [0, 10, 20, 30], "a2": [0, 10, 20, 30], "b": [0, 15, 30]}
+    assert sorted(await store.ids("mixed")) == ["a", "a2", "b"]
+
+
 @pytest.mark.parametrize("fraction", [1e-7, 3e-7, 5e-7, 7e-7])
 async def test_every_without_a_start_is_due_at_once_whatever_the_time_within_its_microsecond(
     store: MemoryStore, clock: FakeClock, fraction: float
