@@ -295,12 +295,13 @@ class _LeaseKeeper:
             self._file(clock() + half, renewed)
 
 
-class _Acker:
-    """Sends the fenced acks of finished elements in batches: one store call for many.
+class _Bookkeeper:
+    """What the acker and the rearmer share: what waits is sent in batches, one store call for many.
 
     Starting handlers comes first: while claims wait for a worker (a burst), a batch waits until
-    they have all started, or ``_BOOKKEEPING_DELAY`` at most, so that the acks of a burst go in a
-    few calls after it instead of between its handlers' starts.
+    they have all started, or ``_BOOKKEEPING_DELAY`` at most, so that the bookkeeping of a burst
+    goes in a few calls after it instead of between its handlers' starts. A subclass's ``add``
+    (at every delivery, so written out there) wakes :meth:`run` through ``_wake`` and ``_woken``.
     """
 
     def __init__(self, store: Store, name: str, counters: Counters, workers: _Workers) -> None:
@@ -308,17 +309,10 @@ class _Acker:
         self._name = name
         self._counters = counters
         self._workers = workers
-        self._pending: list[tuple[str, int]] = []
         self._wake = anyio.Event()
         #: ``_wake`` is set (or about to be): the first add since the last batch sets it, the
         #: others need not (an event's ``set`` is two calls deep, at every delivery).
         self._woken = False
-
-    def add(self, id: str, token: int) -> None:
-        self._pending.append((id, token))
-        if not self._woken:
-            self._woken = True
-            self._wake.set()
 
     async def run(self) -> None:
         while True:
@@ -326,6 +320,23 @@ class _Acker:
             self._wake, self._woken = anyio.Event(), False
             await self._workers.started(_BOOKKEEPING_DELAY)
             await self.flush()
+
+    async def flush(self) -> None:
+        raise NotImplementedError
+
+
+class _Acker(_Bookkeeper):
+    """Sends the fenced acks of finished elements in batches (see :class:`_Bookkeeper`)."""
+
+    def __init__(self, store: Store, name: str, counters: Counters, workers: _Workers) -> None:
+        super().__init__(store, name, counters, workers)
+        self._pending: list[tuple[str, int]] = []
+
+    def add(self, id: str, token: int) -> None:
+        self._pending.append((id, token))
+        if not self._woken:
+            self._woken = True
+            self._wake.set()
 
     async def flush(self) -> None:
         while self._pending:
@@ -361,7 +372,7 @@ class _Acker:
                         )
 
 
-class _Rearmer:
+class _Rearmer(_Bookkeeper):
     """Files the next occurrences of schedules in batches: one fenced ``rearm`` for many.
 
     Like the acker, and for the same reason: an occurrence that ends is acked and its next one
@@ -375,10 +386,7 @@ class _Rearmer:
     """
 
     def __init__(self, store: Store, name: str, counters: Counters, workers: _Workers) -> None:
-        self._store = store
-        self._name = name
-        self._counters = counters
-        self._workers = workers
+        super().__init__(store, name, counters, workers)
         #: Per occurrence that ended: its id and claim token, the envelope to file, the wall time
         #: it is due at, and whether it ends a run (not a skipped or paused occurrence).
         self._ids: list[str] = []
@@ -386,8 +394,6 @@ class _Rearmer:
         self._envelopes: list[Envelope] = []
         self._due: list[float] = []
         self._finished: list[bool] = []
-        self._wake = anyio.Event()
-        self._woken = False  # as the acker's
 
     def add(self, id: str, token: int, envelope: Envelope, due: float, finished: bool) -> None:
         self._ids.append(id)
@@ -398,13 +404,6 @@ class _Rearmer:
         if not self._woken:
             self._woken = True
             self._wake.set()
-
-    async def run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake, self._woken = anyio.Event(), False
-            await self._workers.started(_BOOKKEEPING_DELAY)  # as the acker does
-            await self.flush()
 
     def _take(self) -> tuple[list[str], list[int], list[Envelope], list[float], list[bool]]:
         """The first 1,000 waiting (a store call's worth), out of the lists."""
