@@ -21,7 +21,16 @@ import anyio
 if TYPE_CHECKING:
     from rehydrate.abc import Clock
 
-__all__ = ["ClockBase", "RealClock", "ServerClock", "SystemClock", "WallClock", "wait_or_sleep", "wall"]
+__all__ = [
+    "ClockBase",
+    "RealClock",
+    "ServerClock",
+    "SystemClock",
+    "WallClock",
+    "wait_or_sleep",
+    "wall",
+    "wall_reader",
+]
 
 
 class ClockBase(ABC):
@@ -178,5 +187,11 @@ async def wait_or_sleep(event: anyio.Event, clock: Clock, timeout: float | None)
 def wall(clock: Clock) -> float:
     """Unix time now by ``clock``: its ``wall()`` if it has one (every clock of this package
     does), else ``time.time()`` (a clock of your own whose seconds are real seconds)."""
+    return float(wall_reader(clock)())
+
+
+def wall_reader(clock: Clock) -> Callable[[], float]:
+    """What :func:`wall` calls for ``clock``, for a caller that reads it often (once per
+    occurrence) and looks it up once."""
     method = getattr(clock, "wall", None)
-    return float(method()) if callable(method) else time.time()
+    return method if callable(method) else time.time

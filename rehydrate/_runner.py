@@ -30,7 +30,7 @@ import attrs
 import structlog
 from anyio.streams.memory import MemoryObjectSendStream
 
-from rehydrate._clock import wall
+from rehydrate._clock import wall, wall_reader
 from rehydrate._core._records import Claim
 from rehydrate._core._retry import Retry
 from rehydrate._core._triggers import US, Every, Trigger, trigger_from_dict, us
@@ -584,10 +584,9 @@ class Runner:
         #: The last stored trigger read, and the trigger it stands for (see :meth:`_trigger`).
         self._last_raw: object = None
         self._last_trigger: Trigger | None = None
-        #: The store clock's wall time, as ``wall`` reads it, looked up once (a store's clock is
-        #: made with it): it is read at every occurrence.
-        method = getattr(store.clock, "wall", None)
-        self._wall: Callable[[], float] = method if callable(method) else time.time
+        #: The store clock's wall time, looked up once (a store's clock is made with it): it is
+        #: read at every occurrence.
+        self._wall = wall_reader(store.clock)
 
     def stop(self) -> None:
         """Stop claiming; :meth:`run` then gives running elements their grace and returns."""
