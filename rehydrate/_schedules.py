@@ -249,15 +249,17 @@ def _next_last(envelope: Envelope) -> Envelope:
 
 def nominal_of(envelope: Envelope) -> float:
     """The nominal time (Unix seconds) of the occurrence ``envelope`` stands for."""
-    value = envelope["next"]
-    return value / US if type(value) is int else float(value)
+    return _seconds(envelope["next"])
 
 
 def anchor_of(envelope: Envelope) -> float | None:
     """An ``Every`` schedule's anchor (Unix seconds): where its occurrences are counted from."""
     value = envelope.get("anchor")
-    if value is None:
-        return None
+    return None if value is None else _seconds(value)
+
+
+def _seconds(value: Any) -> float:
+    """A time an envelope keeps: whole microseconds (float seconds, as earlier builds wrote)."""
     return value / US if type(value) is int else float(value)
 
 
