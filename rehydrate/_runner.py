@@ -1006,8 +1006,10 @@ async def release(store: Store, name: str, id: str, token: int) -> None:
 
 
 async def _sleep_until_due(store: Store, name: str, subscription: Subscription) -> None:
+    """After a claim that took fewer than it asked for: sleep until the next element is due, or
+    until the subscription says something became due sooner."""
     try:
-        ttn = await store.ttn(name)
+        ttn = await store.ttn_after_claim(name)
     except RehydrateError as exc:
         await _store_trouble(name, exc, _ERROR_BACKOFF[0])
         return

@@ -258,6 +258,17 @@ class Store(ABC):
     async def ttn(self, name: str) -> float | None:
         """Seconds until the next element is due (TTN); ``0.0`` if one is due; ``None`` if empty."""
 
+    async def ttn_after_claim(self, name: str) -> float | None:
+        """:meth:`ttn`, for a claim loop: asked right after a :meth:`claim` of ``name`` that took
+        fewer elements than its limit, by a caller subscribed to ``name`` (:meth:`subscribe`).
+
+        A store whose claim already learned the answer may give it without asking the server
+        again (Redis: the claim's script returns it), counted down on :attr:`clock` since; what
+        became due sooner in between notified the subscription, so a loop that sleeps this long
+        or until notified misses nothing. By default, :meth:`ttn`.
+        """
+        return await self.ttn(name)
+
     @abstractmethod
     async def update(self, name: str, id: str, element: Any) -> Any:
         """Replace the element, keeping its due time, attempt and claim; return the old one (UPDATE).

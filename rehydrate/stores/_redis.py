@@ -273,6 +273,9 @@ class RedisStore(StoreBase):
         #: The worker registry: one hash, so one slot on a cluster (see worker.lua).
         self._workers_key = f"{prefix}:workers"
         self._batch = _int_option(batch_size, "batch_size", 1, _MAX_BATCH)
+        #: Per name, when its next element is due (this store's clock; ``None``: none) as the
+        #: last claim that took fewer than it asked for read it; see :meth:`ttn_after_claim`.
+        self._ttn_after: dict[str, float | None] = {}
         retries = _int_option(retries, "retries", 0, 100)
         timeout = _validate.seconds(timeout, "timeout")
         backoff = _validate.seconds(retry_backoff, "retry_backoff")
@@ -636,6 +639,7 @@ class RedisStore(StoreBase):
         self._keys(name)
         micros = _micros(lease, "lease")
         n = _validate.limit(limit)
+        self._ttn_after.pop(name, None)  # (what an earlier claim read is older than this one)
         out: list[Claim] = []
         first: list[str | int] = ["", ""]  # the seq and the time of the first page, once known
         while True:
@@ -644,7 +648,7 @@ class RedisStore(StoreBase):
                 "take", name, ["claim", page, micros, first[0], self._join_flag, first[1]]
             )
             now, until = int(reply[2]) / 1e6, int(reply[3]) / 1e6
-            rows = range(5, len(reply), 5)
+            rows = range(6, len(reply), 5)
             if self._join:
                 elements = self._loads_joined(reply[4])
             else:
@@ -655,10 +659,27 @@ class RedisStore(StoreBase):
                 token = stamp(int(reply[i + 3]), attempt)
                 keep(name, id, token, element)  # (rearm.lua rewrites the stored bytes' end)
                 out.append(new_claim(id, element, attempt, until, token, int(reply[i + 2]) / 1e6, now))
-            if not int(reply[1]) or (n is not None and len(out) >= n):
+            if not int(reply[1]):
+                # It took fewer than it asked for: what TTN says now comes with the reply.
+                left = int(reply[5])
+                self._ttn_after[name] = None if left < 0 else self.clock() + left / 1e6
+                return out
+            if n is not None and len(out) >= n:
                 return out
             if first[0] == "":
                 first = [int(reply[0]), int(reply[2])]
+
+    async def ttn_after_claim(self, name: str) -> float | None:
+        """See :meth:`Store.ttn_after_claim`: the TTN the last claim of ``name`` read (take.lua
+        returns it when it takes fewer than asked), counted down on this store's clock; one
+        round trip less per idle turn of a claim loop. Once only; otherwise :meth:`ttn`."""
+        if name not in self._ttn_after:
+            return await self.ttn(name)
+        due = self._ttn_after.pop(name)
+        await anyio.lowlevel.checkpoint()
+        if due is None:
+            return None
+        return max(0.0, due - self.clock())
 
     async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
         """See :meth:`Store.ack`. ``batch_size`` pairs per script, each script atomic."""

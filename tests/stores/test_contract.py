@@ -165,6 +165,32 @@ class TestVerbs:
         await s.poll(N)
         assert await s.ttn(N) == pytest.approx(2.0, abs=1e-3)
 
+    async def test_ttn_after_claim(self, harness: Harness) -> None:
+        """After a claim that took fewer than it asked for: what ``ttn`` says, counted down since
+        the claim, whether the store read it with the claim or asks again."""
+        s = harness.store
+        assert await s.ttn_after_claim(N) is None  # nothing claimed yet: ttn's answer
+        await s.push_many(N, [("a", 0, "a"), ("b", 10, "b")])
+        claims = await s.claim(N, lease=60, limit=5)
+        assert [c.id for c in claims] == ["a"]
+        harness.advance(4)
+        assert await s.ttn_after_claim(N) == about(6)
+        assert await s.ttn_after_claim(N) == about(6)  # asked again
+        harness.advance(6)
+        claims += await s.claim(N, lease=60, limit=5)
+        assert [c.id for c in claims] == ["a", "b"]
+        assert await s.ttn_after_claim(N) == about(50)  # a's lease runs out first
+        # A claim that took all it asked for: more may be due, and the answer says so.
+        await s.push_many(N, [("c", 0, "c"), ("d", 0, "d")])
+        claims += await s.claim(N, lease=60, limit=1)
+        assert await s.ttn_after_claim(N) == 0.0
+        claims += await s.claim(N, lease=60, limit=5)
+        assert [c.id for c in claims] == ["a", "b", "c", "d"]
+        assert await s.ack(N, [(c.id, c.token) for c in claims]) == [True] * 4
+        # Nothing left: None.
+        assert await s.claim(N, lease=60, limit=5) == []
+        assert await s.ttn_after_claim(N) is None
+
     async def test_update(self, harness: Harness) -> None:
         s = harness.store
         await s.push(N, "this", ttl=3, id="101")
@@ -586,6 +612,20 @@ class TestSubscriptions:
             await s.push(N, "x", ttl=1, id="x")
             with anyio.fail_after(5):
                 assert await sub.wait(30) is True
+
+    async def test_what_comes_sooner_after_a_claim_notifies(self, harness: Harness) -> None:
+        """A claim loop sleeps for ``ttn_after_claim`` or until notified: an element pushed
+        after the claim, due sooner than that answer, wakes it (even if the answer predates it)."""
+        s = harness.store
+        async with s.subscribe(N) as sub:
+            await s.push_many(N, [("a", 0, "a"), ("b", 100, "b")])
+            await sub.wait(0)  # (consumes the pushes' notifications)
+            assert [c.id for c in await s.claim(N, lease=60, limit=5)] == ["a"]
+            await s.push(N, "soon", ttl=1, id="soon")
+            ttn = await s.ttn_after_claim(N)
+            assert ttn is not None
+            with anyio.fail_after(5):
+                assert await sub.wait(ttn) is True
 
     async def test_wait_times_out(self, harness: Harness) -> None:
         s = harness.store

@@ -659,6 +659,25 @@ async def test_wakeups_cross_store_instances(url: str, prefix: str, store: Redis
             assert time.monotonic() - started >= 0.19
 
 
+async def test_a_claim_loop_asks_no_ttn_of_the_server(store: RedisStore, raw: coredis.Redis[bytes]) -> None:
+    """A claim that takes fewer than it asks for brings the TTN with it (take.lua): the claim
+    loop's ``ttn_after_claim`` runs no script; once used, the next one asks the server."""
+
+    async def scripts_run() -> int:
+        stats: Any = await raw.info("commandstats")
+        return sum(int(v["calls"]) for k, v in stats.items() if k.startswith("cmdstat_eval"))
+
+    await store.push_many(N, [("a", 0, "a"), ("b", 30, "b")])
+    assert [c.id for c in await store.claim(N, lease=60, limit=5)] == ["a"]
+    before = await scripts_run()
+    ttn = await store.ttn_after_claim(N)
+    assert ttn is not None
+    assert 29 < ttn <= 30
+    assert await scripts_run() == before
+    assert await store.ttn_after_claim(N) == pytest.approx(ttn, abs=0.5)
+    assert await scripts_run() > before  # ttn.lua (and the clock's time.lua, every so often)
+
+
 @tolerate_coredis_leaks
 async def test_a_resubscription_wakes(
     owned_kind: str, store: RedisStore, raw: coredis.Redis[bytes], breaks_connections: None

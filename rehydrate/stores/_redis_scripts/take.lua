@@ -9,9 +9,12 @@
 -- ZREMRANGEBYRANK removes them (claim adds them back, scored by the end of their lease).
 --
 -- poll returns {seq, full, now, payload...} (or {seq, full, now, joined}); claim returns
--- {seq, full, now, lease_until, joined or "", then id, attempt, due, claim, payload or "" per
--- element}; claim is the seq the element's claim draws (its fencing token's claim number).
--- seq is the dehydrator's seq before the call, full is 1 when limit elements were taken.
+-- {seq, full, now, lease_until, joined or "", left, then id, attempt, due, claim, payload or ""
+-- per element}; claim is the seq the element's claim draws (its fencing token's claim number).
+-- seq is the dehydrator's seq before the call, full is 1 when limit elements were taken. left is
+-- what TTN would answer once the claim is done (µs; 0 if an element is due, -1 if none), or ""
+-- when full: a claim loop that took fewer than it asked for sleeps that long next, and so needs
+-- no TTN call of its own (see RedisStore.ttn_after_claim).
 load_state(true)
 local claim = ARGV[5] == 'claim'
 local limit = tonumber(ARGV[6])
@@ -36,9 +39,25 @@ local full = 0
 if n == limit then
   full = 1
 end
+
+-- take.lua's left (see above), read once the claimed elements are filed again.
+local function left()
+  if full == 1 then
+    return ''
+  end
+  local first = earliest()
+  if first == nil then
+    return -1
+  end
+  if first <= now then
+    return 0
+  end
+  return first - now
+end
+
 if n == 0 then
   if claim then
-    return {top_seq, full, now, now + tonumber(ARGV[7]), ''}
+    return {top_seq, full, now, now + tonumber(ARGV[7]), '', left()}
   elseif join then
     return {top_seq, full, now, ''}
   end
@@ -61,8 +80,8 @@ if claim then
   local how = 'l' .. int16(tonumber(ARGV[7]))
   local until16 = int16(until_)
   local due16s, tails, by_attempt = {}, {}, {}
-  local out = {top_seq, full, now, until_, joined}
-  local k = 5
+  local out = {top_seq, full, now, until_, joined, ''}
+  local k = 6
   for i = 1, n do
     local v = values[i]
     if not claimed(v) then
@@ -91,6 +110,7 @@ if claim then
   end
   file(n, ids, due16s, tails, payloads, true)
   finish()
+  out[6] = left()
   return out
 end
 each_chunk('HDEL', E, ids, n)
