@@ -36,7 +36,7 @@ from functools import partial
 from heapq import heapify, heappop, heappush, heapreplace
 from itertools import count, islice, repeat
 from operator import is_, itemgetter, lt
-from typing import Any, Final, final
+from typing import Any, Final, cast, final
 
 from rehydrate._core import _fence, _validate
 from rehydrate._core._records import Claim, ElementInfo, Summary, new_claim
@@ -556,9 +556,12 @@ class Dehydrator:
         Every item is checked before any is filed (a bad one raises and files none). The batch a
         runner sends once per dispatch: one check and one clock read per item, not two.
         """
-        batch: list[tuple[str, int, Any, float]] = []
+        # The items as given (no tuple made again), but for a ttl the checks converted: after
+        # them, every ttl is a float.
+        batch: list[tuple[str, int, Any, Seconds]] = []
         append = batch.append
-        for id, token, element, ttl in items:
+        for item in items:
+            id, token, element, ttl = item
             # The common case in one test each (a runner's batch: str ids, int tokens, float
             # ttls); anything else goes through the checks that raise.
             if type(id) is not str or not id or not id.isascii():
@@ -566,14 +569,14 @@ class Dehydrator:
             if (type(token) is not int or token < 1) and _validate.token(token) is None:
                 raise InvalidArgumentError("rearm needs each claim's token")
             if type(ttl) is not float or not 0.0 <= ttl <= _MAX:
-                ttl = _validate.seconds(ttl, "ttl")
-            append((id, token, element, ttl))
+                item = (id, token, element, _validate.seconds(ttl, "ttl"))
+            append(item)
         now = self.now()
         index = self._index
         drop = self._drop_claimed
         insert = self._insert
         done: list[bool] = []
-        for id, token, element, seconds in batch:
+        for id, token, element, seconds in cast("list[tuple[str, int, Any, float]]", batch):
             node = index.get(id)
             if node is None or node[4] != token or not _is_claimed(node):
                 done.append(False)
