@@ -151,6 +151,18 @@ local function earliest()
   return nil
 end
 
+-- TTN at ``now``: microseconds until the first element is due (0 if one is), -1 if there is none.
+local function ttn_at(now)
+  local first = earliest()
+  if first == nil then
+    return -1
+  end
+  if first <= now then
+    return 0
+  end
+  return first - now
+end
+
 local function wake_if_sooner(before, due)
   if due and (before == nil or due < before) then
     redis.call('PUBLISH', BASE .. ':wake', int(due))

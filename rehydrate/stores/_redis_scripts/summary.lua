@@ -1,10 +1,6 @@
 -- summary (rehydrate stats): {size, due now, claimed, µs until the first is due or -1 if empty}.
 load_state(false)
 local now = clock()
-local first = earliest()
-local left = -1
-if first ~= nil then
-  left = math.max(0, first - now)
-end
+local left = ttn_at(now)
 local claimed_count = tonumber(redis.call('HGET', S, 'claimed') or '0')
 return {redis.call('HLEN', E), redis.call('ZCOUNT', Z, '-inf', now), claimed_count, left}

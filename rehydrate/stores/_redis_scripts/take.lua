@@ -45,14 +45,7 @@ local function left()
   if full == 1 then
     return ''
   end
-  local first = earliest()
-  if first == nil then
-    return -1
-  end
-  if first <= now then
-    return 0
-  end
-  return first - now
+  return ttn_at(now)
 end
 
 if n == 0 then
