@@ -278,6 +278,10 @@ class SQLiteStore(StoreBase):
         self._subscribers: dict[str, set[_SQLiteSubscription]] = {}
         #: Names whose counter the transaction in progress bumped, and to what (worker thread only).
         self._bumped: dict[str, int] = {}
+        #: Per name, the due time (on :attr:`clock`) of the next element as the last claim that
+        #: took fewer than it asked for read it, in its transaction (``None``: empty); see
+        #: :meth:`ttn_after_claim`. Written in the worker thread, read once on the event loop.
+        self._ttn_after: dict[str, float | None] = {}
         #: The wake-up directory, found at open (the path resolved once). This store's own
         #: subscriptions get its datagrams too: they cover a write whose caller was cancelled
         #: before it could notify them in-process.
@@ -366,6 +370,7 @@ class SQLiteStore(StoreBase):
             return
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(self._close_in_thread, self._conn, limiter=self._limiter)
+        self._ttn_after.clear()
 
     def _connect(self) -> sqlite3.Connection:
         if not self._create and self._database != ":memory:" and not os.path.isfile(self._database):
@@ -734,11 +739,15 @@ class SQLiteStore(StoreBase):
         seconds = _validate.seconds(lease, "lease")
         n = _validate.limit(limit)
         take = _CLAIM_BATCH if n is None else min(n, _CLAIM_BATCH)
+        self._ttn_after.pop(name, None)  # (what an earlier claim read is older than this one)
 
         def body(conn: sqlite3.Connection) -> list[Claim]:
             now = self._now()
             rows = conn.execute(sql.DUE, (name, now, take)).fetchall()
             if not rows:
+                # Nothing due (a claim loop's idle turn): the head is its TTN, read in the same
+                # transaction, so that the loop's ttn_after_claim needs no second trip to the thread.
+                self._ttn_after[name] = sql.head(conn, name)
                 return []
             until = now + seconds
             first = sql.next_seq(conn, len(rows))
@@ -755,9 +764,29 @@ class SQLiteStore(StoreBase):
                 sql.CLAIM,
                 [(until, first + i, seconds, stamps[i], row[0]) for i, row in enumerate(rows)],
             )
+            if len(rows) < take:
+                # It took fewer than it asked for: the head after it (its own leases count).
+                self._ttn_after[name] = sql.head(conn, name)
             return claims
 
-        return await self._write(body, lease_only=True)
+        try:
+            return await self._write(body, lease_only=True)
+        except BaseException:
+            self._ttn_after.pop(name, None)  # read in a transaction that did not commit
+            raise
+
+    async def ttn_after_claim(self, name: str) -> float | None:
+        """See :meth:`Store.ttn_after_claim`: the head the last claim of ``name`` read in its
+        transaction when it took fewer than it asked for, counted down on this store's clock;
+        one trip to the worker thread less per idle turn of a claim loop. Once only; otherwise
+        :meth:`ttn`."""
+        if name not in self._ttn_after:
+            return await self.ttn(name)
+        if self._conn is None:
+            raise self._not_open()
+        due = self._ttn_after.pop(name)
+        await anyio.lowlevel.checkpoint()
+        return None if due is None else max(0.0, due - float(self.clock()))
 
     async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
         _validate.element_id(name, "name")

@@ -487,6 +487,42 @@ async def test_claim_is_bounded_per_call(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_claim_loop_asks_no_ttn_of_the_file(tmp_path: Path) -> None:
+    """A claim that takes fewer than it asks for reads the head in its own transaction: the claim
+    loop's ``ttn_after_claim`` then runs no statement (no second trip to the worker thread); once
+    used, or after a claim that failed, the next one asks the file."""
+    clock = FakeClock()
+    async with SQLiteStore(tmp_path / "jobs.db", clock=clock) as store:
+        statements: list[str] = []
+        assert store._conn is not None
+        store._conn.set_trace_callback(statements.append)
+        await store.push_many(N, [("a", 0, "a"), ("b", 30, "b")])
+        assert [c.id for c in await store.claim(N, lease=60, limit=5)] == ["a"]
+        clock.advance(10)
+        before = len(statements)
+        assert await store.ttn_after_claim(N) == pytest.approx(20)
+        assert len(statements) == before
+        assert await store.ttn_after_claim(N) == pytest.approx(20)  # asked again: the file answers
+        assert len(statements) > before
+        # An idle turn (nothing due) reads it too.
+        assert await store.claim(N, lease=60, limit=5) == []
+        before = len(statements)
+        assert await store.ttn_after_claim(N) == pytest.approx(20)
+        assert len(statements) == before
+        # A claim that failed leaves no answer behind: a row another serializer wrote stops it.
+        async with SQLiteStore(tmp_path / "jobs.db", clock=clock, serializer="pickle") as other:
+            await other.push(N, "x", ttl=0, id="x")
+        with pytest.raises(SerializerMismatchError):
+            await store.claim(N, lease=60, limit=5)
+        before = len(statements)
+        assert await store.ttn_after_claim(N) == 0.0  # x is due
+        assert len(statements) > before
+    # Closing forgets what a claim read: a closed store says so, as ttn does.
+    with pytest.raises(StoreNotOpenError):
+        await store.ttn_after_claim(N)
+
+
+@pytest.mark.anyio
 async def test_unencodable_name_is_a_bad_argument(tmp_path: Path) -> None:
     async with SQLiteStore(tmp_path / "jobs.db") as store:
         with pytest.raises(InvalidArgumentError):
