@@ -355,6 +355,9 @@ class PostgresStore(StoreBase):
         self._listener: _Listener | None = None
         self._listener_lock: anyio.Lock | None = None
         self._subscribers: dict[str, set[EventSubscription]] = {}
+        #: Per name, the due time (on :attr:`clock`) of the next element as the last claim that
+        #: took fewer than it asked for read it (``None``: empty); see :meth:`ttn_after_claim`.
+        self._ttn_after: dict[str, float | None] = {}
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresStore:
@@ -473,6 +476,7 @@ class PostgresStore(StoreBase):
         """Stop listening and close every connection. Idempotent; elements stay in the database."""
         pool, listener = self._pool, self._listener
         self._pool = self._listener = None
+        self._ttn_after.clear()
         with anyio.CancelScope(shield=True):
             if listener is not None:
                 await anyio.to_thread.run_sync(listener.stop, lambda: self._poke(pool))
@@ -912,17 +916,36 @@ class PostgresStore(StoreBase):
         n = _validate.limit(limit)
         take = _CLAIM_BATCH if n is None else min(n, _CLAIM_BATCH)
         params = self._params(name=name, lease=micros, limit=take, codec=self._codec)
+        self._ttn_after.pop(name, None)  # (what an earlier claim read is older than this one)
         rows = await self._run(lambda conn: conn.execute(self._sql.claim, params, prepare=True).fetchall())
         claims = []
         keep = self._keep_envelope
         for id, payload, token, until, due, now, foreign in rows:
+            if token < 0:
+                # It took fewer than it asked for: the next due time after it (the server's
+                # microseconds, as this store's clock reads them; None if empty).
+                self._ttn_after[name] = None if until is None else until / 1e6
+                continue
             if foreign is not None:
+                self._ttn_after.pop(name, None)
                 raise self._mismatch(name, foreign, id)
             data = bytes(payload)
             element = self._serializer.loads(data)
             keep(name, id, token, element, data)
             claims.append(new_claim(id, element, attempt_of(token), until / 1e6, token, due / 1e6, now / 1e6))
         return claims
+
+    async def ttn_after_claim(self, name: str) -> float | None:
+        """See :meth:`Store.ttn_after_claim`: the TTN the last claim of ``name`` read in its
+        statement when it took fewer than it asked for, counted down on this store's clock; one
+        round trip less per idle turn of a claim loop. Once only; otherwise :meth:`ttn`."""
+        if name not in self._ttn_after:
+            return await self.ttn(name)
+        if self._pool is None:
+            raise self._not_open()
+        due = self._ttn_after.pop(name)
+        await anyio.lowlevel.checkpoint()
+        return None if due is None else max(0.0, due - self.clock())
 
     async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
         _name(name)

@@ -227,7 +227,12 @@ _TEMPLATES: Final = {
         SELECT payload, serializer, (SELECT count(*) FROM upd) FROM old""",
     # One statement per batch: the due rows in due order, locked or skipped (SKIP LOCKED: concurrent
     # claimers take different rows and never wait for each other), filed anew at the lease's end
-    # with a fresh filing number that is also the claim number of the stamp.
+    # with a fresh filing number that is also the claim number of the stamp. A claim that takes
+    # fewer than it asks for also answers the TTN after it (a row with attempt -1, first): the
+    # earliest due among the rows it did not take (the statement's snapshot predates its update)
+    # and its own leases' end, so that the claim loop's ttn_after_claim needs no round trip. A due
+    # time, not a TTN: counted from the statement's start, a TTN would wake the loop late by the
+    # statement, its commit and the reply.
     "claim": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
         picked AS MATERIALIZED (
             SELECT p.tid, p.id, p.due, p.attempt, p.claimed, p.serializer, nextval('{{seq_name}}') AS n
@@ -249,6 +254,13 @@ _TEMPLATES: Final = {
         {_counter("upd", "0", "count(*) FILTER (WHERE NOT claimed)")}
         SELECT id, payload, attempt, until, due, now, NULL FROM upd
         UNION ALL SELECT id, NULL, 0, 0, 0, 0, serializer FROM bad
+        UNION ALL SELECT NULL, NULL, -1, least(
+                (SELECT e.due FROM {{table}} e
+                WHERE e.name = %(name)s AND e.ctid <> ALL(ARRAY(SELECT tid FROM picked))
+                ORDER BY e.due, e.seq LIMIT 1),
+                CASE WHEN EXISTS (SELECT 1 FROM picked) THEN (SELECT now FROM t) + %(lease)s END
+            ), 0, 0, NULL
+            WHERE (SELECT count(*) FROM picked) < %(limit)s
         ORDER BY 3""",
     # One primary-key lookup per (id, token), whatever the planner knows of the table; the rows
     # found are deleted by their physical address (a TID scan).

@@ -266,6 +266,47 @@ async def test_claim_and_ack_read_only_the_rows_they_take(store: PostgresStore) 
     assert await explain(store._sql.ack, ack) <= 1_000
 
 
+async def test_a_claim_loop_asks_no_ttn_of_the_server(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim that takes fewer than it asks for brings the TTN with it, in its own statement (the
+    rows it did not take, and its leases' end): the claim loop's ``ttn_after_claim`` makes no
+    round trip; once used, the next one asks the server. A full claim brings none."""
+    trips = 0
+    run = store._run
+
+    async def counted(fn: Any) -> Any:
+        nonlocal trips
+        trips += 1
+        return await run(fn)
+
+    monkeypatch.setattr(store, "_run", counted)
+    await store.push_many(N, [("a", 0, "a"), ("b", 30, "b")])
+    assert [c.id for c in await store.claim(N, lease=60, limit=5)] == ["a"]
+    before = trips
+    ttn = await store.ttn_after_claim(N)
+    assert ttn is not None
+    assert 29 < ttn <= 30
+    assert trips == before
+    assert await store.ttn_after_claim(N) == pytest.approx(ttn, abs=0.5)
+    assert trips == before + 1  # asked again: ttn's statement
+    # The claim's own lease, when it ends first; nothing due at all; a full claim says nothing.
+    await store.pull(N, "b")
+    assert await store.claim(N, lease=60, limit=5) == []  # a is claimed until its lease ends
+    before = trips
+    assert 59 < (await store.ttn_after_claim(N) or 0) <= 60
+    assert trips == before
+    await store.push_many(N, [("c", 0, "c"), ("d", 0, "d")])
+    assert [c.id for c in await store.claim(N, lease=5, limit=1)] == ["c"]
+    before = trips
+    assert await store.ttn_after_claim(N) == 0.0  # d is due: ttn's statement says so
+    assert trips == before + 1
+    await store.claim(N, lease=5, limit=5)
+    before = trips
+    assert 4 < (await store.ttn_after_claim(N) or 0) <= 5  # c and d's leases end first
+    assert trips == before
+
+
 async def test_a_push_many_of_ten_thousand_is_one_statement(store: PostgresStore) -> None:
     ids = await store.push_many(N, [(i, i % 7, None) for i in range(10_000)])
     assert len(set(ids)) == 10_000
