@@ -660,9 +660,11 @@ class RedisStore(StoreBase):
                 keep(name, id, token, element)  # (rearm.lua rewrites the stored bytes' end)
                 out.append(new_claim(id, element, attempt, until, token, int(reply[i + 2]) / 1e6, now))
             if not int(reply[1]):
-                # It took fewer than it asked for: what TTN says now comes with the reply.
+                # It took fewer than it asked for: what TTN says comes with the reply, counted
+                # from the script's own time (not this clock's on reading the reply: the loop
+                # would wake late by the script and the round trip's way back).
                 left = int(reply[5])
-                self._ttn_after[name] = None if left < 0 else self.clock() + left / 1e6
+                self._ttn_after[name] = None if left < 0 else now + left / 1e6
                 return out
             if n is not None and len(out) >= n:
                 return out
