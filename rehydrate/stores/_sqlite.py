@@ -786,7 +786,10 @@ class SQLiteStore(StoreBase):
             raise self._not_open()
         due = self._ttn_after.pop(name)
         await anyio.lowlevel.checkpoint()
-        return None if due is None else max(0.0, due - float(self.clock()))
+        if due is None:
+            return None
+        # As ttn counts it (``_now``: never before a time this store already used), read only.
+        return max(0.0, due - max(float(self.clock()), self._last_now))
 
     async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
         _validate.element_id(name, "name")
