@@ -741,12 +741,22 @@ class SQLiteStore(StoreBase):
         take = _CLAIM_BATCH if n is None else min(n, _CLAIM_BATCH)
         self._ttn_after.pop(name, None)  # (what an earlier claim read is older than this one)
 
+        def peeked(conn: sqlite3.Connection) -> list[Claim]:
+            # Nothing due (a claim loop woken by a push that is not due yet, in every process
+            # sharing the file): say so from a read, without taking the write lock that the
+            # producer and the other workers wait for. The head is the TTN the claim loop asks
+            # for next (ttn_after_claim), read in the same trip to the thread.
+            head = sql.head(conn, name)
+            if head is None or head > self._now():
+                self._ttn_after[name] = head
+                return []
+            return self._transaction(conn, body, lease_only=True)
+
         def body(conn: sqlite3.Connection) -> list[Claim]:
             now = self._now()
             rows = conn.execute(sql.DUE, (name, now, take)).fetchall()
             if not rows:
-                # Nothing due (a claim loop's idle turn): the head is its TTN, read in the same
-                # transaction, so that the loop's ttn_after_claim needs no second trip to the thread.
+                # Taken by another process since the read: the head after it, as below.
                 self._ttn_after[name] = sql.head(conn, name)
                 return []
             until = now + seconds
@@ -770,7 +780,7 @@ class SQLiteStore(StoreBase):
             return claims
 
         try:
-            return await self._write(body, lease_only=True)
+            return await self._run(peeked)
         except BaseException:
             self._ttn_after.pop(name, None)  # read in a transaction that did not commit
             raise

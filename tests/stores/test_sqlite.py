@@ -178,9 +178,9 @@ async def test_leases_commit_without_an_fsync_and_everything_else_with_one(tmp_p
         assert await store.reschedule("n", "a", ttl=0, token=claim.token) is True
         (claim,) = await store.claim("n", lease=30)
         assert await store.ack("n", [("a", claim.token)]) == [True]
-        assert await store.claim("n", lease=30) == []  # nothing due: a transaction all the same
+        assert await store.claim("n", lease=30) == []  # nothing due: a read, no transaction
         store._conn.set_trace_callback(None)
-        assert _commits(statements) == ["FULL", "NORMAL", "NORMAL", "FULL", "NORMAL", "FULL", "NORMAL"]
+        assert _commits(statements) == ["FULL", "NORMAL", "NORMAL", "FULL", "NORMAL", "FULL"]
         assert await store._pragma("synchronous") == 2
     async with SQLiteStore(tmp_path / "jobs.db", synchronous="normal") as store:
         statements = []
@@ -243,6 +243,35 @@ async def test_unreachable_or_locked_file_raises_store_unavailable(tmp_path: Pat
             raw.close()
         (claim,) = await store.claim(N, lease=10)
         assert claim.id == "x"
+
+
+@pytest.mark.anyio
+async def test_a_claim_with_nothing_due_takes_no_write_lock(tmp_path: Path) -> None:
+    """A claim loop woken by a push that is not due yet (in every process sharing the file)
+    finds nothing due: it says so from a read, neither waiting for the write lock another writer
+    holds nor taking it; once something is due, it claims under the lock as ever."""
+    path = tmp_path / "jobs.db"
+    clock = FakeClock()
+    async with SQLiteStore(path, clock=clock, busy_timeout=0.2) as store:
+        await store.push(N, "later", ttl=30, id="later")
+        raw = sqlite3.connect(path, isolation_level=None)
+        try:
+            raw.execute("BEGIN IMMEDIATE")  # another writer holds the lock past busy_timeout
+            statements: list[str] = []
+            assert store._conn is not None
+            store._conn.set_trace_callback(statements.append)
+            with anyio.fail_after(5):
+                assert await store.claim(N, lease=10) == []
+            assert not [s for s in statements if s.startswith(("BEGIN", "COMMIT"))]
+            assert await store.ttn_after_claim(N) == pytest.approx(30)
+            clock.advance(30)
+            with pytest.raises(StoreUnavailableError, match="locked"):
+                await store.claim(N, lease=10)  # due now: a claim needs the lock
+            raw.execute("ROLLBACK")
+        finally:
+            raw.close()
+        (claim,) = await store.claim(N, lease=10)
+        assert claim.id == "later"
 
 
 def test_a_writer_takes_the_lock_soon_after_it_is_freed(tmp_path: Path) -> None:
