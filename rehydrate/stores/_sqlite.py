@@ -734,7 +734,8 @@ class SQLiteStore(StoreBase):
     # -- leases ----------------------------------------------------------------------------------
 
     async def claim(self, name: str, *, lease: Seconds, limit: int | None = None) -> list[Claim]:
-        """See :meth:`Store.claim`; at most 1,000 elements per call (one transaction)."""
+        """See :meth:`Store.claim`; at most 1,000 elements per call (one transaction; none, and
+        no write lock, when nothing is due)."""
         _validate.element_id(name, "name")
         seconds = _validate.seconds(lease, "lease")
         n = _validate.limit(limit)
@@ -786,8 +787,8 @@ class SQLiteStore(StoreBase):
             raise
 
     async def ttn_after_claim(self, name: str) -> float | None:
-        """See :meth:`Store.ttn_after_claim`: the head the last claim of ``name`` read in its
-        transaction when it took fewer than it asked for, counted down on this store's clock;
+        """See :meth:`Store.ttn_after_claim`: the head the last claim of ``name`` read in the
+        same trip to the thread when it took fewer than it asked for, counted down on this store's clock;
         one trip to the worker thread less per idle turn of a claim loop. Once only; otherwise
         :meth:`ttn`."""
         if name not in self._ttn_after:
