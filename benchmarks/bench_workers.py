@@ -14,7 +14,9 @@ Starts a throwaway Redis or PostgreSQL server (or a temporary SQLite file) and `
   always emptied the dehydrator and nearly every push must wake one (what a cross-process wake-up
   costs, alone). Each handler records how
   late it runs (the store clock at the handler minus the element's due time), across all
-  processes. The producer is this process: never one of the workers;
+  processes. The producer is this process: never one of the workers. Also the worker processes'
+  CPU time (``time.process_time``, summed) from their start to the end of the phase, per element:
+  what delivering costs while the due times pass, idle turns included;
 * throughput: N elements all due at the same instant; deliveries per second from that instant to
   the last delivery.
 
@@ -36,6 +38,7 @@ import random
 import statistics
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -65,8 +68,10 @@ def worker(url: str, options: dict[str, Any], names: list[str], ready: Any, stop
 
         async with store, scheduler:
             ready.set()
+            began = time.process_time()
             await anyio.to_thread.run_sync(stop.wait)  # the harness's stop flag, across processes
-        results.put((late, stamps))
+            cpu = time.process_time() - began
+        results.put((late, stamps, cpu))
 
     anyio.run(main)
 
@@ -161,16 +166,19 @@ def one_run(
         stop.set()
         late: list[float] = []
         stamps: list[float] = []
+        cpu = 0.0
         for _ in procs:
-            lat, st = results.get(timeout=60)
+            lat, st, used = results.get(timeout=60)
             late += lat
             stamps += st
+            cpu += used
         for p in procs:
             p.join(30)
         if len(late) < n:
             raise SystemExit(f"{phase}: only {len(late)} of {n} delivered")
         if phase == "lateness":
             out["lateness"] = percentiles(late)
+            out["cpu_us"] = cpu / n * 1e6
         else:
             out["throughput"] = n / (max(stamps) - first_due)
             out["shares"] = len(late)
@@ -233,10 +241,12 @@ def main() -> int:
     p99 = statistics.median(r["lateness"][1] for r in runs)
     mx = statistics.median(r["lateness"][2] for r in runs)
     tp = statistics.median(r["throughput"] for r in runs)
+    cpu = statistics.median(r["cpu_us"] for r in runs)
     print(f"\n{'what':<44} {'value':>12}")
     print(f"{'lateness p50 (' + str(args.n) + ' due over ' + str(args.spread) + ' s)':<44} {p50:10.2f} ms")
     print(f"{'lateness p99':<44} {p99:10.2f} ms")
     print(f"{'lateness max':<44} {mx:10.2f} ms")
+    print(f"{'workers CPU per element, lateness phase':<44} {cpu:10.1f} us")
     print(f"{'deliveries/s, ' + str(args.n) + ' due at once':<44} {tp:12,.0f}")
     if args.store == "redis":
         print(
