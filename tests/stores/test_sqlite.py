@@ -517,9 +517,9 @@ async def test_claim_is_bounded_per_call(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_a_claim_loop_asks_no_ttn_of_the_file(tmp_path: Path) -> None:
-    """A claim that takes fewer than it asks for reads the head in its own transaction: the claim
-    loop's ``ttn_after_claim`` then runs no statement (no second trip to the worker thread); once
-    used, or after a claim that failed, the next one asks the file."""
+    """A claim that takes fewer than it asks for reads the head in the same trip to the worker
+    thread: the claim loop's ``ttn_after_claim`` then runs no statement; once used, or after a
+    claim that failed, the next one asks the file."""
     clock = FakeClock()
     async with SQLiteStore(tmp_path / "jobs.db", clock=clock) as store:
         statements: list[str] = []
