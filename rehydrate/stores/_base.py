@@ -22,6 +22,11 @@ A store subclasses :class:`StoreBase` (a :class:`~rehydrate.abc.Store`) and gets
   serializer is JSON), else the element encoded (``_dumps``). Encoding an envelope was a third of
   what filing an occurrence cost on SQLite; the rewrite is a slice and a join. Nothing about
   schedules is kept anywhere but in the element, as before.
+* **the TTN that came with a claim**: a store whose claim also reads when the next element is
+  due (a claim that took fewer than it asked for) records it in ``_ttn_after[name]``, a due time
+  on its clock (``None``: empty), popped when a claim begins; :meth:`StoreBase.ttn_after_claim`
+  answers from it once, counted down from :meth:`_ttn_now`, after :meth:`_check_open`; with
+  nothing recorded (or no ``_ttn_after``: the memory store), it asks :meth:`ttn`.
 * **one URL-option parser**, :func:`url_options`: a store's ``from_url`` hands it the URL and a
   table of the options its query may carry (name -> converter, see :func:`as_bool`,
   :func:`as_float`, :func:`as_int`, :func:`as_str`); unknown options are refused with a message
@@ -41,6 +46,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 from urllib.parse import parse_qsl
+
+import anyio
 
 from rehydrate._schedules import KEY
 from rehydrate.abc import Serializer, Store
@@ -146,6 +153,28 @@ class StoreBase(Store):
 
     _serializer: Serializer
     _kept: dict[tuple[str, str], tuple[int, dict[str, Any], bytes]] | None = None
+    #: Per name, the due time (on :attr:`clock`) of the next element as the last claim that took
+    #: fewer than it asked for read it (``None``: empty); a store whose claims read it makes it.
+    _ttn_after: dict[str, float | None] | None = None
+
+    async def ttn_after_claim(self, name: str) -> float | None:
+        """See :meth:`Store.ttn_after_claim`: what the last claim of ``name`` recorded in
+        ``_ttn_after``, counted down from :meth:`_ttn_now`; one trip to the server (or worker
+        thread) less per idle turn of a claim loop. Once only; otherwise :meth:`ttn`."""
+        after = self._ttn_after
+        if after is None or name not in after:
+            return await self.ttn(name)
+        self._check_open()
+        due = after.pop(name)
+        await anyio.lowlevel.checkpoint()
+        return None if due is None else max(0.0, due - self._ttn_now())
+
+    def _check_open(self) -> None:
+        """Raise :meth:`_not_open` if the store is closed, where a verb answers without I/O."""
+
+    def _ttn_now(self) -> float:
+        """The time a TTN counts down from: the store's clock."""
+        return float(self.clock())
 
     def _set_serializer(self, serializer: str | Serializer | None) -> None:
         """Resolve ``serializer`` (a name, an instance, or ``None`` for JSON) for this store."""

@@ -935,17 +935,9 @@ class PostgresStore(StoreBase):
             claims.append(new_claim(id, element, attempt_of(token), until / 1e6, token, due / 1e6, now / 1e6))
         return claims
 
-    async def ttn_after_claim(self, name: str) -> float | None:
-        """See :meth:`Store.ttn_after_claim`: the TTN the last claim of ``name`` read in its
-        statement when it took fewer than it asked for, counted down on this store's clock; one
-        round trip less per idle turn of a claim loop. Once only; otherwise :meth:`ttn`."""
-        if name not in self._ttn_after:
-            return await self.ttn(name)
+    def _check_open(self) -> None:
         if self._pool is None:
             raise self._not_open()
-        due = self._ttn_after.pop(name)
-        await anyio.lowlevel.checkpoint()
-        return None if due is None else max(0.0, due - self.clock())
 
     async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
         _name(name)

@@ -671,18 +671,6 @@ class RedisStore(StoreBase):
             if first[0] == "":
                 first = [int(reply[0]), int(reply[2])]
 
-    async def ttn_after_claim(self, name: str) -> float | None:
-        """See :meth:`Store.ttn_after_claim`: the TTN the last claim of ``name`` read (take.lua
-        returns it when it takes fewer than asked), counted down on this store's clock; one
-        round trip less per idle turn of a claim loop. Once only; otherwise :meth:`ttn`."""
-        if name not in self._ttn_after:
-            return await self.ttn(name)
-        due = self._ttn_after.pop(name)
-        await anyio.lowlevel.checkpoint()
-        if due is None:
-            return None
-        return max(0.0, due - self.clock())
-
     async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
         """See :meth:`Store.ack`. ``batch_size`` pairs per script, each script atomic."""
         self._keys(name)

@@ -786,21 +786,13 @@ class SQLiteStore(StoreBase):
             self._ttn_after.pop(name, None)  # read in a transaction that did not commit
             raise
 
-    async def ttn_after_claim(self, name: str) -> float | None:
-        """See :meth:`Store.ttn_after_claim`: the head the last claim of ``name`` read in the
-        same trip to the thread when it took fewer than it asked for, counted down on this store's clock;
-        one trip to the worker thread less per idle turn of a claim loop. Once only; otherwise
-        :meth:`ttn`."""
-        if name not in self._ttn_after:
-            return await self.ttn(name)
+    def _check_open(self) -> None:
         if self._conn is None:
             raise self._not_open()
-        due = self._ttn_after.pop(name)
-        await anyio.lowlevel.checkpoint()
-        if due is None:
-            return None
-        # As ttn counts it (``_now``: never before a time this store already used), read only.
-        return max(0.0, due - max(float(self.clock()), self._last_now))
+
+    def _ttn_now(self) -> float:
+        """As ttn counts it (``_now``: never before a time this store already used), read only."""
+        return max(float(self.clock()), self._last_now)
 
     async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
         _validate.element_id(name, "name")

@@ -14,7 +14,7 @@
 -- seq is the dehydrator's seq before the call, full is 1 when limit elements were taken. left is
 -- what TTN would answer once the claim is done (µs; 0 if an element is due, -1 if none), or ""
 -- when full: a claim loop that took fewer than it asked for sleeps that long next, and so needs
--- no TTN call of its own (see RedisStore.ttn_after_claim).
+-- no TTN call of its own (see StoreBase.ttn_after_claim).
 load_state(true)
 local claim = ARGV[5] == 'claim'
 local limit = tonumber(ARGV[6])
