@@ -369,7 +369,11 @@ class RedisStore(StoreBase):
             raise
 
     async def aclose(self) -> None:
+        self._ttn_after.clear()  # read from a server this store no longer talks to
         await self._backend.aclose()
+
+    def _check_open(self) -> None:
+        self._backend.check_open()
 
     async def _server_time(self) -> tuple[int, float, float]:
         before = _local_clock()

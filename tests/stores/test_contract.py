@@ -798,6 +798,20 @@ class TestLifecycle:
         with pytest.raises(StoreNotOpenError):
             await call(store)
 
+    async def test_a_claims_next_due_time_does_not_outlive_the_store(self, harness: Harness) -> None:
+        """What a claim read of the next due time is gone with ``aclose``: a closed store raises
+        like every verb, and a reopened one answers from the store, not from before."""
+        assert harness.twin is not None, TWIN_NEEDED
+        store = harness.twin()
+        async with store:
+            await store.push(N, "later", ttl=30, id="a")
+            assert await store.claim(N, lease=5, limit=10) == []
+        with pytest.raises(StoreNotOpenError, match="not open"):
+            await store.ttn_after_claim(N)
+        async with store:
+            await store.pull(N, "a")  # the next due time the claim read is no longer true
+            assert await store.ttn_after_claim(N) is None
+
     async def test_subscribe_needs_an_open_store(self, harness: Harness) -> None:
         assert harness.twin is not None, TWIN_NEEDED
         with pytest.raises(StoreNotOpenError):
