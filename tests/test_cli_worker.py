@@ -193,25 +193,37 @@ def test_processes_share_the_work_once(app: Callable[..., Path], tmp_path: Path)
     log = app()
     url = f"sqlite:///{tmp_path / 'w.db'}"
     push(url, 400, {})
-    parent = start(tmp_path, "wapp:scheduler", "--store", url, "--processes", "2", "--concurrency", "4")
+    err = tmp_path / "worker.log"
+    with err.open("w") as out:
+        parent = start(
+            tmp_path, "wapp:scheduler", "--store", url, "--processes", "2", "--concurrency", "4", stderr=out
+        )
+
+    def ready() -> set[int]:
+        return {entry["pid"] for entry in json_lines(err) if entry["event"] == "worker ready"}
+
     wait_for(lambda: len(entries(log)) >= 400, parent, "400 deliveries")
+    # One child can deliver all 400 before the other is up (a loaded machine): stopping them then
+    # would stop a child that never said it was ready.
+    wait_for(lambda: len(ready()) == 2, parent, "2 workers ready")
     # The store reaches the children by their environment: a password in it is not on their
     # command lines, which anyone on the machine can read (ps).
     commands = _children_command_lines(parent.pid)
     assert len(commands) == 2
     assert all(url not in command and "--store" not in command for command in commands)
     parent.send_signal(signal.SIGTERM)
-    code, logs = finish(parent)
+    parent.communicate(timeout=20)  # (stdout drained)
+    code = parent.returncode
+    assert all(line.startswith("{") for line in complete_lines(err)), err.read_text()  # JSON only
+    logs = json_lines(err)
     assert code == 0, logs
     delivered = entries(log)
     assert len(delivered) == 400
     assert len({e[0] for e in delivered}) == 400  # none twice
     assert {e[1] for e in delivered} == {"1"}
     pids = {e[2] for e in delivered}
-    ready = {entry["pid"] for entry in logs if entry["event"] == "worker ready"}
-    assert len(ready) == 2
-    assert pids <= {str(pid) for pid in ready}
-    assert parent.pid not in ready
+    assert pids <= {str(pid) for pid in ready()}
+    assert parent.pid not in ready()
     assert [entry["codes"] for entry in logs if entry["event"] == "workers stopped"] == [[0, 0]]
     assert state(url) == []
 
