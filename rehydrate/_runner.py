@@ -45,6 +45,7 @@ from rehydrate._schedules import (
     offset_of,
     plan,
     with_next,
+    without_extra,
 )
 from rehydrate._tracing import Tracing, unwrap
 from rehydrate.abc import Store, Subscription
@@ -823,6 +824,7 @@ class Runner:
             and type(nominal_us) is int
             and "paused" not in envelope
             and "spread" not in envelope
+            and "extra" not in envelope
             and envelope.get("misfire") != "skip"
         ):
             if not isinstance(trigger, Every):
@@ -839,6 +841,14 @@ class Runner:
             return None
         # A spread schedule runs ``offset`` after its nominal times: planned on its own clock.
         offset = offset_of(claim.id, envelope) if "spread" in envelope else 0.0
+        if "extra" in envelope:
+            # An extra run asked for by ``Scheduler.run_now``: out of turn while the occurrence
+            # it stands for is still to come, filed again for that one once it ends. A request
+            # still there at that occurrence's time (its run failing since) is that occurrence.
+            requested = envelope["extra"]
+            envelope = without_extra(envelope)
+            if type(requested) is int and type(nominal_us) is int and now < nominal_us / US + offset:
+                return _Occurrence(trigger, envelope, requested / US, nominal_us, False, offset)
         decided = plan(envelope, trigger, now - offset, claim.attempt)
         if decided.nominal != nominal_of(envelope):
             envelope = with_next(envelope, decided.nominal)

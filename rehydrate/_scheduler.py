@@ -61,6 +61,7 @@ from rehydrate._schedules import (
     ttl_until,
     validate_misfire,
     validate_spread,
+    with_extra,
     with_next,
     with_paused,
     with_policy,
@@ -74,6 +75,7 @@ from rehydrate.errors import (
     RehydrateError,
     SchedulerNotRunningError,
     StoreNotOpenError,
+    UnknownIdError,
 )
 
 __all__ = [
@@ -498,6 +500,36 @@ class Scheduler:
         """Remove a deferred element before it is delivered (PULL); the element, or ``None``."""
         element, _ = unwrap(await self.store.pull(name, id))
         return element
+
+    @_needs_the_store
+    async def run_now(self, name: str, id: str) -> bool:
+        """Deliver ``id`` of ``name`` now rather than at its time; ``False`` if there is no such
+        element, a worker holds it (its lease runs), or it is a paused schedule.
+
+        One-shot work becomes due now (and is delivered once, as before). A schedule runs an
+        extra occurrence now, out of turn: ``scheduled_for`` is the time of this call, and the
+        occurrence that was next still runs at its own time (running it early instead would
+        leave that time without its run, and give a handler an idempotency key from the
+        future). The extra run is retried and dead-lettered like any occurrence; one still
+        failing when the schedule's own time comes becomes that occurrence.
+        """
+        _validate.element_id(name, "name")
+        _validate.element_id(id)
+        store = self.store
+        info = await store.info(name, id)
+        if info is None or (info.claimed and info.due > store.clock()):
+            return False
+        element = await store.look(name, id)
+        if is_envelope(element):
+            if element.get("paused"):
+                return False
+            try:
+                await store.update(name, id, with_extra(element, wall(store.clock)))
+            except UnknownIdError:
+                return False
+        # Fenced by the attempt: a worker that claimed it meanwhile keeps it (and a request left
+        # in a schedule's element is dropped when that occurrence ends, see ``with_extra``).
+        return await store.reschedule(name, id, ttl=0, attempt=info.attempt)
 
     def _check_running(self, method: str) -> None:
         """Refuse a call that needs the store open, the same way for every store.

@@ -55,9 +55,11 @@ __all__ = [
     "stored_trigger",
     "validate_misfire",
     "validate_spread",
+    "with_extra",
     "with_next",
     "with_paused",
     "with_policy",
+    "without_extra",
 ]
 
 #: The key that marks an element as a schedule's envelope (its value: the envelope's version).
@@ -239,6 +241,23 @@ def with_next(envelope: Envelope, nominal: float) -> Envelope:
     """
     out = {**envelope, "next": us(nominal)}
     return out if next(reversed(out)) == "next" else _next_last(out)
+
+
+def with_extra(envelope: Envelope, at: float) -> Envelope:
+    """A copy of ``envelope`` asking for an extra occurrence, requested at ``at`` (Unix seconds):
+    what ``Scheduler.run_now`` files, due at once.
+
+    The occurrence it stands for (``next``) is not run early: the extra run comes out of turn,
+    with ``scheduled_for`` the request's time, and the schedule is filed again for ``next`` as it
+    was. The request is kept in the element, so a retry of the extra run (or its redelivery after
+    a worker died) has the same ``scheduled_for``; filing the next occurrence drops it.
+    """
+    return _next_last({**envelope, "extra": us(at)})
+
+
+def without_extra(envelope: Envelope) -> Envelope:
+    """A copy of ``envelope`` without a request for an extra run (see :func:`with_extra`)."""
+    return {key: value for key, value in envelope.items() if key != "extra"}
 
 
 def _next_last(envelope: Envelope) -> Envelope:

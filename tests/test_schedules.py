@@ -957,3 +957,122 @@ async def test_resume_files_a_spread_schedule_at_its_offset(store: MemoryStore, 
         element = await store.info("job", "j")
         assert element is not None
         assert wall(store.clock) + element.ttl == pytest.approx(_ts(nominal) + offset)
+
+
+# -- run now ---------------------------------------------------------------------------------------
+
+
+async def test_run_now_runs_an_extra_occurrence_and_keeps_the_next(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """Run now is an extra run, out of turn: the occurrence that was next still runs at its time
+    (it used to run early in its place, leaving that time without its run)."""
+    scheduler = Scheduler(store, grace=0)
+    recorder = Recorder()
+    scheduler.handler("digest")(recorder)
+    async with scheduler:
+        await scheduler.schedule("digest", Cron("0 14 * * *"), id="d", element="e")  # T0 is 12:00
+        await advance(clock, 30 * 60)
+        assert await scheduler.run_now("digest", "d") is True
+        await advance(clock, 0)
+        assert recorder.runs == [T0 + timedelta(minutes=30)]  # scheduled_for: when it was asked
+        assert recorder.elements == ["e"]
+        (info,) = await scheduler.schedules("digest")
+        assert info.next_run == T0 + timedelta(hours=2)
+        assert "extra" not in await store.look("digest", "d")  # the request ends with the run
+        await advance(clock, 90 * 60, step=60)
+        (info,) = await scheduler.schedules("digest")
+        scheduler.stop()
+    assert recorder.runs == [T0 + timedelta(minutes=30), T0 + timedelta(hours=2)]
+    assert info.next_run == T0 + timedelta(days=1, hours=2)
+
+
+async def test_a_failing_extra_run_keeps_its_key_and_is_dead_lettered(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """Retries of an extra run have the same ``scheduled_for`` (an idempotency key); once it is
+    dead-lettered, the schedule goes on from the occurrence that was next."""
+    scheduler = Scheduler(store, grace=0)
+    calls: list[tuple[datetime | None, int]] = []
+
+    @scheduler.handler("job", retry=Retry(attempts=2, backoff=lambda attempt: 0.0))
+    async def job(element: Any) -> None:
+        delivery = current_delivery()
+        calls.append((delivery.scheduled_for, delivery.attempt))
+        if delivery.scheduled_for != T0 + timedelta(hours=1):
+            raise RuntimeError("only the hourly run works")
+
+    async with scheduler:
+        await scheduler.schedule("job", Every(3600, start=T0 + timedelta(hours=1)), id="j", element="payload")
+        await advance(clock, 600)
+        assert await scheduler.run_now("job", "j") is True
+        await advance(clock, 0)
+        await advance(clock, 0)
+        (letter,) = await scheduler.dead_letters("job")
+        (info,) = await scheduler.schedules("job")
+        await advance(clock, 3000, step=60)
+        scheduler.stop()
+    asked = T0 + timedelta(minutes=10)
+    assert calls == [(asked, 1), (asked, 2), (T0 + timedelta(hours=1), 1)]
+    assert letter.id == f"j@{asked.isoformat()}"
+    assert (letter.element, letter.attempts) == ("payload", 2)
+    assert info.next_run == T0 + timedelta(hours=1)
+
+
+async def test_an_extra_run_failing_past_the_next_time_becomes_that_occurrence(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """A schedule is one element: while an extra run waits for its retry, the occurrence that was
+    next cannot come due. A retry at or after that time is that occurrence (scheduled_for its
+    nominal time), not a second extra run, and the schedule goes on from it."""
+    scheduler = Scheduler(store, grace=0)
+    calls: list[tuple[datetime | None, int]] = []
+
+    @scheduler.handler("job", retry=Retry(attempts=3, backoff=lambda attempt: 3600.0))
+    async def job(element: Any) -> None:
+        delivery = current_delivery()
+        calls.append((delivery.scheduled_for, delivery.attempt))
+        if delivery.attempt == 1:
+            raise RuntimeError("first try fails")
+
+    async with scheduler:
+        await scheduler.schedule("job", Cron("0 14 * * *"), id="j")
+        await advance(clock, 90 * 60)  # 13:30
+        assert await scheduler.run_now("job", "j") is True
+        await advance(clock, 0)
+        await advance(clock, 3600, step=60)  # its retry, at 14:30
+        (info,) = await scheduler.schedules("job")
+        scheduler.stop()
+    assert calls == [(T0 + timedelta(minutes=90), 1), (T0 + timedelta(hours=2), 2)]
+    assert info.next_run == T0 + timedelta(days=1, hours=2)
+    assert "extra" not in await store.look("job", "j")
+
+
+async def test_run_now_of_one_shot_work_and_what_it_refuses(store: MemoryStore, clock: FakeClock) -> None:
+    scheduler = Scheduler(store, grace=0)
+    seen: list[tuple[Any, datetime | None]] = []
+
+    @scheduler.handler("work")
+    async def work(element: Any) -> None:
+        seen.append((element, current_delivery().scheduled_for))
+
+    async with scheduler:
+        await scheduler.defer("work", "later", delay=3600, id="w")
+        await scheduler.schedule("work", Every(60, start=T0 + timedelta(hours=1)), id="s")
+        await scheduler.pause("work", "s")
+        await store.push("held", "x", ttl=0, id="h")
+        (claim,) = await store.claim("held", lease=30)  # a worker holds it
+        assert await scheduler.run_now("work", "w") is True
+        assert await scheduler.run_now("work", "nope") is False
+        assert await scheduler.run_now("work", "s") is False  # paused: resume it to run it
+        assert await scheduler.run_now("held", "h") is False
+        for bad in ("", 7):
+            with pytest.raises((InvalidArgumentError, InvalidTypeError)):
+                await scheduler.run_now(bad, "w")  # type: ignore[arg-type]
+            with pytest.raises((InvalidArgumentError, InvalidTypeError)):
+                await scheduler.run_now("work", bad)  # type: ignore[arg-type]
+        await advance(clock, 0)
+        scheduler.stop()
+    assert seen == [("later", None)]
+    assert "extra" not in await store.look("work", "s")
+    assert await store.ack("held", [("h", claim.token)]) == [True]  # the holder's claim is untouched

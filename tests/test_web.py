@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from rehydrate import Retry, Scheduler
+from rehydrate import Every, Retry, Scheduler
 from rehydrate.abc import Store
 from rehydrate.cli._main import run
 from rehydrate.stores import MemoryStore, PostgresStore, RedisStore, SQLiteStore
@@ -305,6 +305,29 @@ async def test_run_an_element_now(store: Store) -> None:
     assert await store.xpoll("jobs") == ["j1"]
     assert await store.ttn("jobs") == 0.0
     assert missing.status_code == 404
+
+
+async def test_run_a_schedule_now_runs_an_extra_occurrence(store: Store) -> None:
+    """Run now on a schedule asks for an extra run (Scheduler.run_now): its next run stays where
+    it was, and a paused schedule is refused rather than run."""
+    scheduler = Scheduler(store)
+    await scheduler.schedule("jobs", Every(3600), id="s", element="payload")
+    await scheduler.schedule("jobs", Every(3600), id="p", element="paused")
+    await scheduler.pause("jobs", "p")
+    before = {info.id: info for info in await scheduler.schedules("jobs")}
+    async with client(app(store)) as http:
+        csrf = await csrf_of(http, "/elements?name=jobs")
+        done = await post(http, "run-now", csrf, name="jobs", id="s")
+        paused = await post(http, "run-now", csrf, name="jobs", id="p")
+    assert done.status_code == 200, done.text
+    assert "extra run" in done.json()["message"]
+    assert await store.xpoll("jobs") == ["s"]
+    requested = (await store.look("jobs", "s"))["extra"] / 1e6  # when it was asked for (Unix time)
+    assert store.clock.wall() - 5 < requested <= store.clock.wall()
+    after = {info.id: info for info in await scheduler.schedules("jobs")}
+    assert after == before  # the next run of each is unchanged
+    assert paused.status_code == 409
+    assert "paused schedule" in paused.json()["error"]
 
 
 async def test_run_now_refuses_an_element_in_flight(store: Store) -> None:

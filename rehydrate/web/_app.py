@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from rehydrate import Scheduler
 from rehydrate._core import _workers
+from rehydrate._schedules import is_envelope
 from rehydrate.abc import Store
 from rehydrate.errors import (
     InvalidArgumentError,
@@ -435,10 +436,17 @@ class _Dashboard:
             raise _Refusal(404, f"no element {id!r} in {name!r}: it was delivered, cancelled, or never there")
         if info.claimed and info.due > self.store.clock():
             raise _Refusal(409, f"{id!r} is in flight: a worker holds its lease and is running it now")
-        # Fenced by the attempt: a worker that claims it meanwhile keeps it.
-        if not await self.store.reschedule(name, id, ttl=0, attempt=info.attempt):
-            raise _Refusal(409, f"{id!r} changed meanwhile (claimed or removed): look again")
-        return self._done(request, f"{id} in {name} is due now", _pages.relative("element", name=name, id=id))
+        schedule = await self.store.look(name, id)
+        if is_envelope(schedule) and schedule.get("paused"):
+            raise _Refusal(409, f"{id!r} is a paused schedule: resume it to run it")
+        # A schedule runs an extra occurrence now and keeps its next run (Scheduler.run_now);
+        # fenced by the attempt: a worker that claims it meanwhile keeps it.
+        if not await Scheduler(self.store).run_now(name, id):
+            raise _Refusal(409, f"{id!r} changed meanwhile (claimed, removed or paused): look again")
+        done = f"{id} in {name} is due now"
+        if is_envelope(schedule):
+            done = f"an extra run of the schedule {done} (its next run is unchanged)"
+        return self._done(request, done, _pages.relative("element", name=name, id=id))
 
     async def login(self, request: Request, session: Session | None) -> Response:
         form: dict[str, str] = request.state.form

@@ -20,6 +20,7 @@ import attrs
 import pytest
 
 from rehydrate import Cron, Every, Scheduler, current_delivery
+from rehydrate._clock import wall
 from rehydrate._core._triggers import trigger_from_dict
 from rehydrate._schedules import nominal_of
 from rehydrate.abc import Store
@@ -30,6 +31,9 @@ from tests.redis_server import RedisServer
 from .harnesses import Harness
 
 pytestmark = pytest.mark.anyio
+
+#: Far from any test's now: a schedule that does not run by itself during one.
+NEW_YEAR = Cron("0 0 1 1 *")
 
 
 async def test_schedule_many_files_in_batches_and_moves_nothing_when_declared_again(harness: Harness) -> None:
@@ -54,6 +58,39 @@ async def test_schedule_many_files_in_batches_and_moves_nothing_when_declared_ag
         assert trigger_from_dict(after["user-1199"]["trigger"]) == Every(600)
         assert trigger_from_dict((await store.look("reminders", "new"))["trigger"]) == Every(60)
         scheduler.stop()
+
+
+async def test_run_now_is_an_extra_run_on_every_store(harness: Harness) -> None:
+    """``Scheduler.run_now`` through each store's ``update`` and fenced ``reschedule``, and the
+    runner's filing of the schedule again without the request (the stores that keep a claimed
+    envelope's bytes encode the changed envelope anew): one run now, the next run unchanged."""
+    store = harness.store
+    scheduler = Scheduler(store, heartbeat=None, grace=1)
+    ran: list[tuple[Any, Any]] = []
+    done = anyio.Event()
+
+    @scheduler.handler("digest")
+    async def digest(element: Any) -> None:
+        ran.append((element, current_delivery().scheduled_for))
+        done.set()
+
+    async with scheduler:
+        await scheduler.schedule("digest", NEW_YEAR, id="d", element={"team": 7})
+        (before,) = await scheduler.schedules("digest")
+        assert await scheduler.run_now("digest", "d") is True
+        with anyio.fail_after(10):
+            await done.wait()
+        scheduler.stop()  # (and the schedule is filed again as the scheduler stops, at the latest)
+    (after,) = await scheduler.schedules("digest")
+    info = await store.info("digest", "d")
+    assert [element for element, _ in ran] == [{"team": 7}]
+    assert ran[0][1] is not None
+    assert ran[0][1] < before.next_run  # scheduled_for: when it was asked for
+    assert after == before
+    assert "extra" not in await store.look("digest", "d")
+    assert info is not None
+    assert not info.claimed
+    assert info.due == pytest.approx(before.next_run.timestamp() - wall(store.clock) + store.clock(), abs=5)
 
 
 # -- a store restart loses no schedule ------------------------------------------------------------
