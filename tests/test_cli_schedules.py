@@ -73,6 +73,26 @@ def test_schedule_list_pause_resume_unschedule(cli: Any) -> None:
     assert cli("resume", "sync", "nope")[0] == 1
 
 
+def test_run_now_asks_for_an_extra_run(cli: Any) -> None:
+    assert cli("schedule", "digest", "d1", "--cron", "0 9 * * *")[0] == 0
+    code, out, _ = cli("schedules", "digest", "--format", "json")
+    (before,) = json.loads(out)
+    code, out, err = cli("run-now", "digest", "d1", "--format", "json")
+    assert code == 0, err
+    assert json.loads(out) == {"name": "digest", "id": "d1", "due": True}
+    code, out, _ = cli("look", "digest", "d1", "--format", "json")
+    assert "extra" in json.loads(out)  # the request, in the schedule's element
+    code, out, _ = cli("schedules", "digest", "--format", "json")
+    assert json.loads(out) == [before]  # its next run is unchanged
+    code, out, _ = cli("ttn", "digest", "--format", "json")
+    assert json.loads(out) == 0.0  # due now
+    assert cli("pause", "digest", "d1")[0] == 0
+    code, _, err = cli("run-now", "digest", "d1", "--format", "text")
+    assert code == 1
+    assert "a paused schedule" in err
+    assert cli("run-now", "digest", "nope")[0] == 1
+
+
 @pytest.mark.parametrize(
     ("argv", "code", "message"),
     [

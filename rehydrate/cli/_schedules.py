@@ -1,4 +1,4 @@
-"""``rehydrate schedules|schedule|unschedule|pause|resume``: recurring schedules from the shell.
+"""``rehydrate schedules|schedule|unschedule|pause|resume|run-now``: recurring schedules from the shell.
 
 Each is one :class:`~rehydrate.Scheduler` call on the store (no handler needed: the workers that
 serve the dehydrator run the occurrences). An unknown id exits with status 1, like ``pull``.
@@ -110,6 +110,20 @@ def add_commands(command: Callable[..., Any], store: argparse.ArgumentParser) ->
         sub.add_argument("id", metavar="ID", help="the schedule's id")
         sub.set_defaults(verb=f"{__name__}:{verb}")
 
+    now = command(
+        "run-now",
+        "run a schedule once now, out of turn (or make an element due now)",
+        "Run the schedule ID of NAME once now: an extra occurrence, whose scheduled_for is now; "
+        "the occurrence that was next still runs at its time. An element that is not a schedule "
+        "becomes due now.",
+        exits.format(one="no such element, a worker holds it, or a paused schedule"),
+        run,
+        store,
+    )
+    now.add_argument("name", metavar="NAME", help="the dehydrator")
+    now.add_argument("id", metavar="ID", help="the schedule's (or element's) id")
+    now.set_defaults(verb=f"{__name__}:run_now")
+
 
 def _intermixed(parser: argparse.ArgumentParser) -> None:
     """Let PAYLOAD come after the options (``schedule NAME ID --every 5m '{"a": 1}'``).
@@ -200,6 +214,23 @@ async def resume(args: argparse.Namespace, store: Store) -> int:
     from rehydrate._scheduler import Scheduler
 
     return _done(args, await Scheduler(store).resume(args.name, args.id), "resumed")
+
+
+async def run_now(args: argparse.Namespace, store: Store) -> int:
+    from rehydrate._scheduler import Scheduler
+
+    due = await Scheduler(store).run_now(args.name, args.id)
+    if wants_json(args):
+        emit_json({"name": args.name, "id": args.id, "due": due})
+    elif due:
+        print(f"{args.id} in {args.name} is due now")
+    else:
+        print(
+            f"rehydrate: {args.id!r} in {args.name!r} was not made due: no such element, a worker "
+            "holds it, or it is a paused schedule",
+            file=sys.stderr,
+        )
+    return 0 if due else 1
 
 
 def _done(args: argparse.Namespace, found: bool, what: str) -> int:
