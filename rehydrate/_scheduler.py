@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar
 import anyio
 import anyio.abc
 import attrs
+import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from rehydrate._batcher import DeferBatcher
@@ -61,6 +62,7 @@ from rehydrate._schedules import (
     ttl_until,
     validate_misfire,
     validate_spread,
+    with_declared,
     with_extra,
     with_next,
     with_paused,
@@ -91,6 +93,8 @@ __all__ = [
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
+
+logger = structlog.get_logger("rehydrate")
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
@@ -695,6 +699,7 @@ class Scheduler:
         misfire: Misfire,
         grace: float | None,
         spread: float | None = None,
+        declared: bool = False,
     ) -> None:
         store = self.store
         offset = spread_offset(id, spread)
@@ -705,6 +710,8 @@ class Scheduler:
                 envelope, first = _new_schedule(
                     trigger, element, now, offset, misfire=misfire, grace=grace, spread=spread
                 )
+                if declared:
+                    envelope = with_declared(envelope, True)
                 try:
                     await store.push(name, envelope, ttl=ttl_until(first + offset, now), id=id)
                 except DuplicateIdError:
@@ -716,7 +723,9 @@ class Scheduler:
                 raise error
             paused = bool(existing.get("paused"))
             if _trigger_of(existing) == trigger:
-                envelope = with_policy({**existing, "element": element}, misfire, grace, spread)
+                envelope = with_declared(
+                    with_policy({**existing, "element": element}, misfire, grace, spread), declared
+                )
                 if envelope == existing:
                     return  # nothing changed: nothing moves
                 upcoming = nominal_of(existing)
@@ -729,6 +738,8 @@ class Scheduler:
                 envelope, upcoming = _new_schedule(
                     trigger, element, now, offset, misfire=misfire, grace=grace, spread=spread, paused=paused
                 )
+                if declared:
+                    envelope = with_declared(envelope, True)
             ttl = PAUSED_TTL if paused else ttl_until(upcoming + offset, now)
             await store.push(name, envelope, ttl=ttl, id=id, replace=True)
             return
@@ -801,11 +812,23 @@ class Scheduler:
 
     async def _declare(self) -> None:
         """File the schedules declared with handlers, as declared (an upsert each: see
-        :meth:`schedule`): the code is their source of truth."""
+        :meth:`schedule`): the code is their source of truth. So a handler registered without
+        ``schedule=`` removes the schedule its name declared before (code that declared one, and
+        no longer does); a schedule filed at run time under that id is not marked, and stays."""
         for handler in self._handlers.values():
+            name = handler.name
             if handler.schedule is not None:
-                misfire, grace, spread = self._declared.get(handler.name, ("coalesce", None, None))
-                await self._upsert(handler.name, handler.schedule, handler.name, None, misfire, grace, spread)
+                misfire, grace, spread = self._declared.get(name, ("coalesce", None, None))
+                await self._upsert(name, handler.schedule, name, None, misfire, grace, spread, declared=True)
+                continue
+            existing = await self.store.look(name, name)
+            if is_envelope(existing) and existing.get("declared") and await self.store.pull(name, name):
+                logger.info(
+                    "schedule removed: its handler no longer declares it",
+                    dehydrator=name,
+                    id=name,
+                    trigger=str(_trigger_of(existing)),
+                )
 
     # -- dead letters ----------------------------------------------------------------------------
 

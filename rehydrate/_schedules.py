@@ -55,6 +55,7 @@ __all__ = [
     "stored_trigger",
     "validate_misfire",
     "validate_spread",
+    "with_declared",
     "with_extra",
     "with_next",
     "with_paused",
@@ -241,6 +242,18 @@ def with_next(envelope: Envelope, nominal: float) -> Envelope:
     """
     out = {**envelope, "next": us(nominal)}
     return out if next(reversed(out)) == "next" else _next_last(out)
+
+
+def with_declared(envelope: Envelope, declared: bool) -> Envelope:
+    """A copy of ``envelope`` marked as declared in code (``handler(schedule=...)``) or not.
+
+    The mark is how a start that no longer declares a schedule knows to remove it: a schedule
+    filed at run time (``schedule()``) under the same id is left alone.
+    """
+    out = {key: value for key, value in envelope.items() if key != "declared"}
+    if declared:
+        out["declared"] = True
+    return _next_last(out)
 
 
 def with_extra(envelope: Envelope, at: float) -> Envelope:

@@ -344,6 +344,40 @@ async def test_declared_schedules_are_upserted_and_move_nothing(store: MemorySto
     assert info.next_run == datetime(2026, 1, 6, 7, 0, tzinfo=UTC)
 
 
+async def test_a_schedule_no_longer_declared_is_removed_at_start(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """The code is the source of truth for declared schedules: code that drops ``schedule=`` from
+    a handler drops the schedule at its next start (as deleting a Celery beat entry does), while
+    a schedule filed at run time, even under the handler's name, stays."""
+
+    def start(**declared: Any) -> Scheduler:
+        scheduler = Scheduler(store, grace=0)
+        for name in ("digest", "sync", "taken"):
+            scheduler.handler(name, schedule=declared.get(name))(Recorder())
+        return scheduler
+
+    first = start(digest=Every(3600), taken=Every(3600))
+    async with first:
+        await first.schedule("sync", Every(600), id="sync")  # at run time, under the handler's name
+        await first.schedule("digest", Every(600), id="other")
+        await first.schedule("taken", Every(60), id="taken")  # a declared one, changed at run time
+        first.stop()
+    assert await store.look("digest", "digest") is not None
+    second = start()  # the same handlers, none declaring a schedule
+    async with second:
+        kept = {
+            name: [info.id for info in await second.schedules(name)] for name in ("digest", "sync", "taken")
+        }
+        second.stop()
+    assert kept == {"digest": ["other"], "sync": ["sync"], "taken": ["taken"]}
+    third = start(digest=Every(3600))  # declared again: back, from now on
+    async with third:
+        (digest, _) = sorted(await third.schedules("digest"), key=lambda info: info.id)
+        third.stop()
+    assert (digest.id, digest.trigger) == ("digest", Every(3600))
+
+
 async def test_a_declared_schedule_takes_misfire_and_grace_and_the_code_wins_at_start(
     store: MemoryStore, clock: FakeClock
 ) -> None:
