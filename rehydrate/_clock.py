@@ -14,7 +14,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import anyio
 
@@ -193,5 +193,13 @@ def wall(clock: Clock) -> float:
 def wall_reader(clock: Clock) -> Callable[[], float]:
     """What :func:`wall` calls for ``clock``, for a caller that reads it often (once per
     occurrence) and looks it up once."""
+    # ``time.time`` itself where that is all the method does (the system and wall clocks): a
+    # method call costs more than the clock read.
+    if type(clock) in _READS_TIME:
+        return time.time
     method = getattr(clock, "wall", None)
     return method if callable(method) else time.time
+
+
+#: The clocks whose ``wall()`` is ``time.time()`` (their subclasses may say otherwise).
+_READS_TIME: Final = frozenset({SystemClock, WallClock})

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 import anyio
 import pytest
 
-from rehydrate._clock import RealClock, SystemClock, WallClock, wait_or_sleep
+from rehydrate._clock import RealClock, SystemClock, WallClock, wait_or_sleep, wall_reader
 from rehydrate.abc import Clock
 from rehydrate.testing import FakeClock
 
@@ -128,3 +129,19 @@ class TestRealClocks:
         event.set()
         assert await clock.wait(event, clock() + 60)
         assert await wait_or_sleep(event, clock, None)
+
+
+def test_wall_reader_reads_time_itself_for_the_real_clocks() -> None:
+    """The runner reads the wall clock at every occurrence: for the system and wall clocks, whose
+    ``wall()`` is ``time.time()``, it calls that directly; any other clock, a subclass of theirs
+    included, is asked through its own ``wall``."""
+
+    class Shifted(SystemClock):
+        def wall(self) -> float:
+            return time.time() + 3600
+
+    fake = FakeClock(start=datetime(2026, 1, 1, tzinfo=UTC))
+    assert wall_reader(SystemClock()) is time.time
+    assert wall_reader(WallClock()) is time.time
+    assert wall_reader(fake)() == fake.wall() == datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+    assert wall_reader(Shifted())() == pytest.approx(time.time() + 3600, abs=5)
