@@ -823,7 +823,9 @@ class Scheduler:
                 continue
             existing = await self.store.look(name, name)
             if is_envelope(existing) and existing.get("declared") and await self.store.pull(name, name):
-                logger.info(
+                # A warning: a process whose code still declares it (another app serving the same
+                # name) would file it again at its start, and the two would take turns.
+                logger.warning(
                     "schedule removed: its handler no longer declares it",
                     dehydrator=name,
                     id=name,

@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 import anyio
 import pytest
 from anyio import wait_all_tasks_blocked
+from structlog.testing import capture_logs
 
 from rehydrate import (
     Cron,
@@ -365,12 +366,17 @@ async def test_a_schedule_no_longer_declared_is_removed_at_start(
         first.stop()
     assert await store.look("digest", "digest") is not None
     second = start()  # the same handlers, none declaring a schedule
-    async with second:
-        kept = {
-            name: [info.id for info in await second.schedules(name)] for name in ("digest", "sync", "taken")
-        }
-        second.stop()
+    with capture_logs() as logs:
+        async with second:
+            kept = {
+                name: [info.id for info in await second.schedules(name)]
+                for name in ("digest", "sync", "taken")
+            }
+            second.stop()
     assert kept == {"digest": ["other"], "sync": ["sync"], "taken": ["taken"]}
+    (removed,) = [entry for entry in logs if entry["event"].startswith("schedule removed")]
+    assert removed["log_level"] == "warning"
+    assert (removed["dehydrator"], removed["trigger"]) == ("digest", str(Every(3600)))
     third = start(digest=Every(3600))  # declared again: back, from now on
     async with third:
         (digest, _) = sorted(await third.schedules("digest"), key=lambda info: info.id)
