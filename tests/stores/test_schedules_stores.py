@@ -90,6 +90,7 @@ async def test_run_now_is_an_extra_run_on_every_store(harness: Harness) -> None:
     assert "extra" not in await store.look("digest", "d")
     assert info is not None
     assert not info.claimed
+    assert before.next_run is not None
     assert info.due == pytest.approx(before.next_run.timestamp() - wall(store.clock) + store.clock(), abs=5)
 
 
