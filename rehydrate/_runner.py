@@ -803,6 +803,8 @@ class Runner:
         try:
             trigger = self._trigger(envelope["trigger"])
         except (RehydrateError, KeyError, TypeError, ValueError) as exc:
+            if envelope.get("replay"):  # a requeued occurrence (it has no trigger): run it once
+                return _Occurrence(None, envelope, nominal_of(envelope))
             logger.error(
                 "a schedule's trigger cannot be read; it is run once",
                 dehydrator=handler.name,
@@ -962,9 +964,11 @@ class Runner:
         id = claim.id
         if occurrence is not None:
             # One dead letter per occurrence, named by its nominal time; the schedule carries on.
+            # (A requeued one, see replay_envelope, is named so already.)
             when = datetime.fromtimestamp(occurrence.nominal, UTC)
             record["scheduled_for"] = when.isoformat()
-            id = f"{claim.id}@{when.isoformat()}"
+            if not occurrence.envelope.get("replay"):
+                id = f"{claim.id}@{when.isoformat()}"
         if carrier is not None:
             record["trace"] = carrier  # so that a requeue carries it on
         # A DuplicateIdError means an earlier try got this far, then lost its ack.

@@ -54,10 +54,12 @@ from rehydrate._schedules import (
     check_trigger,
     first_run,
     is_envelope,
+    is_schedule,
     make_envelope,
     next_run,
     nominal_of,
     offset_of,
+    replay_envelope,
     spread_offset,
     ttl_until,
     validate_misfire,
@@ -184,6 +186,19 @@ def _new_schedule(
         spread=spread,
     )
     return envelope, first
+
+
+def _nominal_of_record(record: dict[str, Any]) -> float | None:
+    """The nominal time (Unix seconds) of the occurrence a dead letter holds, ``None`` for
+    one-shot work (or a record whose ``scheduled_for`` cannot be read: it goes back as it is)."""
+    text = record.get("scheduled_for")
+    if not isinstance(text, str):
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return None if when.tzinfo is None else when.timestamp()
 
 
 def _delay_until(at: datetime, clock: Clock) -> float:
@@ -524,7 +539,7 @@ class Scheduler:
         if info is None or (info.claimed and info.due > store.clock()):
             return False
         element = await store.look(name, id)
-        if is_envelope(element):
+        if is_schedule(element):
             if element.get("paused"):
                 return False
             try:
@@ -750,7 +765,7 @@ class Scheduler:
         finishes and files nothing (one-shot work under ``id`` is left alone: use :meth:`cancel`)."""
         _validate.element_id(name, "name")
         _validate.element_id(id)
-        if not is_envelope(await self.store.look(name, id)):
+        if not is_schedule(await self.store.look(name, id)):
             return False
         return await self.store.pull(name, id) is not None
 
@@ -770,7 +785,7 @@ class Scheduler:
         for start in range(0, len(ids), _LOOK_BATCH):
             chunk = ids[start : start + _LOOK_BATCH]
             for id, envelope in zip(chunk, await self.store.look_many(name, chunk), strict=True):
-                if is_envelope(envelope):
+                if is_schedule(envelope):
                     with contextlib.suppress(RehydrateError):
                         out.append(ScheduleInfo._from_envelope(id, envelope))
                         if limit is not None and len(out) >= limit:
@@ -794,7 +809,7 @@ class Scheduler:
         _validate.element_id(id)
         store = self.store
         existing = await store.look(name, id)
-        if not is_envelope(existing):
+        if not is_schedule(existing):
             return False
         if bool(existing.get("paused")) == paused:
             return True
@@ -870,8 +885,12 @@ class Scheduler:
             record = await self.store.look(dead, id)
             if not isinstance(record, dict):
                 continue
-            # The trace context it was deferred with goes back with it.
+            # The trace context it was deferred with goes back with it; a schedule's occurrence
+            # goes back as that occurrence (its scheduled_for, the key its first runs had).
             element = wrap(record.get("element"), record.get("trace"))
+            nominal = _nominal_of_record(record)
+            if nominal is not None:
+                element = replay_envelope(record.get("element"), nominal)
             try:
                 await self.store.push(name, element, ttl=ttl, id=id)
             except DuplicateIdError:

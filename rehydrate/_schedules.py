@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, cast
 
 import attrs
 
@@ -46,11 +46,13 @@ __all__ = [
     "anchor_of",
     "first_run",
     "is_envelope",
+    "is_schedule",
     "make_envelope",
     "next_run",
     "nominal_of",
     "offset_of",
     "plan",
+    "replay_envelope",
     "spread_offset",
     "stored_trigger",
     "validate_misfire",
@@ -114,6 +116,20 @@ class ScheduleInfo:
 
 def is_envelope(element: object) -> bool:
     return type(element) is dict and element.get(KEY) == 1 and "trigger" in element and "next" in element
+
+
+def is_schedule(element: object) -> bool:
+    """An envelope that stands for a schedule (not a requeued occurrence, see
+    :func:`replay_envelope`): what ``schedules()``, ``pause`` and the others act on."""
+    return is_envelope(element) and "replay" not in cast("Envelope", element)
+
+
+def replay_envelope(element: Any, nominal: float) -> Envelope:
+    """An occurrence to run once more, with no schedule behind it: a dead-lettered occurrence put
+    back by ``Scheduler.requeue``. It runs with ``scheduled_for`` its nominal time (the idempotency
+    key its first runs had), is retried and dead-lettered under its own id, and files nothing next
+    (its schedule has gone on without it)."""
+    return {KEY: 1, "trigger": None, "element": element, "replay": True, "next": us(nominal)}
 
 
 def validate_misfire(misfire: object, grace: object) -> float | None:

@@ -816,6 +816,47 @@ async def test_a_dead_lettered_occurrence_files_the_next(store: MemoryStore, clo
     assert letter.attempts == 2
 
 
+async def test_a_requeued_occurrence_runs_as_that_occurrence(store: MemoryStore, clock: FakeClock) -> None:
+    """A dead-lettered occurrence put back runs with its ``scheduled_for`` (the idempotency key its
+    first runs had: handlers that read it work on a requeue too), once, and files nothing next;
+    failing again, it goes back under the same dead letter id. It is not a schedule: listing,
+    pausing or removing schedules does not see it."""
+    scheduler = Scheduler(store, grace=0)
+    calls: list[tuple[datetime | None, Any]] = []
+    fixed = False
+
+    @scheduler.handler("flaky", retry=Retry(attempts=2, backoff=lambda attempt: 0.0))
+    async def flaky(element: Any) -> None:
+        when = current_delivery().scheduled_for
+        calls.append((when, element))
+        assert when is not None  # a handler that uses its key
+        if when == T0 and not fixed:
+            raise RuntimeError("the first occurrence fails until fixed")
+
+    async with scheduler:
+        await scheduler.schedule("flaky", Every(60), id="f", element="payload")
+        await advance(clock, 1)
+        (letter,) = await scheduler.dead_letters("flaky")
+        assert letter.id == f"f@{T0.isoformat()}"
+        assert await scheduler.requeue("flaky") == [letter.id]  # still broken: fails again
+        await advance(clock, 1)
+        (again,) = await scheduler.dead_letters("flaky")
+        assert again.id == letter.id
+        assert await scheduler.requeue("flaky", delay=3600) == [letter.id]
+        assert [info.id for info in await scheduler.schedules("flaky")] == ["f"]
+        assert await scheduler.pause("flaky", letter.id) is False
+        assert await scheduler.unschedule("flaky", letter.id) is False
+        fixed = True
+        assert await scheduler.run_now("flaky", letter.id) is True
+        await advance(clock, 1)
+        assert await scheduler.dead_letters("flaky") == []
+        assert await store.look("flaky", letter.id) is None  # run once, nothing filed after it
+        (info,) = await scheduler.schedules("flaky")
+        scheduler.stop()
+    assert calls == [(T0, "payload")] * 5
+    assert info.next_run == T0 + timedelta(seconds=60)  # the schedule went on without it
+
+
 async def test_one_shot_work_has_no_scheduled_for(store: MemoryStore, clock: FakeClock) -> None:
     scheduler = Scheduler(store, grace=0)
     seen: list[Any] = []

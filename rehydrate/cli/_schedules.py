@@ -192,10 +192,10 @@ async def schedule(args: argparse.Namespace, store: Store) -> int:
 
 async def _one(store: Store, name: str, id: str) -> ScheduleInfo | None:
     """The schedule ``id`` of ``name`` (one look, not a listing of ``name``)."""
-    from rehydrate._schedules import ScheduleInfo, is_envelope
+    from rehydrate._schedules import ScheduleInfo, is_schedule
 
     envelope = await store.look(name, id)
-    return ScheduleInfo._from_envelope(id, envelope) if is_envelope(envelope) else None
+    return ScheduleInfo._from_envelope(id, envelope) if is_schedule(envelope) else None
 
 
 async def unschedule(args: argparse.Namespace, store: Store) -> int:

@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from rehydrate import Scheduler
 from rehydrate._core import _workers
-from rehydrate._schedules import is_envelope
+from rehydrate._schedules import is_schedule
 from rehydrate.abc import Store
 from rehydrate.errors import (
     InvalidArgumentError,
@@ -437,14 +437,14 @@ class _Dashboard:
         if info.claimed and info.due > self.store.clock():
             raise _Refusal(409, f"{id!r} is in flight: a worker holds its lease and is running it now")
         schedule = await self.store.look(name, id)
-        if is_envelope(schedule) and schedule.get("paused"):
+        if is_schedule(schedule) and schedule.get("paused"):
             raise _Refusal(409, f"{id!r} is a paused schedule: resume it to run it")
         # A schedule runs an extra occurrence now and keeps its next run (Scheduler.run_now);
         # fenced by the attempt: a worker that claims it meanwhile keeps it.
         if not await Scheduler(self.store).run_now(name, id):
             raise _Refusal(409, f"{id!r} changed meanwhile (claimed, removed or paused): look again")
         done = f"{id} in {name} is due now"
-        if is_envelope(schedule):
+        if is_schedule(schedule):
             done = f"an extra run of the schedule {done} (its next run is unchanged)"
         return self._done(request, done, _pages.relative("element", name=name, id=id))
 

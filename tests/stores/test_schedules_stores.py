@@ -19,7 +19,7 @@ import anyio
 import attrs
 import pytest
 
-from rehydrate import Cron, Every, Scheduler, current_delivery
+from rehydrate import Cron, Every, Retry, Scheduler, current_delivery
 from rehydrate._clock import wall
 from rehydrate._core._triggers import trigger_from_dict
 from rehydrate._schedules import nominal_of
@@ -92,6 +92,47 @@ async def test_run_now_is_an_extra_run_on_every_store(harness: Harness) -> None:
     assert not info.claimed
     assert before.next_run is not None
     assert info.due == pytest.approx(before.next_run.timestamp() - wall(store.clock) + store.clock(), abs=5)
+
+
+async def test_a_requeued_occurrence_keeps_its_scheduled_for_on_every_store(harness: Harness) -> None:
+    """A dead-lettered occurrence goes back through each store (its envelope serialized, with no
+    trigger) and runs with the ``scheduled_for`` its first run had, once: the handler fixed and
+    the workers restarted, the dead letter is requeued."""
+    store = harness.store
+    seen: list[Any] = []
+
+    def start(fails: bool) -> tuple[Scheduler, anyio.Event]:
+        scheduler = Scheduler(store, heartbeat=None, grace=1)
+        ran = anyio.Event()
+
+        @scheduler.handler("nightly", retry=Retry(attempts=1))
+        async def nightly(element: Any) -> None:
+            seen.append((element, current_delivery().scheduled_for))
+            ran.set()
+            if fails:
+                raise RuntimeError("fails until fixed")
+
+        return scheduler, ran
+
+    broken, ran = start(fails=True)
+    async with broken:
+        await broken.schedule("nightly", Every(3600), id="n", element={"team": 7})  # due now
+        with anyio.fail_after(10):
+            await ran.wait()
+        broken.stop()  # (the dead letter is written before the scheduler is done)
+    fixed, ran = start(fails=False)
+    async with fixed:
+        (letter,) = await fixed.dead_letters("nightly")
+        assert await fixed.requeue("nightly") == [letter.id]
+        with anyio.fail_after(10):
+            await ran.wait()
+        fixed.stop()
+    assert len(seen) == 2
+    assert seen[1] == seen[0]
+    assert seen[0][1] is not None
+    assert letter.id == f"n@{seen[0][1].isoformat()}"
+    assert await fixed.dead_letters("nightly") == []
+    assert [info.id for info in await fixed.schedules("nightly")] == ["n"]
 
 
 # -- a store restart loses no schedule ------------------------------------------------------------
