@@ -409,8 +409,19 @@ def plan(envelope: Envelope, trigger: Trigger, now: float, attempt: int) -> Plan
 
 
 def ttl_until(when: float, now: float) -> float:
-    """A ttl for an occurrence at wall time ``when``: never negative, never past the maximum."""
-    return min(max(0.0, when - now), float(MAX_SECONDS))
+    """A ttl for an occurrence at wall time ``when``: never negative, never past the maximum, and 0
+    within the microsecond schedules keep their times in.
+
+    A time in whole microseconds, back in float seconds, can be a hair (0.24 µs at today's Unix
+    times) past the ``now`` it was floored from: a schedule's first occurrence ``now`` was then
+    filed that much ahead, never due on a test's fake clock that does not move.
+    """
+    ttl = when - now
+    return 0.0 if ttl < _US_S else min(ttl, float(MAX_SECONDS))
+
+
+#: A microsecond, in seconds.
+_US_S: Final = 1e-6
 
 
 #: How long a paused schedule's element waits (it is never due: resume files it anew).

@@ -857,6 +857,20 @@ async def test_a_requeued_occurrence_runs_as_that_occurrence(store: MemoryStore,
     assert info.next_run == T0 + timedelta(seconds=60)  # the schedule went on without it
 
 
+async def test_a_first_occurrence_now_is_due_now_on_a_clock_that_does_not_move() -> None:
+    """``Every`` without a start runs first at the microsecond it is filed. That microsecond, back
+    in float seconds, can be a hair past the wall time it was floored from (one filing in 170 or
+    so): it was filed 0.24 µs ahead, and on a fake clock whose wall is the real time it never came
+    due. Each of 2,000 filings here is due at the clock's very time."""
+    clock = FakeClock(1000.0)  # no wall origin: wall() is the real time
+    async with MemoryStore(clock=clock) as store:
+        scheduler = Scheduler(store)
+        for i in range(2000):
+            await scheduler.schedule("many", Every(3600), id=f"s{i}")
+        late = [id for id in await store.ids("many") if (await store.info("many", id)).due != clock()]  # type: ignore[union-attr]
+    assert late == []
+
+
 async def test_one_shot_work_has_no_scheduled_for(store: MemoryStore, clock: FakeClock) -> None:
     scheduler = Scheduler(store, grace=0)
     seen: list[Any] = []
