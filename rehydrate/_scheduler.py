@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Self, TypeAlias, TypeVar
 
 import anyio
 import anyio.abc
@@ -97,6 +97,10 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
 logger = structlog.get_logger("rehydrate")
+
+#: What :meth:`Scheduler.run_now` did: made a schedule's extra run or one-shot work due, or not
+#: (no such element, a worker holds it, a paused schedule, or claimed or removed meanwhile).
+RunNow: TypeAlias = Literal["schedule", "one-shot", "unknown", "held", "paused", "changed"]
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
@@ -532,23 +536,32 @@ class Scheduler:
         future). The extra run is retried and dead-lettered like any occurrence; one still
         failing when the schedule's own time comes becomes that occurrence.
         """
+        return await self._run_now(name, id) in ("one-shot", "schedule")
+
+    async def _run_now(self, name: str, id: str) -> RunNow:
+        """:meth:`run_now`, saying why when nothing was made due (the dashboard tells which)."""
         _validate.element_id(name, "name")
         _validate.element_id(id)
         store = self.store
         info = await store.info(name, id)
-        if info is None or (info.claimed and info.due > store.clock()):
-            return False
+        if info is None:
+            return "unknown"
+        if info.claimed and info.due > store.clock():
+            return "held"
         element = await store.look(name, id)
-        if is_schedule(element):
+        schedule = is_schedule(element)
+        if schedule:
             if element.get("paused"):
-                return False
+                return "paused"
             try:
                 await store.update(name, id, with_extra(element, wall(store.clock)))
             except UnknownIdError:
-                return False
+                return "unknown"
         # Fenced by the attempt: a worker that claimed it meanwhile keeps it (and a request left
         # in a schedule's element is dropped when that occurrence ends, see ``with_extra``).
-        return await store.reschedule(name, id, ttl=0, attempt=info.attempt)
+        if not await store.reschedule(name, id, ttl=0, attempt=info.attempt):
+            return "changed"
+        return "schedule" if schedule else "one-shot"
 
     def _check_running(self, method: str) -> None:
         """Refuse a call that needs the store open, the same way for every store.

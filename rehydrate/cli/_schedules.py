@@ -96,33 +96,37 @@ def add_commands(command: Callable[..., Any], store: argparse.ArgumentParser) ->
     add.set_defaults(verb=f"{__name__}:schedule")
     _intermixed(add)
 
-    for verb, help, what in [
-        ("unschedule", "remove a recurring schedule", "Remove the schedule ID of NAME."),
-        ("pause", "pause a recurring schedule", "Pause the schedule ID of NAME until resumed."),
+    no_schedule = "no such schedule"
+    for verb, help, what, one, id_help in [
+        ("unschedule", "remove a recurring schedule", "Remove the schedule ID of NAME.", no_schedule, None),
+        (
+            "pause",
+            "pause a recurring schedule",
+            "Pause the schedule ID of NAME until resumed.",
+            no_schedule,
+            None,
+        ),
         (
             "resume",
             "resume a paused schedule from its next occurrence",
             "Resume the schedule ID of NAME from its next occurrence (none missed while paused runs).",
+            no_schedule,
+            None,
+        ),
+        (
+            "run-now",
+            "run a schedule once now, out of turn (or make an element due now)",
+            "Run the schedule ID of NAME once now: an extra occurrence, whose scheduled_for is now; "
+            "the occurrence that was next still runs at its time. An element that is not a schedule "
+            "becomes due now.",
+            "no such element, a worker holds it, or a paused schedule",
+            "the schedule's (or element's) id",
         ),
     ]:
-        sub = command(verb, help, what, exits.format(one="no such schedule"), run, store)
+        sub = command(verb, help, what, exits.format(one=one), run, store)
         sub.add_argument("name", metavar="NAME", help="the dehydrator")
-        sub.add_argument("id", metavar="ID", help="the schedule's id")
-        sub.set_defaults(verb=f"{__name__}:{verb}")
-
-    now = command(
-        "run-now",
-        "run a schedule once now, out of turn (or make an element due now)",
-        "Run the schedule ID of NAME once now: an extra occurrence, whose scheduled_for is now; "
-        "the occurrence that was next still runs at its time. An element that is not a schedule "
-        "becomes due now.",
-        exits.format(one="no such element, a worker holds it, or a paused schedule"),
-        run,
-        store,
-    )
-    now.add_argument("name", metavar="NAME", help="the dehydrator")
-    now.add_argument("id", metavar="ID", help="the schedule's (or element's) id")
-    now.set_defaults(verb=f"{__name__}:run_now")
+        sub.add_argument("id", metavar="ID", help=id_help or "the schedule's id")
+        sub.set_defaults(verb=f"{__name__}:{verb.replace('-', '_')}")
 
 
 def _intermixed(parser: argparse.ArgumentParser) -> None:
@@ -219,17 +223,19 @@ async def resume(args: argparse.Namespace, store: Store) -> int:
 async def run_now(args: argparse.Namespace, store: Store) -> int:
     from rehydrate._scheduler import Scheduler
 
-    due = await Scheduler(store).run_now(args.name, args.id)
+    outcome = await Scheduler(store)._run_now(args.name, args.id)
+    due = outcome in ("one-shot", "schedule")
     if wants_json(args):
         emit_json({"name": args.name, "id": args.id, "due": due})
     elif due:
         print(f"{args.id} in {args.name} is due now")
     else:
-        print(
-            f"rehydrate: {args.id!r} in {args.name!r} was not made due: no such element, a worker "
-            "holds it, or it is a paused schedule",
-            file=sys.stderr,
-        )
+        why = {
+            "unknown": "there is no such element",
+            "held": "a worker holds it and is running it now",
+            "paused": "it is a paused schedule (resume it first)",
+        }.get(outcome, "it was claimed or removed meanwhile")
+        print(f"rehydrate: {args.id!r} in {args.name!r} was not made due: {why}", file=sys.stderr)
     return 0 if due else 1
 
 

@@ -20,7 +20,6 @@ from starlette.routing import Route
 
 from rehydrate import Scheduler
 from rehydrate._core import _workers
-from rehydrate._schedules import is_schedule
 from rehydrate.abc import Store
 from rehydrate.errors import (
     InvalidArgumentError,
@@ -431,20 +430,19 @@ class _Dashboard:
     async def run_now(self, request: Request, session: Session | None) -> Response:
         form: dict[str, str] = request.state.form
         name, id = _required(form, "name"), _required(form, "id")
-        info = await self.store.info(name, id)
-        if info is None:
-            raise _Refusal(404, f"no element {id!r} in {name!r}: it was delivered, cancelled, or never there")
-        if info.claimed and info.due > self.store.clock():
-            raise _Refusal(409, f"{id!r} is in flight: a worker holds its lease and is running it now")
-        schedule = await self.store.look(name, id)
-        if is_schedule(schedule) and schedule.get("paused"):
-            raise _Refusal(409, f"{id!r} is a paused schedule: resume it to run it")
         # A schedule runs an extra occurrence now and keeps its next run (Scheduler.run_now);
         # fenced by the attempt: a worker that claims it meanwhile keeps it.
-        if not await Scheduler(self.store).run_now(name, id):
-            raise _Refusal(409, f"{id!r} changed meanwhile (claimed, removed or paused): look again")
+        outcome = await Scheduler(self.store)._run_now(name, id)
+        if outcome == "unknown":
+            raise _Refusal(404, f"no element {id!r} in {name!r}: it was delivered, cancelled, or never there")
+        if outcome == "held":
+            raise _Refusal(409, f"{id!r} is in flight: a worker holds its lease and is running it now")
+        if outcome == "paused":
+            raise _Refusal(409, f"{id!r} is a paused schedule: resume it to run it")
+        if outcome == "changed":
+            raise _Refusal(409, f"{id!r} changed meanwhile (claimed or removed): look again")
         done = f"{id} in {name} is due now"
-        if is_schedule(schedule):
+        if outcome == "schedule":
             done = f"an extra run of the schedule {done} (its next run is unchanged)"
         return self._done(request, done, _pages.relative("element", name=name, id=id))
 
