@@ -426,7 +426,7 @@ class _Rearmer(_Bookkeeper):
                     # ``ttl_until`` written out, without a call (runs once per occurrence);
                     # PAUSED_TTL is the longest ttl.
                     ttls = [
-                        0.0 if at - now < 1e-6 else at - now if at - now < PAUSED_TTL else PAUSED_TTL
+                        0.0 if (ttl := at - now) < 1e-6 else ttl if ttl < PAUSED_TTL else PAUSED_TTL
                         for at in due
                     ]
                     results = await store.rearm(name, zip(ids, tokens, envelopes, ttls, strict=True))
