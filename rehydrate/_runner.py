@@ -849,9 +849,12 @@ class Runner:
             # it stands for is still to come, filed again for that one once it ends. A request
             # still there at that occurrence's time (its run failing since) is that occurrence.
             requested = envelope["extra"]
-            envelope = without_extra(envelope)
             if type(requested) is int and type(nominal_us) is int and now < nominal_us / US + offset:
+                # Its time is kept (``last_extra``): a request made later within the same
+                # microsecond gets a key of its own (see ``extra_time``).
+                envelope = without_extra(envelope, ran=requested)
                 return _Occurrence(trigger, envelope, requested / US, nominal_us, False, offset)
+            envelope = without_extra(envelope)
         decided = plan(envelope, trigger, now - offset, claim.attempt)
         if decided.nominal != nominal_of(envelope):
             envelope = with_next(envelope, decided.nominal)

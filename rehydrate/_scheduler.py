@@ -52,6 +52,7 @@ from rehydrate._schedules import (
     ScheduleInfo,
     anchor_of,
     check_trigger,
+    extra_time,
     first_run,
     is_envelope,
     is_schedule,
@@ -554,7 +555,7 @@ class Scheduler:
             if element.get("paused"):
                 return "paused"
             try:
-                await store.update(name, id, with_extra(element, wall(store.clock)))
+                await store.update(name, id, with_extra(element, extra_time(element, wall(store.clock))))
             except UnknownIdError:
                 return "unknown"
         # Fenced by the attempt: a worker that claimed it meanwhile keeps it (and a request left

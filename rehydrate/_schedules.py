@@ -35,15 +35,16 @@ from rehydrate._core._triggers import (
     us,
 )
 from rehydrate._core._validate import MAX_SECONDS
-from rehydrate.errors import InvalidArgumentError, InvalidTypeError
+from rehydrate.errors import InvalidArgumentError, InvalidTypeError, RehydrateError
 
 __all__ = [
-    "KEY",
-    "SKIP_GRACE",
     "Envelope",
+    "KEY",
     "Plan",
+    "SKIP_GRACE",
     "ScheduleInfo",
     "anchor_of",
+    "extra_time",
     "first_run",
     "is_envelope",
     "is_schedule",
@@ -272,21 +273,50 @@ def with_declared(envelope: Envelope, declared: bool) -> Envelope:
     return _next_last(out)
 
 
-def with_extra(envelope: Envelope, at: float) -> Envelope:
-    """A copy of ``envelope`` asking for an extra occurrence, requested at ``at`` (Unix seconds):
-    what ``Scheduler.run_now`` files, due at once.
+def with_extra(envelope: Envelope, at: int) -> Envelope:
+    """A copy of ``envelope`` asking for an extra occurrence, requested at ``at`` (whole
+    microseconds, see :func:`extra_time`): what ``Scheduler.run_now`` files, due at once.
 
     The occurrence it stands for (``next``) is not run early: the extra run comes out of turn,
     with ``scheduled_for`` the request's time, and the schedule is filed again for ``next`` as it
     was. The request is kept in the element, so a retry of the extra run (or its redelivery after
-    a worker died) has the same ``scheduled_for``; filing the next occurrence drops it.
+    a worker died) has the same ``scheduled_for``; filing the next occurrence drops it (and keeps
+    its time as ``last_extra``).
     """
-    return _next_last({**envelope, "extra": us(at)})
+    return _next_last({**envelope, "extra": at})
 
 
-def without_extra(envelope: Envelope) -> Envelope:
-    """A copy of ``envelope`` without a request for an extra run (see :func:`with_extra`)."""
-    return {key: value for key, value in envelope.items() if key != "extra"}
+def extra_time(envelope: Envelope, now: float) -> int:
+    """When an extra run asked for at wall time ``now`` is scheduled for, in whole microseconds.
+
+    The time of the call, unless that would give the extra run the idempotency key of another
+    run of this schedule: a call within the microsecond of an extra run already made (two calls
+    on a clock that did not move, a test's ``FakeClock``), or at the very microsecond of an
+    occurrence of its trigger (which has run, or was missed, and whose key that is). Then it is a
+    microsecond later: a handler that skips keys it has seen never skips a run asked for.
+    """
+    at = us(now)
+    last = envelope.get("last_extra")
+    if type(last) is int and at <= last:
+        at = last + 1
+    upcoming = envelope.get("next")
+    if type(upcoming) is int and at < upcoming:
+        try:
+            before = _before(envelope, trigger_from_dict(envelope["trigger"]), at / US)
+        except (RehydrateError, KeyError, TypeError, ValueError):
+            before = None  # a damaged envelope: its run says what becomes of it (it runs once)
+        if before is not None and us(before) == at:
+            at += 1
+    return at
+
+
+def without_extra(envelope: Envelope, ran: int | None = None) -> Envelope:
+    """A copy of ``envelope`` without a request for an extra run (see :func:`with_extra`); with
+    ``ran``, the time of the extra run that was made for it, kept as ``last_extra``."""
+    out = {key: value for key, value in envelope.items() if key != "extra"}
+    if ran is not None:
+        out["last_extra"] = ran
+    return _next_last(out)
 
 
 def _next_last(envelope: Envelope) -> Envelope:

@@ -1082,6 +1082,26 @@ async def test_run_now_runs_an_extra_occurrence_and_keeps_the_next(
     assert info.next_run == T0 + timedelta(days=1, hours=2)
 
 
+async def test_every_run_now_has_a_key_of_its_own(store: MemoryStore, clock: FakeClock) -> None:
+    """A run now at the very microsecond of an occurrence that ran, or of an extra run made
+    before (a clock that did not move), is scheduled for a microsecond later: with the same key,
+    a handler that skips keys it has seen would skip the run that was asked for."""
+    scheduler = Scheduler(store, grace=0)
+    recorder = Recorder()
+    scheduler.handler("tick")(recorder)
+    async with scheduler:
+        await scheduler.schedule("tick", Every(60, start=T0), id="t")
+        await advance(clock, 0)
+        assert recorder.runs == [T0]  # the first occurrence, at T0
+        for _ in range(3):  # the clock stands still
+            assert await scheduler.run_now("tick", "t") is True
+            await advance(clock, 0)
+        await advance(clock, 60)
+        scheduler.stop()
+    micro = timedelta(microseconds=1)
+    assert recorder.runs == [T0, T0 + micro, T0 + 2 * micro, T0 + 3 * micro, T0 + timedelta(seconds=60)]
+
+
 async def test_a_failing_extra_run_keeps_its_key_and_is_dead_lettered(
     store: MemoryStore, clock: FakeClock
 ) -> None:
