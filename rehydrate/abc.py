@@ -271,10 +271,14 @@ class Store(ABC):
         return await self.ttn(name)
 
     @abstractmethod
-    async def update(self, name: str, id: str, element: Any) -> Any:
+    async def update(self, name: str, id: str, element: Any, *, token: int | None = None) -> Any:
         """Replace the element, keeping its due time, attempt and claim; return the old one (UPDATE).
 
-        Raises ``UnknownIdError`` if the id is unknown.
+        Raises ``UnknownIdError`` if the id is unknown. With ``token``, fenced like :meth:`ack`:
+        only while the element is still under that claim, else ``UnknownIdError`` and nothing
+        done. A worker that rewrites the element it holds (a schedule recording which occurrence
+        it runs) so never overwrites what someone filed under that id meanwhile (a replace, a
+        pause).
         """
 
     # -- leases --------------------------------------------------------------------------------
@@ -339,8 +343,11 @@ class Store(ABC):
         the moment of the call rather than of the write (SQLite, Redis and PostgreSQL count from the call, so
         that an occurrence is due at its nominal time however long the batch waited). One round
         trip per batch; each item is atomic (a store may split a large batch into atomic parts).
-        Every store of this package implements it; a store that does not raises
-        ``NotImplementedError`` and cannot serve recurring schedules.
+        A schedule's envelope changed by an ``update`` while the claim ran (``Scheduler.schedule``
+        changing a running schedule), when ``element`` is the claimed envelope with only another
+        ``next``, is filed as changed, with that ``next``: the change is not lost. Every store of
+        this package implements it; a store that does not raises ``NotImplementedError`` and
+        cannot serve recurring schedules.
         """
         raise NotImplementedError(f"{type(self).__name__} does not implement rearm (recurring schedules)")
 

@@ -161,6 +161,7 @@ class Dehydrator:
         "_now",
         "_queues",
         "_seq",
+        "_updated",
     )
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
@@ -169,6 +170,9 @@ class Dehydrator:
         self._clock = clock
         self._now = float("-inf")
         self._index: dict[str, _Node] = {}
+        #: Claimed elements updated by someone else than their holder (``update`` without the
+        #: claim's token) while the claim runs: id -> that claim's token (see :meth:`rearm_many`).
+        self._updated: dict[str, int] = {}
         self._queues: dict[float, _Queue] = {}
         self._leases: dict[float, _Queue] = {}
         self._heads: list[_Entry] = []
@@ -385,6 +389,7 @@ class Dehydrator:
                 raise InvalidArgumentError("ack needs each claim's token")
         index = self._index
         drop = self._drop_claimed
+        updated = self._updated
         done: list[bool] = []
         for id, token in pairs:
             node = index.get(id)
@@ -392,6 +397,8 @@ class Dehydrator:
                 done.append(False)
             else:
                 drop(node)
+                if updated:
+                    updated.pop(id, None)
                 done.append(True)
         return done
 
@@ -443,14 +450,30 @@ class Dehydrator:
         entry = self._top()
         return None if entry is None else entry[0]
 
-    def update(self, id: str, element: Any) -> Any:
+    def update(
+        self,
+        id: str,
+        element: Any,
+        *,
+        token: int | None = None,
+        merge: Callable[[Any, Any], Any] | None = None,
+    ) -> Any:
         """Replace the element ``id``, keeping its due time and claim, and return the old one (UPDATE).
 
-        Raises :class:`~rehydrate.errors.UnknownIdError` (a :class:`KeyError`) if ``id`` is unknown.
+        Raises :class:`~rehydrate.errors.UnknownIdError` (a :class:`KeyError`) if ``id`` is unknown,
+        or, with ``token``, if it is no longer under that claim (fenced like :meth:`ack`). The
+        holder's update of an element someone else updated meanwhile files ``merge(stored,
+        element)``, as :meth:`rearm_many` does.
         """
+        _validate.token(token)
         node = self._checked_get(id)
-        if node is None:
+        if node is None or (token is not None and (node[4] != token or not _is_claimed(node))):
             raise UnknownIdError(id)
+        if token is None:
+            if _is_claimed(node):
+                self._updated[node[2]] = node[4]
+        elif merge is not None and self._updated.get(node[2]) == token:
+            element = merge(node[3], element)
         old = node[3]
         node[3] = element
         return old
@@ -546,15 +569,25 @@ class Dehydrator:
             raise InvalidArgumentError("rearm needs the claim's token")
         if node is None or node[4] != token or not _is_claimed(node):
             return False
+        if self._updated:
+            self._updated.pop(node[2], None)
         self._kill(node)
         self._insert(node[2], element, 0, self.now() + seconds, seconds, lease=False)
         return True
 
-    def rearm_many(self, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
+    def rearm_many(
+        self,
+        items: Iterable[tuple[str, int, Any, Seconds]],
+        merge: Callable[[Any, Any], Any] | None = None,
+    ) -> list[bool]:
         """:meth:`rearm` for each ``(id, token, element, ttl)``, all at one ``now``; whether each was.
 
         Every item is checked before any is filed (a bad one raises and files none). The batch a
         runner sends once per dispatch: one check and one clock read per item, not two.
+
+        ``merge(stored, given)``, if given, says what to file for an element that was updated by
+        someone else while the claim ran (:meth:`update` without the claim's token): a store keeps
+        a schedule changed while its occurrence ran, and files it with the next time given.
         """
         # The items as given (no tuple made again), but for a ttl the checks converted: after
         # them, every ttl is a float.
@@ -575,12 +608,15 @@ class Dehydrator:
         index = self._index
         drop = self._drop_claimed
         insert = self._insert
+        updated = self._updated
         done: list[bool] = []
         for id, token, element, seconds in cast("list[tuple[str, int, Any, float]]", batch):
             node = index.get(id)
             if node is None or node[4] != token or not _is_claimed(node):
                 done.append(False)
                 continue
+            if updated and updated.pop(id, None) == token and merge is not None:
+                element = merge(node[3], element)
             drop(node)
             insert(id, element, 0, now + seconds, seconds, False)
             done.append(True)

@@ -66,6 +66,7 @@ __all__ = [
     "as_float",
     "as_int",
     "as_str",
+    "merge_next",
     "url_options",
 ]
 
@@ -199,21 +200,33 @@ class StoreBase(Store):
             for id in ids:
                 kept.pop((name, id), None)
 
-    def _rearm_payload(self, name: str, id: str, token: int, element: Any) -> bytes:
-        """The bytes to file ``element`` as the claim ``token``'s next occurrence: the claimed
-        envelope's bytes with another ``next`` at their end, when that is what ``element`` is."""
+    def _rearm_payload(
+        self, name: str, id: str, token: int, element: Any
+    ) -> tuple[bytes, bytes | None, bytes]:
+        """What to file ``element`` with as the claim ``token``'s next occurrence: ``(payload,
+        old end, new end)``. When ``element`` is the claimed envelope with another ``next``, the
+        store files the bytes it holds with their end ``old`` made ``new`` (so a change written
+        into the envelope while its occurrence ran, by ``update``, is kept), or, if they no
+        longer end so, ``payload``: the kept bytes rewritten the same way. Else ``old`` is
+        ``None`` and ``payload`` is the element encoded."""
         kept = self._next_only(name, id, token, element)
         if kept is not None:
             claimed, payload = kept
             tail = b'"next":%d}' % claimed["next"]
             if payload.endswith(tail):
-                return payload[: -len(tail)] + b'"next":%d}' % element["next"]
-        return self._dumps(element)
+                new = b'"next":%d}' % element["next"]
+                return payload[: -len(tail)] + new, tail, new
+        return self._dumps(element), None, b""
 
-    def _next_only(self, name: str, id: str, token: int, element: Any) -> tuple[dict[str, Any], bytes] | None:
+    def _next_only(
+        self, name: str, id: str, token: int, element: Any, *, forget: bool = True
+    ) -> tuple[dict[str, Any], bytes] | None:
         """The envelope the claim ``token`` handed out and its bytes (if kept), when ``element``
-        is that envelope with only its ``next`` changed (both integers). Forgets them."""
-        kept = self._kept.pop((name, id), None) if self._kept else None
+        is that envelope with only its ``next`` changed (both integers). Forgets them, unless
+        ``forget`` is false."""
+        if not self._kept:
+            return None
+        kept = self._kept.pop((name, id), None) if forget else self._kept.get((name, id))
         if kept is None or kept[0] != token or type(element) is not dict:
             return None
         claimed = kept[1]
@@ -225,6 +238,29 @@ class StoreBase(Store):
         ):
             return claimed, kept[2]
         return None
+
+    def _update_payload(
+        self, name: str, id: str, token: int | None, element: Any
+    ) -> tuple[bytes, bytes | None, bytes]:
+        """What ``update`` files, as :meth:`_rearm_payload` says. A worker's update of the
+        envelope it holds with only another ``next`` (a late occurrence recording which one it
+        runs) rewrites the stored bytes' end, keeping a change written meanwhile, and what it
+        wrote stays kept as the claim's envelope (its rearm rewrites it in turn). Anything else
+        is encoded whole, and a worker's other updates end what was kept."""
+        if token is not None:
+            kept = self._next_only(name, id, token, element, forget=False)
+            if kept is not None:
+                claimed, held = kept
+                tail = b'"next":%d}' % claimed["next"]
+                new = b'"next":%d}' % element["next"]
+                if not held or held.endswith(tail):
+                    # (A store that rewrites stored bytes itself keeps none: Redis.)
+                    payload = held[: -len(tail)] + new if held else self._dumps(element)
+                    assert self._kept is not None  # (it held the claim's envelope)
+                    self._kept[(name, id)] = (token, element, payload if held else b"")
+                    return payload, tail, new
+            self._forget_envelopes(name, [id])
+        return self._dumps(element), None, b""
 
     def _not_open(self) -> StoreNotOpenError:
         return StoreNotOpenError(
@@ -256,3 +292,15 @@ class StoreBase(Store):
         if stored != self._serializer.name:
             raise self._mismatch(name, stored, id)
         return self._serializer.loads(payload)
+
+
+def merge_next(stored: Any, given: Any) -> Any:
+    """What a rearm files for an element updated (by someone else than the worker that holds it)
+    while its claim ran: a schedule's envelope as stored, changed meanwhile (its element, policy,
+    a pause), with the next time the worker gives; anything else as given (the memory store's
+    counterpart of the rewrite of stored bytes, see :meth:`StoreBase._rearm_payload`)."""
+    if type(stored) is dict and type(given) is dict and "next" in stored and type(given.get("next")) is int:
+        merged = {key: value for key, value in stored.items() if key != "next"}
+        merged["next"] = given["next"]
+        return merged
+    return given

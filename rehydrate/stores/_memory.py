@@ -16,7 +16,7 @@ from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Clock, Subscription
 from rehydrate.errors import InvalidArgumentError, InvalidTypeError
-from rehydrate.stores._base import StoreBase, url_options
+from rehydrate.stores._base import StoreBase, merge_next, url_options
 from rehydrate.stores._subscription import EventSubscription
 
 __all__ = ["MemoryStore"]
@@ -161,10 +161,10 @@ class MemoryStore(StoreBase):
         d = self._get(name)
         return d.ttn()
 
-    async def update(self, name: str, id: str, element: Any) -> Any:
+    async def update(self, name: str, id: str, element: Any, *, token: int | None = None) -> Any:
         await anyio.lowlevel.checkpoint()
         d = self._get_or_create(name)
-        return d.update(id, element)
+        return d.update(id, element, token=token, merge=merge_next)
 
     # -- leases ----------------------------------------------------------------------------------
 
@@ -201,7 +201,7 @@ class MemoryStore(StoreBase):
         batch = list(items)
         d = self._get(name)
         before = d.next_due()
-        done = d.rearm_many(batch)
+        done = d.rearm_many(batch, merge_next)
         self._notify_if_sooner(name, d, before)
         return done
 

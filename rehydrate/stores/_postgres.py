@@ -897,11 +897,20 @@ class PostgresStore(StoreBase):
         row = await self._run(lambda conn: conn.execute(self._sql.ttn, params, prepare=True).fetchone())
         return None if row is None else int(row[0]) / 1e6
 
-    async def update(self, name: str, id: str, element: Any) -> Any:
+    async def update(self, name: str, id: str, element: Any, *, token: int | None = None) -> Any:
         _name(name)
         _id(id)
-        payload = self._dumps(element)
-        params = {"name": name, "id": id, "payload": payload, "codec": self._codec}
+        _validate.token(token)
+        payload, old_end, new_end = self._update_payload(name, id, token, element)
+        params = {
+            "name": name,
+            "id": id,
+            "payload": payload,
+            "old": old_end,
+            "new": new_end,
+            "codec": self._codec,
+            "token": token,
+        }
         row = await self._run(lambda conn: conn.execute(self._sql.update, params, prepare=True).fetchone())
         if row is None:
             raise UnknownIdError(id)
@@ -1006,14 +1015,14 @@ class PostgresStore(StoreBase):
         batch was encoded)."""
         asked = self.clock()
         _name(name)
-        batch: list[tuple[str, int, bytes, int]] = []
+        batch: list[tuple[str, int, bytes, bytes | None, bytes, int]] = []
         for id, token, element, ttl in items:
             _id(id)
             micros = _micros(_validate.seconds(ttl, "ttl"))
             if _validate.token(token) is None:
                 raise InvalidArgumentError("rearm needs each claim's token")
-            batch.append((id, token, self._rearm_payload(name, id, token, element), micros))
-        columns = ("ids", "tokens", "payloads", "ttls")
+            batch.append((id, token, *self._rearm_payload(name, id, token, element), micros))
+        columns = ("ids", "tokens", "payloads", "olds", "news", "ttls")
         start = round(asked * 1_000_000)
         return await self._fenced(name, self._sql.rearm, columns, batch, codec=self._codec, start=start)
 

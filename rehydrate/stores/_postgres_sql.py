@@ -217,10 +217,19 @@ _TEMPLATES: Final = {
         SELECT greatest(0, due - (SELECT now FROM t)) FROM {{table}}
         WHERE name = %(name)s ORDER BY due, seq LIMIT 1""",
     "update": """WITH old AS MATERIALIZED (
-            SELECT payload, serializer FROM {table} WHERE name = %(name)s AND id = %(id)s FOR UPDATE
+            SELECT payload, serializer FROM {table} WHERE name = %(name)s AND id = %(id)s
+                AND (%(token)s::bigint IS NULL OR (attempt = %(token)s::bigint AND claimed))
+            FOR UPDATE
         ),
         upd AS (
-            UPDATE {table} SET payload = %(payload)s, serializer = %(codec)s
+            UPDATE {table} SET serializer = %(codec)s,
+                payload = CASE WHEN %(old)s::bytea IS NOT NULL
+                    AND length(payload) >= length(%(old)s::bytea)
+                    AND substring(payload from length(payload) - length(%(old)s::bytea) + 1)
+                        = %(old)s::bytea
+                    THEN substring(payload from 1 for length(payload) - length(%(old)s::bytea))
+                        || %(new)s::bytea
+                    ELSE %(payload)s END
             WHERE name = %(name)s AND id = %(id)s AND (SELECT serializer FROM old) = %(codec)s
             RETURNING 1
         )
@@ -328,13 +337,17 @@ _TEMPLATES: Final = {
         SELECT ord, {_NOTIFY.format(due="(SELECT min(due) FROM upd)")} FROM upd""",
     # rearm (a schedule's next occurrence): each (id, token) still claimed under that token is
     # filed anew as a new element (attempt 0, unclaimed) with its payload, in the order given; an
-    # id given twice is rearmed by its first item only.
+    # id given twice is rearmed by its first item only. With an old end given, the payload is the
+    # stored bytes with that end made the new one (a change written into the schedule while its
+    # occurrence ran is kept), or the payload given if they no longer end so.
     "rearm": f"""WITH {_FROM_START},
         found AS MATERIALIZED (
             SELECT f.*, nextval('{{seq_name}}') AS n FROM (
-                SELECT DISTINCT ON (a.id) a.id, a.payload, a.ttl, a.ord, x.tid
-                FROM unnest(%(ids)s::text[], %(tokens)s::bigint[], %(payloads)s::bytea[], %(ttls)s::bigint[])
-                    WITH ORDINALITY AS a(id, token, payload, ttl, ord)
+                SELECT DISTINCT ON (a.id) a.id, a.payload, a.old, a.new, a.ttl, a.ord, x.tid
+                FROM unnest(
+                    %(ids)s::text[], %(tokens)s::bigint[], %(payloads)s::bytea[], %(olds)s::bytea[],
+                    %(news)s::bytea[], %(ttls)s::bigint[]
+                ) WITH ORDINALITY AS a(id, token, payload, old, new, ttl, ord)
                 CROSS JOIN LATERAL (
                     SELECT e.ctid AS tid FROM {{table}} e
                     WHERE e.name = %(name)s AND e.id = a.id AND e.attempt = a.token AND e.claimed
@@ -347,7 +360,11 @@ _TEMPLATES: Final = {
         upd AS (
             UPDATE {{table}} e
             SET due = t.now + f.ttl, seq = f.n, ttl = f.ttl / 1e6, attempt = 0, claimed = false,
-                serializer = %(codec)s, payload = f.payload
+                serializer = %(codec)s,
+                payload = CASE WHEN f.old IS NOT NULL AND length(e.payload) >= length(f.old)
+                    AND substring(e.payload from length(e.payload) - length(f.old) + 1) = f.old
+                    THEN substring(e.payload from 1 for length(e.payload) - length(f.old)) || f.new
+                    ELSE f.payload END
             FROM found f, t
             WHERE e.ctid = f.tid AND e.name = %(name)s AND e.claimed
             RETURNING f.ord, e.due

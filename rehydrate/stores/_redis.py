@@ -624,12 +624,13 @@ class RedisStore(StoreBase):
         micros = int(await self._eval("ttn", name, []))
         return None if micros < 0 else micros / 1e6
 
-    async def update(self, name: str, id: str, element: Any) -> Any:
+    async def update(self, name: str, id: str, element: Any, *, token: int | None = None) -> Any:
         self._keys(name)
         _validate.element_id(id)
-        payload = self._dumps(element)
-        self._forget_envelopes(name, [id])  # (its bytes are no longer the ones claimed)
-        reply = await self._eval("update", name, [id, payload])
+        _validate.token(token)
+        payload, old_end, new_end = self._update_payload(name, id, token, element)
+        fence = "" if token is None else _fence_text(token)
+        reply = await self._eval("update", name, [id, payload, fence, old_end or b"", new_end])
         if not int(reply[0]):
             raise UnknownIdError(id)
         return self._load(reply[1])

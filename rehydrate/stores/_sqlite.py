@@ -712,21 +712,23 @@ class SQLiteStore(StoreBase):
 
         return await self._run(body)
 
-    async def update(self, name: str, id: str, element: Any) -> Any:
+    async def update(self, name: str, id: str, element: Any, *, token: int | None = None) -> Any:
         _validate.element_id(name, "name")
         _validate.element_id(id)
-        payload = self._dumps(element)
+        _validate.token(token)
+        payload, old_end, new_end = self._update_payload(name, id, token, element)
         codec = self._serializer.name
 
         def body(conn: sqlite3.Connection) -> Any:
             row = conn.execute(sql.ROW, (name, id)).fetchone()
-            if row is None:
+            if row is None or (token is not None and (row[4] != token or not row[5])):
                 raise UnknownIdError(id)
             old = self._loads(name, id, row[1], row[2])
-            conn.execute(
-                sql.SET_PAYLOAD,
-                (payload, codec, row[0]),
-            )
+            stored = bytes(row[1])
+            written = payload
+            if old_end is not None and stored.endswith(old_end):  # (see StoreBase._update_payload)
+                written = stored[: -len(old_end)] + new_end
+            conn.execute(sql.SET_PAYLOAD, (written, codec, row[0]))
             return old
 
         return await self._write(body)
@@ -873,7 +875,7 @@ class SQLiteStore(StoreBase):
         _validate.element_id(name, "name")
         asked = float(self.clock())
         codec = self._serializer.name
-        batch: list[tuple[str, int, bytes, float]] = []
+        batch: list[tuple[str, int, tuple[bytes, bytes | None, bytes], float]] = []
         for id, token, element, ttl in items:
             _validate.element_id(id)
             seconds = _validate.seconds(ttl, "ttl")
@@ -894,9 +896,11 @@ class SQLiteStore(StoreBase):
             done: list[bool] = []
             soonest: float | None = None
             start = min(asked, now)  # a clock that stepped back counts as standing still
-            for id, token, payload, seconds in batch:
+            for id, token, (payload, old, new), seconds in batch:
                 due = start + seconds
-                cursor = conn.execute(sql.REARM, (payload, codec, due, seq, seconds, name, id, token))
+                cursor = conn.execute(
+                    sql.REARM, (payload, old, new, codec, due, seq, seconds, name, id, token)
+                )
                 seq += 1
                 if cursor.rowcount != 1:
                     done.append(False)

@@ -120,9 +120,14 @@ REFILE: Final = "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ?, claime
 #: A claimed row filed anew as a new element (a schedule's next occurrence): attempt and claim reset.
 #: Fenced in the statement itself, as ACK is (the claim's token is the row's attempt stamp), so a
 #: rearm is one statement, not a read and a write.
+#: The payload: with an old end given (?2), the stored bytes with that end made ?3, so that what
+#: was written into a schedule while its occurrence ran is kept (``||`` makes text: cast back);
+#: else ?1 (the element encoded, or the claimed bytes so rewritten if the stored ones changed).
 REARM: Final = (
-    "UPDATE rehydrate_elements SET payload = ?, serializer = ?, due = ?, seq = ?, ttl = ?,"
-    " attempt = 0, claimed = 0 WHERE name = ? AND id = ? AND attempt = ? AND claimed = 1"
+    "UPDATE rehydrate_elements SET payload = CASE WHEN ?2 IS NOT NULL AND substr(payload, -length(?2)) = ?2"
+    " THEN CAST(substr(payload, 1, length(payload) - length(?2)) || ?3 AS BLOB) ELSE ?1 END,"
+    " serializer = ?4, due = ?5, seq = ?6, ttl = ?7,"
+    " attempt = 0, claimed = 0 WHERE name = ?8 AND id = ?9 AND attempt = ?10 AND claimed = 1"
 )
 NAMES: Final = """
     WITH RECURSIVE walk(name) AS (

@@ -199,6 +199,60 @@ class TestVerbs:
         with pytest.raises(UnknownIdError):
             await s.update(N, "nope", "x")
 
+    async def test_update_with_a_token_is_fenced(self, harness: Harness) -> None:
+        """What a worker writes into the element it holds (a schedule's coalesced occurrence)
+        never overwrites what was filed under that id after its claim."""
+        s = harness.store
+        await s.push(N, "filed", ttl=0, id="j")
+        with pytest.raises(UnknownIdError):  # not claimed: no claim to hold it under
+            await s.update(N, "j", "x", token=1)
+        (old,) = await s.claim(N, lease=5)
+        assert await s.update(N, "j", "mine", token=old.token) == "filed"
+        info = await s.info(N, "j")
+        assert info is not None
+        assert (info.attempt, info.claimed) == (1, True)  # the claim and its lease are kept
+        assert await s.ack(N, [("j", old.token)]) == [True]  # and so is the token
+        await s.push(N, "again", ttl=0, id="j")
+        (stale,) = await s.claim(N, lease=5)
+        harness.advance(5)
+        (new,) = await s.claim(N, lease=5)
+        with pytest.raises(UnknownIdError):  # the lease ran out and it was claimed again
+            await s.update(N, "j", "stale", token=stale.token)
+        await s.push(N, "replacement", ttl=50, id="j", replace=True)
+        with pytest.raises(UnknownIdError):  # replaced (a paused schedule): left as filed
+            await s.update(N, "j", "stale", token=new.token)
+        assert await s.look(N, "j") == "replacement"
+        with pytest.raises(UnknownIdError):
+            await s.update(N, "nope", "x", token=new.token)
+        with pytest.raises(InvalidArgumentError):
+            await s.update(N, "j", "x", token=0)
+
+    async def test_a_change_written_while_a_schedule_runs_is_kept(self, harness: Harness) -> None:
+        """A schedule changed while its occurrence runs (``Scheduler.schedule`` writes the change
+        into the element the worker holds, ``next`` kept): the worker's later writes of that
+        envelope with only another ``next`` (recording a late occurrence, then filing the next
+        one) keep the change, on the stores that rewrite stored bytes as on the memory store."""
+        s = harness.store
+        envelope = {"rehydrate.schedule": 1, "trigger": {"every": 60.0}, "element": "a", "anchor": 0}
+        await s.push(N, {**envelope, "next": 1_000_000}, ttl=0, id="j")
+        (claim,) = await s.claim(N, lease=30)
+        changed = {**claim.element, "element": "b"}
+        assert list(changed)[-1] == "next"
+        await s.update(N, "j", changed)
+        # The worker records which occurrence it runs (coalesced), as the claim's holder.
+        await s.update(N, "j", {**claim.element, "next": 2_000_000}, token=claim.token)
+        assert await s.look(N, "j") == {**changed, "next": 2_000_000}
+        info = await s.info(N, "j")
+        assert info is not None
+        assert info.claimed  # held all along: nothing else can run it meanwhile
+        assert await s.rearm(N, [("j", claim.token, {**claim.element, "next": 3_000_000}, 5)]) == [True]
+        assert await s.look(N, "j") == {**changed, "next": 3_000_000}
+        # Without a change meanwhile, what the worker files is what is stored.
+        harness.advance(5)
+        (again,) = await s.claim(N, lease=30)
+        assert await s.rearm(N, [("j", again.token, {**again.element, "next": 4_000_000}, 5)]) == [True]
+        assert await s.look(N, "j") == {**changed, "next": 4_000_000}
+
     async def test_push_many(self, harness: Harness) -> None:
         s = harness.store
         ids = await s.push_many(N, [("a", 2, "a"), ("b", 1, None), ("c", timedelta(seconds=3), "c")])
