@@ -39,6 +39,7 @@ from rehydrate._retries import Rescheduler
 from rehydrate._schedules import (
     PAUSED_TTL,
     Envelope,
+    first_after,
     is_envelope,
     next_run,
     nominal_of,
@@ -49,7 +50,7 @@ from rehydrate._schedules import (
 )
 from rehydrate._tracing import Tracing, unwrap
 from rehydrate.abc import Store, Subscription
-from rehydrate.errors import DuplicateIdError, RehydrateError
+from rehydrate.errors import DuplicateIdError, RehydrateError, UnknownIdError
 
 __all__ = [
     "DEAD_SUFFIX",
@@ -839,8 +840,17 @@ class Runner:
             if following > now * US:
                 return _Occurrence(trigger, envelope, nominal_us / US, following)
         if envelope.get("paused"):
-            # Paused: filed again for the longest ttl (the nominal time is never reached).
-            self._rearmer.add(claim.id, claim.token, envelope, now + PAUSED_TTL, False)
+            # Paused while an occurrence ran (``pause`` writes into a running schedule): not run,
+            # filed again, still paused, for its first occurrence after now. Not for the longest
+            # ttl: a ``resume`` made while this claim lasts is written into it too, and the
+            # schedule is then filed as resumed, for that occurrence.
+            offset = offset_of(claim.id, envelope) if "spread" in envelope else 0.0
+            try:
+                upcoming = first_after(envelope, trigger, now - offset)
+            except (KeyError, TypeError, ValueError):  # a damaged envelope: left paused for good
+                self._rearmer.add(claim.id, claim.token, envelope, now + PAUSED_TTL, False)
+                return None
+            self._rearmer.add(claim.id, claim.token, with_next(envelope, upcoming), upcoming + offset, False)
             return None
         # A spread schedule runs ``offset`` after its nominal times: planned on its own clock.
         offset = offset_of(claim.id, envelope) if "spread" in envelope else 0.0
@@ -873,9 +883,19 @@ class Runner:
         return _Occurrence(trigger, envelope, decided.nominal, then, moved, offset)
 
     async def _write_back(self, claim: Claim, occurrence: _Occurrence) -> None:
-        """Record a moved nominal time before the occurrence runs, so a retry runs this same one."""
+        """Record a moved nominal time before the occurrence runs, so a retry runs this same one.
+
+        Fenced by the claim: a schedule replaced or paused since it was claimed keeps what was
+        filed (written over, a paused schedule came back unpaused and due in 31 years: lost).
+        """
         try:
-            await self._store.update(self.handler.name, claim.id, occurrence.envelope)
+            await self._store.update(self.handler.name, claim.id, occurrence.envelope, token=claim.token)
+        except UnknownIdError:
+            logger.info(
+                "schedule changed after this occurrence was claimed: it runs, and files no next one",
+                dehydrator=self.handler.name,
+                id=claim.id,
+            )
         except RehydrateError as exc:
             logger.warning(
                 "schedule: could not record a coalesced occurrence",

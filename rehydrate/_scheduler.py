@@ -57,7 +57,6 @@ from rehydrate._schedules import (
     is_envelope,
     is_schedule,
     make_envelope,
-    next_run,
     nominal_of,
     offset_of,
     replay_envelope,
@@ -602,7 +601,9 @@ class Scheduler:
 
         An upsert. For an ``id`` that is already a schedule: the same trigger keeps its next run
         time (only the element, ``misfire`` and ``grace`` change, and nothing is written if they
-        did not); another trigger is filed from now on. A paused schedule stays paused. Raises
+        did not), and a change made while an occurrence runs is written into the element its
+        worker holds, to be filed with the next occurrence when the run ends (never beside it);
+        another trigger is filed from now on. A paused schedule stays paused. Raises
         ``DuplicateIdError`` if ``id`` holds one-shot work. ``name`` need not have a handler here
         (another process may serve it).
 
@@ -757,12 +758,11 @@ class Scheduler:
                 )
                 if envelope == existing:
                     return  # nothing changed: nothing moves
+                if await self._held(name, id):
+                    if await self._change_held(name, id, existing, envelope):
+                        return
+                    continue  # changed meanwhile: compare with that
                 upcoming = nominal_of(existing)
-                info = await store.info(name, id)
-                if info is not None and info.claimed:
-                    # The running occurrence is fenced out by the replace: file the one after it.
-                    upcoming = next_run(existing, trigger)
-                    envelope = with_next(envelope, upcoming)
             else:
                 envelope, upcoming = _new_schedule(
                     trigger, element, now, offset, misfire=misfire, grace=grace, spread=spread, paused=paused
@@ -772,6 +772,31 @@ class Scheduler:
             ttl = PAUSED_TTL if paused else ttl_until(upcoming + offset, now)
             await store.push(name, envelope, ttl=ttl, id=id, replace=True)
             return
+
+    async def _held(self, name: str, id: str) -> bool:
+        """Whether an occurrence of the schedule ``id`` runs now (claimed, its lease running)."""
+        info = await self.store.info(name, id)
+        return info is not None and info.claimed and info.due > self.store.clock()
+
+    async def _change_held(self, name: str, id: str, existing: Envelope, envelope: Envelope) -> bool:
+        """Change a schedule while one of its occurrences runs: ``envelope`` (``existing``
+        changed, its ``next`` kept) goes into the element the worker holds, its claim and lease
+        kept, and the occurrence after it is filed as changed when it ends (``Store.rearm`` keeps
+        what was written meanwhile). Filing the schedule anew instead would file its next
+        occurrence at once, to run beside the one still running.
+
+        ``False`` if the element was not ``existing`` any more (the occurrence ended, say): it is
+        put back as it was, for the caller to compare with it again.
+        """
+        try:
+            old = await self.store.update(name, id, envelope)
+        except UnknownIdError:
+            return False  # removed meanwhile
+        if old == existing:
+            return True
+        with contextlib.suppress(UnknownIdError):
+            await self.store.update(name, id, old)
+        return False
 
     @_needs_the_store
     async def unschedule(self, name: str, id: str) -> bool:
@@ -809,13 +834,14 @@ class Scheduler:
     @_needs_the_store
     async def pause(self, name: str, id: str) -> bool:
         """Stop the schedule ``id`` from running until :meth:`resume`; ``False`` if unknown.
-        A running occurrence finishes and files nothing."""
+        A running occurrence finishes, and the schedule is filed paused after it."""
         return await self._set_paused(name, id, True)
 
     @_needs_the_store
     async def resume(self, name: str, id: str) -> bool:
         """Run a paused schedule again, from its next occurrence after now (those missed while
-        paused are not run); ``False`` if unknown."""
+        paused are not run), or from the one it was paused at if that is still to come; ``False``
+        if unknown."""
         return await self._set_paused(name, id, False)
 
     async def _set_paused(self, name: str, id: str, paused: bool) -> bool:
@@ -827,13 +853,22 @@ class Scheduler:
             return False
         if bool(existing.get("paused")) == paused:
             return True
+        if await self._held(name, id):
+            # An occurrence runs: paused (or resumed) in the element it holds, so that the next
+            # occurrence is filed so when it ends (paused, it comes due and is filed again
+            # without running, until resumed), and never beside it.
+            if await self._change_held(name, id, existing, with_paused(existing, paused)):
+                return True
+            return await self._set_paused(name, id, paused)  # changed meanwhile: again
+        trigger = trigger_from_dict(existing["trigger"])
         if paused:
             envelope, ttl = with_paused(existing, True), PAUSED_TTL
         else:
-            trigger = trigger_from_dict(existing["trigger"])
             now = wall(store.clock)
             offset = offset_of(id, existing)
-            upcoming = first_run(trigger, anchor_of(existing), now - offset)
+            # The first occurrence from now on, but not before the one the schedule was paused
+            # at (resumed at once, that one has not run; an earlier one has).
+            upcoming = max(first_run(trigger, anchor_of(existing), now - offset), nominal_of(existing))
             envelope = with_next(with_paused(existing, False), upcoming)
             ttl = ttl_until(upcoming + offset, now)
         await store.push(name, envelope, ttl=ttl, id=id, replace=True)

@@ -45,6 +45,7 @@ __all__ = [
     "ScheduleInfo",
     "anchor_of",
     "extra_time",
+    "first_after",
     "first_run",
     "is_envelope",
     "is_schedule",
@@ -367,6 +368,11 @@ def first_run(trigger: Trigger, anchor: float | None, now: float) -> float:
         assert anchor is not None
         return trigger.at_or_after(now, anchor)
     return trigger.after(now)
+
+
+def first_after(envelope: Envelope, trigger: Trigger, ts: float) -> float:
+    """The schedule's first occurrence strictly after wall time ``ts``."""
+    return _after(envelope, trigger, ts)
 
 
 def next_run(envelope: Envelope, trigger: Trigger) -> float:

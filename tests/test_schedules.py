@@ -691,6 +691,60 @@ async def test_misfire_after_five_missed_intervals(
     assert after.runs == [T0 + timedelta(seconds=s) for s in expected]
 
 
+class RacingStore(MemoryStore):
+    """A memory store that runs ``race`` once, just before a worker's fenced ``update`` lands."""
+
+    race: Any = None
+
+    async def update(self, name: str, id: str, element: Any, *, token: int | None = None) -> Any:
+        if token is not None and self.race is not None:
+            race, self.race = self.race, None
+            await race()
+        return await super().update(name, id, element, token=token)
+
+
+@pytest.mark.parametrize("change", ["pause", "schedule"])
+async def test_a_change_made_as_a_late_occurrence_starts_is_kept(clock: FakeClock, change: str) -> None:
+    """A late occurrence records the occurrence it runs for (coalesced) before it runs, under its
+    claim: a pause or a new element filed in between is kept (it was written over: a paused
+    schedule came back unpaused, due in 31 years, and never ran again)."""
+    async with RacingStore(clock=clock) as store:
+        first = Scheduler(store, grace=0)
+        first.handler("job")(Recorder())
+        async with first:
+            await first.schedule("job", Every(10), id="j", element="old")
+            await advance(clock, 0)
+            first.stop()
+        await advance(clock, 50)  # missed: 10 .. 50
+        second = Scheduler(store, grace=0)
+        recorder = Recorder()
+        second.handler("job")(recorder)
+        if change == "pause":
+            store.race = lambda: second.pause("job", "j")
+        else:
+            store.race = lambda: second.schedule("job", Every(10), id="j", element="new")
+        async with second:
+            await advance(clock, 0)
+            assert store.race is None  # it ran
+            (info,) = await second.schedules("job")
+            if change == "pause":
+                assert info.paused
+                await advance(clock, 35, step=5)  # (paused, it is not run at 60, 70, 80)
+                assert await second.resume("job", "j") is True
+            else:
+                assert info.element == "new"
+            await advance(clock, 20, step=5)
+            second.stop()
+    # The occurrence claimed as the change came runs (for the coalesced time, 50), once; after it
+    # the schedule carries on as changed: resumed at 85 (runs at 90, 100), or with its new element
+    # from 60.
+    if change == "pause":
+        assert recorder.runs == [T0 + timedelta(seconds=s) for s in (50, 90, 100)]
+    else:
+        assert recorder.runs == [T0 + timedelta(seconds=s) for s in (50, 60, 70)]
+        assert recorder.elements == ["old", "new", "new"]
+
+
 async def test_skip_without_a_grace_runs_occurrences_claimed_a_little_late(
     store: MemoryStore, clock: FakeClock
 ) -> None:

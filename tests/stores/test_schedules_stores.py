@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,50 @@ async def test_run_now_is_an_extra_run_on_every_store(harness: Harness) -> None:
     assert not info.claimed
     assert before.next_run is not None
     assert info.due == pytest.approx(before.next_run.timestamp() - wall(store.clock) + store.clock(), abs=5)
+
+
+async def test_a_schedule_changed_while_it_runs_waits_for_the_run_on_every_store(harness: Harness) -> None:
+    """``schedule()`` with a new element, ``pause`` and ``resume`` while an occurrence runs: each
+    change is written into the element the worker holds (through each store's ``update``), nothing
+    else comes due meanwhile (no second run beside the first, however long it takes), and the
+    occurrence after it is filed as changed when it ends (each store's ``rearm`` keeps what was
+    written)."""
+    store = harness.store
+    scheduler = Scheduler(store, heartbeat=None, grace=1)
+    started, release = anyio.Event(), anyio.Event()
+    ran: list[Any] = []
+
+    @scheduler.handler("sync")
+    async def sync(element: Any) -> None:
+        ran.append(element)
+        started.set()
+        await release.wait()
+
+    trigger = Every(3600)
+    async with scheduler:
+        await scheduler.schedule("sync", trigger, id="s", element="old")  # first run: now
+        with anyio.fail_after(10):
+            await started.wait()
+        (before,) = await scheduler.schedules("sync")
+        await scheduler.schedule("sync", trigger, id="s", element="new")
+        (during,) = await scheduler.schedules("sync")
+        info = await store.info("sync", "s")
+        assert info is not None
+        assert info.claimed  # still held by the run: not filed anew beside it
+        assert during.element == "new"
+        # Paused and resumed during the run: the same, in the element the run holds.
+        assert await scheduler.pause("sync", "s") is True
+        assert [i.paused for i in await scheduler.schedules("sync")] == [True]
+        assert await scheduler.resume("sync", "s") is True
+        assert (await store.info("sync", "s")).claimed  # type: ignore[union-attr]
+        release.set()
+        scheduler.stop()  # (the run ends, and its next occurrence is filed as the scheduler stops)
+    (after,) = await scheduler.schedules("sync")
+    assert ran == ["old"]
+    assert after.element == "new"
+    assert not after.paused
+    assert before.next_run is not None
+    assert after.next_run == before.next_run + timedelta(seconds=3600)
 
 
 async def test_a_requeued_occurrence_keeps_its_scheduled_for_on_every_store(harness: Harness) -> None:

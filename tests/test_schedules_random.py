@@ -1,0 +1,242 @@
+"""Random programs against recurring schedules keep the guarantees the docs state.
+
+Each program is a sequence of what an application and its operators do to a few ``Every``
+schedules served by one or two schedulers sharing a memory store on a ``FakeClock``: time passes,
+handlers fail or run long, schedules are filed again, paused, resumed, run now, removed, and the
+schedulers restart after downtime. Whatever the sequence, these must hold:
+
+* two runs of one schedule never overlap (the next occurrence is filed when the current one ends);
+* no occurrence succeeds twice (its ``scheduled_for`` is the handler's idempotency key; a
+  schedule removed and filed again is another schedule);
+* every ``scheduled_for`` is a time of the schedule's grid, or the time of a ``run_now`` that
+  returned ``True`` (a microsecond later where that time was already another run's key);
+* afterwards, with nothing failing, every live schedule that is not paused runs on its grid again
+  (nothing was lost), and ``schedules()`` lists exactly the live ones with their paused flags.
+
+Each call is made once the schedulers have done what they can at that moment (no claim under
+way). ``schedule`` (a new element or policy), ``pause``, ``resume`` and ``run_now`` are made at
+any time, long runs included; ``unschedule`` is not made while an occurrence of the schedule
+runs: a schedule removed and filed again under its id during a run is another schedule, whose
+first occurrence may overlap that run (a known limitation, in docs/schedules.md).
+
+How many programs: the hypothesis profile (``tests/conftest.py``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from contextlib import AsyncExitStack
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from anyio import wait_all_tasks_blocked
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rehydrate import Every, Retry, Scheduler, current_delivery
+from rehydrate._clock import wall
+from rehydrate.stores import MemoryStore
+from rehydrate.testing import FakeClock
+
+pytestmark = pytest.mark.anyio
+
+T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+PERIOD = 60.0
+#: Each schedule's phase on the grid: ``a`` at :00, ``b`` at :20, ``c`` at :40 of each minute.
+PHASE = {"a": 0.0, "b": 20.0, "c": 40.0}
+#: Longer than any run a program makes (a slow run and its retries): no lease runs out.
+LEASE = 900.0
+STEP = 5.0
+
+ids = st.sampled_from(sorted(PHASE))
+ops = st.one_of(
+    st.tuples(st.just("advance"), st.sampled_from([5.0, 20.0, 60.0, 130.0, 300.0])),
+    st.tuples(st.just("fail"), ids, st.integers(1, 4)),
+    st.tuples(st.just("slow"), ids, st.sampled_from([30.0, 90.0, 150.0])),
+    st.tuples(st.just("schedule"), ids, st.sampled_from(["coalesce", "all", "skip"])),
+    st.tuples(st.just("unschedule"), ids),
+    st.tuples(st.just("pause"), ids),
+    st.tuples(st.just("resume"), ids),
+    st.tuples(st.just("run_now"), ids),
+    st.tuples(st.just("restart"), st.sampled_from([0.0, 100.0, 400.0])),
+)
+
+
+class World:
+    """The handler the schedulers share, and what the program did, for the checks."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.running: set[str] = set()
+        self.overlaps: list[tuple[str, datetime]] = []
+        #: Per (id, incarnation, scheduled_for): how many runs succeeded. A schedule removed and
+        #: filed again is a new one (its first occurrence may be the very time the old one ran).
+        self.successes: Counter[tuple[str, int, datetime]] = Counter()
+        #: Each element filed: the incarnation of its schedule (``unschedule`` starts a new one).
+        self.incarnation_of: dict[int, int] = {}
+        self.incarnations: Counter[str] = Counter()
+        self.runs: list[tuple[str, datetime]] = []
+        #: Per id: how many of its next runs fail, and how long its next run takes.
+        self.failing: Counter[str] = Counter()
+        self.slow: dict[str, float] = {}
+        #: The times of the ``run_now`` calls that returned True, per id.
+        self.requests: dict[str, set[datetime]] = {id: set() for id in PHASE}
+        #: The live schedules (filed and not removed), and which of them are paused.
+        self.live: set[str] = set()
+        self.paused: set[str] = set()
+        self.elements = 0
+
+    async def __call__(self, element: Any) -> None:
+        delivery = current_delivery()
+        id, when = delivery.id, delivery.scheduled_for
+        assert when is not None
+        if id in self.running:
+            self.overlaps.append((id, when))
+        self.running.add(id)
+        try:
+            self.runs.append((id, when))
+            if (seconds := self.slow.pop(id, 0.0)) > 0:
+                await self.clock.sleep_until(self.clock() + seconds)
+            if self.failing[id] > 0:
+                self.failing[id] -= 1
+                raise RuntimeError(f"{id} fails at {when}")
+            self.successes[(id, self.incarnation_of[element], when)] += 1
+        finally:
+            self.running.discard(id)
+
+    def requested(self, id: str, when: datetime) -> bool:
+        """Whether ``when`` is the key of a run now of ``id``: the time of the call, or a few
+        microseconds after it where that time was already another run's key."""
+        return any(timedelta(0) <= when - at < timedelta(milliseconds=1) for at in self.requests[id])
+
+    def on_grid(self, id: str, when: datetime) -> bool:
+        offset = (when - T0).total_seconds() - PHASE[id]
+        return offset >= 0 and offset % PERIOD == 0
+
+
+def make_schedulers(store: MemoryStore, world: World, count: int) -> list[Scheduler]:
+    schedulers = []
+    for _ in range(count):
+        scheduler = Scheduler(store, grace=0)
+        scheduler.handler("job", lease=LEASE, retry=Retry(attempts=3, backoff=lambda attempt: 10.0))(world)
+        schedulers.append(scheduler)
+    return schedulers
+
+
+async def advance(clock: FakeClock, seconds: float) -> None:
+    left = seconds
+    while left > 1e-9:
+        await wait_all_tasks_blocked()
+        move = min(STEP, left)
+        clock.advance(move)
+        left -= move
+        await wait_all_tasks_blocked()
+
+
+#: Not made while an occurrence of the schedule runs (see the module).
+CHANGES = {"unschedule"}
+
+
+async def apply(op: tuple[Any, ...], world: World, scheduler: Scheduler) -> None:
+    verb, *args = op
+    clock = world.clock
+    if verb in CHANGES and args[0] in world.running:
+        return
+    if verb == "advance":
+        await advance(clock, args[0])
+    elif verb == "fail":
+        world.failing[args[0]] += args[1]
+    elif verb == "slow":
+        world.slow[args[0]] = args[1]
+    elif verb == "schedule":
+        id, misfire = args
+        world.elements += 1
+        world.incarnation_of[world.elements] = world.incarnations[id]
+        start = T0 + timedelta(seconds=PHASE[id])
+        await scheduler.schedule(
+            "job",
+            Every(PERIOD, start=start),
+            id=id,
+            element=world.elements,
+            misfire=misfire,
+            grace=10 if misfire == "skip" else None,
+        )
+        world.live.add(id)
+    elif verb == "unschedule":
+        id = args[0]
+        assert await scheduler.unschedule("job", id) is (id in world.live)
+        world.incarnations[id] += 1
+        world.live.discard(id)
+        world.paused.discard(id)
+    elif verb == "pause":
+        id = args[0]
+        assert await scheduler.pause("job", id) is (id in world.live)
+        if id in world.live:
+            world.paused.add(id)
+    elif verb == "resume":
+        id = args[0]
+        assert await scheduler.resume("job", id) is (id in world.live)
+        world.paused.discard(id)
+    elif verb == "run_now":
+        id = args[0]
+        at = datetime.fromtimestamp(wall(clock), UTC)
+        if await scheduler.run_now("job", id):
+            assert id in world.live
+            assert id not in world.paused
+            world.requests[id].add(at)
+    await wait_all_tasks_blocked()
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(program=st.lists(ops, max_size=25), count=st.sampled_from([1, 2]))
+async def test_random_programs_keep_the_schedule_guarantees(
+    program: list[tuple[Any, ...]], count: int
+) -> None:
+    clock = FakeClock(start=T0)
+    world = World(clock)
+    async with MemoryStore(clock=clock) as store:
+        stack = AsyncExitStack()
+        schedulers = make_schedulers(store, world, count)
+        for scheduler in schedulers:
+            await stack.enter_async_context(scheduler)
+        try:
+            for op in program:
+                if op[0] == "restart":
+                    for scheduler in schedulers:
+                        scheduler.stop()
+                    await stack.aclose()
+                    await advance(clock, op[1])
+                    schedulers = make_schedulers(store, world, count)
+                    for scheduler in schedulers:
+                        await stack.enter_async_context(scheduler)
+                    await wait_all_tasks_blocked()  # what was missed is claimed (see the module)
+                else:
+                    await apply(op, world, schedulers[0])
+            # Nothing fails or runs long from here: what is live and not paused runs on its grid.
+            world.failing.clear()
+            world.slow.clear()
+            await advance(clock, 200.0)  # the runs under way end, retries run out
+            before = len(world.runs)
+            since = clock()
+            await advance(clock, 3 * PERIOD)
+            infos = {info.id: info for info in await schedulers[0].schedules("job")}
+        finally:
+            for scheduler in schedulers:
+                scheduler.stop()
+            await stack.aclose()
+
+    assert world.overlaps == []
+    assert [key for key, times in world.successes.items() if times > 1] == []
+    for id, when in world.runs:
+        assert world.on_grid(id, when) or world.requested(id, when), (id, when)
+    assert set(infos) == world.live
+    assert {id for id, info in infos.items() if info.paused} == world.paused
+    ran = Counter(id for id, _ in world.runs[before:])
+    for id in world.live - world.paused:
+        assert ran[id] >= 2, (id, ran, since)
+        next_run = infos[id].next_run
+        assert next_run is not None
+        assert next_run > datetime.fromtimestamp(wall(clock), UTC) - timedelta(seconds=1)
+    for id in world.paused:
+        assert ran[id] == 0
