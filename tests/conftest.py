@@ -28,6 +28,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "asyncio_debug: run asyncio in debug mode even where the module turns it off"
     )
+    config.addinivalue_line(
+        "markers",
+        "loop_may_block: a test that runs a store's I/O on the loop's thread on purpose (to make it "
+        "deterministic): blockbuster does not watch it",
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -88,7 +93,7 @@ def no_blocking_calls_on_the_loop(request: pytest.FixtureRequest) -> Iterator[No
     ``rehydrate``: work off-loaded to a worker thread (SQLite's connection) is not flagged, and
     neither is the tests' own set-up. The same code runs on trio, so asyncio's run covers it.
     """
-    if "anyio_backend" not in request.fixturenames:
+    if "anyio_backend" not in request.fixturenames or request.node.get_closest_marker("loop_may_block"):
         yield
         return
     with blockbuster_ctx("rehydrate"):

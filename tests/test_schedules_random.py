@@ -24,11 +24,14 @@ How many programs: the hypothesis profile (``tests/conftest.py``).
 
 from __future__ import annotations
 
+import sqlite3
 from collections import Counter
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
+import anyio
 import pytest
 from anyio import wait_all_tasks_blocked
 from hypothesis import HealthCheck, given, settings
@@ -36,10 +39,13 @@ from hypothesis import strategies as st
 
 from rehydrate import Every, Retry, Scheduler, current_delivery
 from rehydrate._clock import wall
-from rehydrate.stores import MemoryStore
+from rehydrate.abc import Store
+from rehydrate.stores import MemoryStore, SQLiteStore
 from rehydrate.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
+
+_T = TypeVar("_T")
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 PERIOD = 60.0
@@ -115,7 +121,7 @@ class World:
         return offset >= 0 and offset % PERIOD == 0
 
 
-def make_schedulers(store: MemoryStore, world: World, count: int) -> list[Scheduler]:
+def make_schedulers(store: Store, world: World, count: int) -> list[Scheduler]:
     schedulers = []
     for _ in range(count):
         scheduler = Scheduler(store, grace=0)
@@ -188,43 +194,98 @@ async def apply(op: tuple[Any, ...], world: World, scheduler: Scheduler) -> None
     await wait_all_tasks_blocked()
 
 
+class InlineSQLiteStore(SQLiteStore):
+    """The SQLite store with its statements run in the event loop's thread, not a worker thread:
+    ``wait_all_tasks_blocked`` then means that every store call has returned, and a program
+    runs the same every time."""
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        conn = self._conn
+        if conn is None:
+            raise self._not_open()
+        await anyio.lowlevel.checkpoint()
+        return self._in_thread(conn, fn)
+
+    async def subscribed(self, count: int) -> None:
+        """Return once ``count`` runners have subscribed: subscribing binds a socket in a worker
+        thread, which ``wait_all_tasks_blocked`` does not wait for (a runner not yet subscribed
+        when the clock is advanced would sleep through it)."""
+        with anyio.fail_after(10):
+            while True:
+                subscriptions = self._subscribers.get("job", set())
+                if len(subscriptions) >= count and all(s.listener is not None for s in subscriptions):
+                    return
+                await anyio.sleep(0.001)  # (a worker thread binds it: no event to wait on)
+
+
+programs = st.lists(ops, max_size=25)
+counts = st.sampled_from([1, 2])
+
+
 @settings(suppress_health_check=[HealthCheck.too_slow])
-@given(program=st.lists(ops, max_size=25), count=st.sampled_from([1, 2]))
+@given(program=programs, count=counts)
 async def test_random_programs_keep_the_schedule_guarantees(
     program: list[tuple[Any, ...]], count: int
 ) -> None:
     clock = FakeClock(start=T0)
-    world = World(clock)
     async with MemoryStore(clock=clock) as store:
-        stack = AsyncExitStack()
-        schedulers = make_schedulers(store, world, count)
+        await run_program(store, clock, program, count)
+
+
+@pytest.mark.loop_may_block  # (InlineSQLiteStore, on purpose)
+@settings(
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    # A fifth as many (at least 5): each program writes a file, with an fsync per transaction.
+    max_examples=max(5, settings().max_examples // 5),
+)
+@given(program=programs, count=counts)
+async def test_random_programs_keep_the_schedule_guarantees_on_sqlite(
+    tmp_path_factory: pytest.TempPathFactory, program: list[tuple[Any, ...]], count: int
+) -> None:
+    """The same on SQLite: its ``update`` and ``rearm`` rewrite stored bytes (see the stores)."""
+    clock = FakeClock(start=T0)
+    path = tmp_path_factory.mktemp("random") / "jobs.db"
+    async with InlineSQLiteStore(path, clock=clock) as store:
+        await run_program(store, clock, program, count)
+
+
+async def run_program(store: Store, clock: FakeClock, program: list[tuple[Any, ...]], count: int) -> None:
+    """Run ``program`` with ``count`` schedulers on ``store``, then check the guarantees."""
+    world = World(clock)
+    stack = AsyncExitStack()
+    schedulers = make_schedulers(store, world, count)
+    for scheduler in schedulers:
+        await stack.enter_async_context(scheduler)
+    subscribed = getattr(store, "subscribed", None)
+    if subscribed is not None:
+        await subscribed(count)
+    try:
+        for op in program:
+            if op[0] == "restart":
+                for scheduler in schedulers:
+                    scheduler.stop()
+                await stack.aclose()
+                await advance(clock, op[1])
+                schedulers = make_schedulers(store, world, count)
+                for scheduler in schedulers:
+                    await stack.enter_async_context(scheduler)
+                if subscribed is not None:
+                    await subscribed(count)
+                await wait_all_tasks_blocked()  # what was missed is claimed (see the module)
+            else:
+                await apply(op, world, schedulers[0])
+        # Nothing fails or runs long from here: what is live and not paused runs on its grid.
+        world.failing.clear()
+        world.slow.clear()
+        await advance(clock, 200.0)  # the runs under way end, retries run out
+        before = len(world.runs)
+        since = clock()
+        await advance(clock, 3 * PERIOD)
+        infos = {info.id: info for info in await schedulers[0].schedules("job")}
+    finally:
         for scheduler in schedulers:
-            await stack.enter_async_context(scheduler)
-        try:
-            for op in program:
-                if op[0] == "restart":
-                    for scheduler in schedulers:
-                        scheduler.stop()
-                    await stack.aclose()
-                    await advance(clock, op[1])
-                    schedulers = make_schedulers(store, world, count)
-                    for scheduler in schedulers:
-                        await stack.enter_async_context(scheduler)
-                    await wait_all_tasks_blocked()  # what was missed is claimed (see the module)
-                else:
-                    await apply(op, world, schedulers[0])
-            # Nothing fails or runs long from here: what is live and not paused runs on its grid.
-            world.failing.clear()
-            world.slow.clear()
-            await advance(clock, 200.0)  # the runs under way end, retries run out
-            before = len(world.runs)
-            since = clock()
-            await advance(clock, 3 * PERIOD)
-            infos = {info.id: info for info in await schedulers[0].schedules("job")}
-        finally:
-            for scheduler in schedulers:
-                scheduler.stop()
-            await stack.aclose()
+            scheduler.stop()
+        await stack.aclose()
 
     assert world.overlaps == []
     assert [key for key, times in world.successes.items() if times > 1] == []
