@@ -673,7 +673,11 @@ class Dehydrator:
 
     def _checked_get(self, id: object, *, pop: bool = False) -> _Node | None:
         key = _validate.element_id(id)
-        return self._index.pop(key, None) if pop else self._index.get(key)
+        if not pop:
+            return self._index.get(key)
+        if self._updated:
+            self._updated.pop(key, None)  # (its claim, if any, ends with it)
+        return self._index.pop(key, None)
 
     def _insert(self, id: str, element: Any, attempt: int, due: float, key: float, lease: bool) -> None:
         """File a node under ``key`` (a TTL, or a lease length when ``lease``), as push does.
