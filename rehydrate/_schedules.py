@@ -316,13 +316,24 @@ def without_extra(envelope: Envelope, ran: int | None = None) -> Envelope:
     ``ran``, the time of the extra run that was made for it, kept as ``last_extra``."""
     out = {key: value for key, value in envelope.items() if key != "extra"}
     if ran is not None:
+        # Just before ``next``, where the request was: the envelope filed after the extra run is
+        # the claimed one with another end, which a store rewrites in the bytes it holds (a
+        # change written into the schedule while the extra run ran is kept).
+        out.pop("last_extra", None)
         out["last_extra"] = ran
     return _next_last(out)
 
 
+#: The keys a worker changes as an occurrence ends, kept last in this order: what it files is the
+#: claimed envelope with another end, which a store rewrites in the bytes it holds (keeping what
+#: was written before them meanwhile: a pause, a new element).
+_ENDS: Final = ("last_extra", "extra", "next")
+
+
 def _next_last(envelope: Envelope) -> Envelope:
-    if "next" in envelope:
-        envelope["next"] = envelope.pop("next")
+    for key in _ENDS:
+        if key in envelope:
+            envelope[key] = envelope.pop(key)
     return envelope
 
 

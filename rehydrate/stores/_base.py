@@ -18,10 +18,12 @@ A store subclasses :class:`StoreBase` (a :class:`~rehydrate.abc.Store`) and gets
   filed again by ``rearm`` with one value changed, its ``next`` (the last key, an integer).
   :meth:`_keep_envelope`, called by ``claim`` for each element, keeps a claimed envelope's bytes
   until that claim ends; :meth:`_rearm_payload` then gives the bytes to file: the kept ones with
-  their end rewritten when the element filed is the claimed one with another ``next`` (and the
-  serializer is JSON), else the element encoded (``_dumps``). Encoding an envelope was a third of
-  what filing an occurrence cost on SQLite; the rewrite is a slice and a join. Nothing about
-  schedules is kept anywhere but in the element, as before.
+  their end rewritten when the element filed is the claimed one with another end (its ``next``,
+  an extra run's request; :func:`ends`; the serializer JSON), else the element encoded
+  (``_dumps``), and the old and new ends, with which the store rewrites the bytes it holds
+  instead, so that a change written into the envelope while the claim ran is kept. Encoding an
+  envelope was a third of what filing an occurrence cost on SQLite; the rewrite is a slice and a
+  join. Nothing about schedules is kept anywhere but in the element, as before.
 * **the TTN that came with a claim**: a store whose claim also reads when the next element is
   due (a claim that took fewer than it asked for) records it in ``_ttn_after[name]``, a due time
   on its clock (``None``: empty), popped when a claim begins; :meth:`StoreBase.ttn_after_claim`
@@ -66,6 +68,7 @@ __all__ = [
     "as_float",
     "as_int",
     "as_str",
+    "ends",
     "merge_next",
     "url_options",
 ]
@@ -204,61 +207,51 @@ class StoreBase(Store):
         self, name: str, id: str, token: int, element: Any
     ) -> tuple[bytes, bytes | None, bytes]:
         """What to file ``element`` with as the claim ``token``'s next occurrence: ``(payload,
-        old end, new end)``. When ``element`` is the claimed envelope with another ``next``, the
-        store files the bytes it holds with their end ``old`` made ``new`` (so a change written
-        into the envelope while its occurrence ran, by ``update``, is kept), or, if they no
-        longer end so, ``payload``: the kept bytes rewritten the same way. Else ``old`` is
-        ``None`` and ``payload`` is the element encoded."""
+        old end, new end)``. When ``element`` is the claimed envelope with other values at its
+        end (another ``next``; an extra run's request made its ``last_extra``), the store files
+        the bytes it holds with their end ``old`` made ``new`` (so a change written into the
+        envelope while its occurrence ran, by ``update``, is kept), or, if they no longer end so,
+        ``payload``: the kept bytes rewritten the same way. Else ``old`` is ``None`` and
+        ``payload`` is the element encoded."""
         kept = self._next_only(name, id, token, element)
         if kept is not None:
-            claimed, payload = kept
-            tail = b'"next":%d}' % claimed["next"]
-            if payload.endswith(tail):
-                new = b'"next":%d}' % element["next"]
-                return payload[: -len(tail)] + new, tail, new
+            held, old, new = kept
+            if held.endswith(old):
+                return held[: -len(old)] + new, old, new
         return self._dumps(element), None, b""
 
     def _next_only(
         self, name: str, id: str, token: int, element: Any, *, forget: bool = True
-    ) -> tuple[dict[str, Any], bytes] | None:
-        """The envelope the claim ``token`` handed out and its bytes (if kept), when ``element``
-        is that envelope with only its ``next`` changed (both integers). Forgets them, unless
-        ``forget`` is false."""
+    ) -> tuple[bytes, bytes, bytes] | None:
+        """The bytes kept of the envelope the claim ``token`` handed out, and its end and
+        ``element``'s (:func:`ends`), when ``element`` is that envelope with other values at its
+        end only. Forgets what was kept, unless ``forget`` is false."""
         if not self._kept:
             return None
         kept = self._kept.pop((name, id), None) if forget else self._kept.get((name, id))
         if kept is None or kept[0] != token or type(element) is not dict:
             return None
-        claimed = kept[1]
-        if (
-            type(claimed.get("next")) is int
-            and type(element.get("next")) is int
-            and element.keys() == claimed.keys()
-            and all(element[key] is value for key, value in claimed.items() if key != "next")
-        ):
-            return claimed, kept[2]
-        return None
+        found = ends(kept[1], element)
+        return None if found is None else (kept[2], *found)
 
     def _update_payload(
         self, name: str, id: str, token: int | None, element: Any
     ) -> tuple[bytes, bytes | None, bytes]:
         """What ``update`` files, as :meth:`_rearm_payload` says. A worker's update of the
-        envelope it holds with only another ``next`` (a late occurrence recording which one it
-        runs) rewrites the stored bytes' end, keeping a change written meanwhile, and what it
-        wrote stays kept as the claim's envelope (its rearm rewrites it in turn). Anything else
+        envelope it holds with other values at its end only (a late occurrence recording which
+        one it runs) rewrites the stored bytes' end, keeping a change written meanwhile, and what
+        it wrote stays kept as the claim's envelope (its rearm rewrites it in turn). Anything else
         is encoded whole, and a worker's other updates end what was kept."""
         if token is not None:
             kept = self._next_only(name, id, token, element, forget=False)
             if kept is not None:
-                claimed, held = kept
-                tail = b'"next":%d}' % claimed["next"]
-                new = b'"next":%d}' % element["next"]
-                if not held or held.endswith(tail):
+                held, old, new = kept
+                if not held or held.endswith(old):
                     # (A store that rewrites stored bytes itself keeps none: Redis.)
-                    payload = held[: -len(tail)] + new if held else self._dumps(element)
+                    payload = held[: -len(old)] + new if held else self._dumps(element)
                     assert self._kept is not None  # (it held the claim's envelope)
                     self._kept[(name, id)] = (token, element, payload if held else b"")
-                    return payload, tail, new
+                    return payload, old, new
             self._forget_envelopes(name, [id])
         return self._dumps(element), None, b""
 
@@ -294,13 +287,53 @@ class StoreBase(Store):
         return self._serializer.loads(payload)
 
 
+def ends(claimed: dict[str, Any], element: dict[str, Any]) -> tuple[bytes, bytes] | None:
+    """The compact JSON ends of two schedule envelopes that differ at their end only: from the
+    first key where they part (the same keys before it, holding the very same values) to the
+    closing brace, when every value there is an integer (``next``, ``extra``, ``last_extra``) and
+    both end with ``next``; else ``None``. The bytes of ``claimed`` with its end made
+    ``element``'s are ``element`` encoded."""
+    if (
+        type(nxt := element.get("next")) is int
+        and type(was := claimed.get("next")) is int
+        and element.keys() == claimed.keys()
+        and all(element[key] is value for key, value in claimed.items() if key != "next")
+    ):
+        # The common case, at every occurrence: another ``next`` only (its ``%d``, as JSON has it).
+        return b'"next":%d}' % was, b'"next":%d}' % nxt
+    keys, other = list(claimed), list(element)
+    if not keys or keys[-1] != "next" or not other or other[-1] != "next":
+        return None
+    first, most = 0, min(len(keys), len(other)) - 1
+    while first < most and keys[first] == other[first] and claimed[keys[first]] is element[other[first]]:
+        first += 1
+    if first == 0:
+        return None
+    parts: list[bytes] = []
+    for envelope, names in ((claimed, keys[first:]), (element, other[first:])):
+        values = [envelope[key] for key in names]
+        if not all(type(value) is int for value in values) or not all(
+            key.isidentifier() and key.isascii() for key in names
+        ):
+            return None
+        pairs = zip(names, values, strict=True)
+        parts.append(b",".join(b'"%s":%d' % (key.encode(), value) for key, value in pairs) + b"}")
+    return parts[0], parts[1]
+
+
 def merge_next(stored: Any, given: Any) -> Any:
     """What a rearm files for an element updated (by someone else than the worker that holds it)
     while its claim ran: a schedule's envelope as stored, changed meanwhile (its element, policy,
-    a pause), with the next time the worker gives; anything else as given (the memory store's
-    counterpart of the rewrite of stored bytes, see :meth:`StoreBase._rearm_payload`)."""
+    a pause), with the next time the worker gives (and the extra run it made, ``last_extra``, if
+    that request is the stored one); anything else as given (the memory store's counterpart of
+    the rewrite of stored bytes, see :meth:`StoreBase._rearm_payload`)."""
     if type(stored) is dict and type(given) is dict and "next" in stored and type(given.get("next")) is int:
         merged = {key: value for key, value in stored.items() if key != "next"}
+        ran = given.get("last_extra")
+        if ran is not None and "extra" not in given and merged.get("extra") == ran:
+            del merged["extra"]
+            merged.pop("last_extra", None)
+            merged["last_extra"] = ran
         merged["next"] = given["next"]
         return merged
     return given

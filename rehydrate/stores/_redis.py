@@ -750,7 +750,7 @@ class RedisStore(StoreBase):
             # holds (sent: the old and the new next, marked a rewrite); anything else is encoded.
             kept = self._next_only(name, id, token, element)
             if kept is not None:
-                payload = b"%d:%d" % (kept[0]["next"], element["next"])
+                payload = kept[1] + b"\n" + kept[2]  # (compact JSON ends: no newline in them)
             else:
                 payload = self._dumps(element)
             flat_items.append((id, micros, _fence_text(token), payload))

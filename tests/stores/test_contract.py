@@ -19,6 +19,7 @@ from rehydrate import (
 )
 from rehydrate._core._validate import MAX_SECONDS
 from rehydrate._core._workers import WORKER_KEEP
+from rehydrate._schedules import with_extra, with_paused, without_extra
 from rehydrate.abc import Store
 
 from .harnesses import Harness
@@ -252,6 +253,22 @@ class TestVerbs:
         (again,) = await s.claim(N, lease=30)
         assert await s.rearm(N, [("j", again.token, {**again.element, "next": 4_000_000}, 5)]) == [True]
         assert await s.look(N, "j") == {**changed, "next": 4_000_000}
+
+    async def test_a_change_written_while_an_extra_run_runs_is_kept(self, harness: Harness) -> None:
+        """The same for an extra run (``run_now``): the worker files the envelope without the
+        request and with its time as ``last_extra`` (both kept just before ``next``): its end
+        differs, not only ``next``, and a pause written into it meanwhile is kept all the same."""
+        s = harness.store
+        envelope = {"rehydrate.schedule": 1, "trigger": {"every": 60.0}, "element": "a", "anchor": 0}
+        envelope = with_extra(without_extra({**envelope, "next": 9_000_000}, ran=1), 7_000_000)
+        assert list(envelope)[-3:] == ["last_extra", "extra", "next"]
+        await s.push(N, envelope, ttl=0, id="j")
+        (claim,) = await s.claim(N, lease=30)
+        await s.update(N, "j", with_paused(claim.element, True))
+        # What the runner files as the extra run ends (the request's time kept, due at ``next``).
+        filed = without_extra(claim.element, ran=claim.element["extra"])
+        assert await s.rearm(N, [("j", claim.token, filed, 5)]) == [True]
+        assert await s.look(N, "j") == with_paused(filed, True)
 
     async def test_push_many(self, harness: Harness) -> None:
         s = harness.store

@@ -4,9 +4,10 @@
 -- and file the element anew with that payload at start + ttl, unclaimed, attempt 0 (a recurring
 -- schedule's next occurrence, filed as the current one ends: due at its nominal time, however
 -- long the call took to get here), only if the element is claimed under that very token. The
--- payload of a rewrite is "<old>:<new>" (integers) and stands for the stored payload with its end
--- '"next":<old>}' made '"next":<new>}': a schedule's envelope (JSON, next its last key) filed for
--- its next occurrence, sent as the two nominal times instead of encoded again (told apart by
+-- payload of a rewrite is "<old end>\n<new end>" and stands for the stored payload with its end
+-- <old end> made <new end>: a schedule's envelope (JSON, next its last key) filed for its next
+-- occurrence, sent as the ends that differ (its next time, an extra run's request) instead of
+-- encoded again, so that what was written into it while the claim ran is kept (told apart by
 -- ARGV[6], not by its bytes: a serializer may write anything). Returns a 1 or a 0 per item, or a
 -- 2 for a rewrite whose stored payload does not end that way (nothing done: the client sends the
 -- whole payload).
@@ -36,11 +37,11 @@ for i = 1, n do
   local payload = ARGV[at + 3]
   local ok = v and not done[id] and claimed(v) and token_of(v) == token
   if ok and rewrites ~= '' and byte(rewrites, i) == 49 then -- "1"
-    local colon = find(payload, ':', 1, true)
-    local tail = '"next":' .. sub(payload, 1, colon - 1) .. '}'
+    local newline = find(payload, '\n', 1, true)
+    local tail = sub(payload, 1, newline - 1)
     local stored = payload_of(v)
-    if sub(stored, -#tail) == tail then
-      payload = sub(stored, 1, #stored - #tail) .. '"next":' .. sub(payload, colon + 1) .. '}'
+    if #stored >= #tail and sub(stored, -#tail) == tail then
+      payload = sub(stored, 1, #stored - #tail) .. sub(payload, newline + 1)
     else
       ok = false
       out[i] = 2
