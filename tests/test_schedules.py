@@ -660,6 +660,28 @@ async def test_pause_and_resume(store: MemoryStore, clock: FakeClock) -> None:
         scheduler.stop()
 
 
+async def test_a_resume_at_once_does_not_run_again_what_just_ran(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """Paused and resumed within the microsecond of an occurrence that ran (a clock that does not
+    move): it goes on from the occurrence the schedule was paused at, not from "now" (that one
+    again, its key a second time)."""
+    scheduler = Scheduler(store, grace=0)
+    recorder = Recorder()
+    scheduler.handler("tick")(recorder)
+    async with scheduler:
+        await scheduler.schedule("tick", Every(10, start=T0), id="t")
+        await advance(clock, 0)
+        assert recorder.runs == [T0]
+        assert await scheduler.pause("tick", "t") is True
+        assert await scheduler.resume("tick", "t") is True
+        (info,) = await scheduler.schedules("tick")
+        assert info.next_run == T0 + timedelta(seconds=10)
+        await advance(clock, 10)
+        scheduler.stop()
+    assert recorder.runs == [T0, T0 + timedelta(seconds=10)]
+
+
 @pytest.mark.parametrize(
     ("misfire", "grace", "expected"),
     [
