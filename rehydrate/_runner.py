@@ -839,12 +839,13 @@ class Runner:
                 following = 0  # a damaged envelope: planning says what becomes of it
             if following > now * US:
                 return _Occurrence(trigger, envelope, nominal_us / US, following)
+        # A spread schedule runs ``offset`` after its nominal times: planned on its own clock.
+        offset = offset_of(claim.id, envelope) if "spread" in envelope else 0.0
         if envelope.get("paused"):
             # Paused while an occurrence ran (``pause`` writes into a running schedule): not run,
             # filed again, still paused, for its first occurrence after now. Not for the longest
             # ttl: a ``resume`` made while this claim lasts is written into it too, and the
             # schedule is then filed as resumed, for that occurrence.
-            offset = offset_of(claim.id, envelope) if "spread" in envelope else 0.0
             try:
                 upcoming = first_after(envelope, trigger, now - offset)
             except (KeyError, TypeError, ValueError):  # a damaged envelope: left paused for good
@@ -852,8 +853,6 @@ class Runner:
                 return None
             self._rearmer.add(claim.id, claim.token, with_next(envelope, upcoming), upcoming + offset, False)
             return None
-        # A spread schedule runs ``offset`` after its nominal times: planned on its own clock.
-        offset = offset_of(claim.id, envelope) if "spread" in envelope else 0.0
         if "extra" in envelope:
             # An extra run asked for by ``Scheduler.run_now``: out of turn while the occurrence
             # it stands for is still to come, filed again for that one once it ends. A request

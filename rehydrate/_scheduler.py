@@ -40,6 +40,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from rehydrate._batcher import DeferBatcher
 from rehydrate._clock import wall
 from rehydrate._core import _validate
+from rehydrate._core._records import ElementInfo
 from rehydrate._core._retry import Retry
 from rehydrate._core._triggers import US, Every, Misfire, Trigger, trigger_from_dict
 from rehydrate._core._validate import Seconds
@@ -546,7 +547,7 @@ class Scheduler:
         info = await store.info(name, id)
         if info is None:
             return "unknown"
-        if info.claimed and info.due > store.clock():
+        if self._holds(info):
             return "held"
         element = await store.look(name, id)
         schedule = is_schedule(element)
@@ -774,9 +775,14 @@ class Scheduler:
             return
 
     async def _held(self, name: str, id: str) -> bool:
-        """Whether an occurrence of the schedule ``id`` runs now (claimed, its lease running)."""
+        """Whether an occurrence of the schedule ``id`` runs now (see :meth:`_holds`)."""
         info = await self.store.info(name, id)
-        return info is not None and info.claimed and info.due > self.store.clock()
+        return info is not None and self._holds(info)
+
+    def _holds(self, info: ElementInfo) -> bool:
+        """Whether a worker holds the element: claimed, its lease running (one that ran out is
+        as good as due: its worker died)."""
+        return info.claimed and info.due > self.store.clock()
 
     async def _change_held(self, name: str, id: str, existing: Envelope, envelope: Envelope) -> bool:
         """Change a schedule while one of its occurrences runs: ``envelope`` (``existing``
@@ -860,10 +866,10 @@ class Scheduler:
             if await self._change_held(name, id, existing, with_paused(existing, paused)):
                 return True
             return await self._set_paused(name, id, paused)  # changed meanwhile: again
-        trigger = trigger_from_dict(existing["trigger"])
         if paused:
             envelope, ttl = with_paused(existing, True), PAUSED_TTL
         else:
+            trigger = trigger_from_dict(existing["trigger"])
             now = wall(store.clock)
             offset = offset_of(id, existing)
             # The first occurrence from now on, but not before the one the schedule was paused

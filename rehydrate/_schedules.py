@@ -316,11 +316,7 @@ def without_extra(envelope: Envelope, ran: int | None = None) -> Envelope:
     ``ran``, the time of the extra run that was made for it, kept as ``last_extra``."""
     out = {key: value for key, value in envelope.items() if key != "extra"}
     if ran is not None:
-        # Just before ``next``, where the request was: the envelope filed after the extra run is
-        # the claimed one with another end, which a store rewrites in the bytes it holds (a
-        # change written into the schedule while the extra run ran is kept).
-        out.pop("last_extra", None)
-        out["last_extra"] = ran
+        out["last_extra"] = ran  # (placed among the last keys by _next_last, see _ENDS)
     return _next_last(out)
 
 

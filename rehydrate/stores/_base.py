@@ -70,6 +70,7 @@ __all__ = [
     "as_str",
     "ends",
     "merge_next",
+    "rewritten",
     "url_options",
 ]
 
@@ -216,8 +217,9 @@ class StoreBase(Store):
         kept = self._next_only(name, id, token, element)
         if kept is not None:
             held, old, new = kept
-            if held.endswith(old):
-                return held[: -len(old)] + new, old, new
+            payload = rewritten(held, old, new)
+            if payload is not None:
+                return payload, old, new
         return self._dumps(element), None, b""
 
     def _next_only(
@@ -246,9 +248,9 @@ class StoreBase(Store):
             kept = self._next_only(name, id, token, element, forget=False)
             if kept is not None:
                 held, old, new = kept
-                if not held or held.endswith(old):
-                    # (A store that rewrites stored bytes itself keeps none: Redis.)
-                    payload = held[: -len(old)] + new if held else self._dumps(element)
+                # (A store that rewrites stored bytes itself keeps none: Redis.)
+                payload = rewritten(held, old, new) if held else self._dumps(element)
+                if payload is not None:
                     assert self._kept is not None  # (it held the claim's envelope)
                     self._kept[(name, id)] = (token, element, payload if held else b"")
                     return payload, old, new
@@ -319,6 +321,11 @@ def ends(claimed: dict[str, Any], element: dict[str, Any]) -> tuple[bytes, bytes
         pairs = zip(names, values, strict=True)
         parts.append(b",".join(b'"%s":%d' % (key.encode(), value) for key, value in pairs) + b"}")
     return parts[0], parts[1]
+
+
+def rewritten(payload: bytes, old: bytes, new: bytes) -> bytes | None:
+    """``payload`` with its end ``old`` made ``new``, or ``None`` if it does not end so."""
+    return payload[: -len(old)] + new if old and payload.endswith(old) else None
 
 
 def merge_next(stored: Any, given: Any) -> Any:

@@ -29,7 +29,7 @@ from rehydrate.errors import (
 )
 from rehydrate.stores import _sqlite_sql as sql
 from rehydrate.stores import _sqlite_wake as wake
-from rehydrate.stores._base import StoreBase, as_float, as_str, url_options
+from rehydrate.stores._base import StoreBase, as_float, as_str, rewritten, url_options
 from rehydrate.stores._sqlite_wake import Listener
 
 __all__ = ["BlockingSQLiteStore", "SQLiteStore"]
@@ -724,11 +724,9 @@ class SQLiteStore(StoreBase):
             if row is None or (token is not None and (row[4] != token or not row[5])):
                 raise UnknownIdError(id)
             old = self._loads(name, id, row[1], row[2])
-            stored = bytes(row[1])
-            written = payload
-            if old_end is not None and stored.endswith(old_end):  # (see StoreBase._update_payload)
-                written = stored[: -len(old_end)] + new_end
-            conn.execute(sql.SET_PAYLOAD, (written, codec, row[0]))
+            # The stored bytes with their end rewritten, if they end so (see _update_payload).
+            kept = None if old_end is None else rewritten(bytes(row[1]), old_end, new_end)
+            conn.execute(sql.SET_PAYLOAD, (payload if kept is None else kept, codec, row[0]))
             return old
 
         return await self._write(body)
