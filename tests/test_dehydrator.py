@@ -511,15 +511,21 @@ class TestMemoryBounds:
         assert len(dehydrator) == 1
 
 
+def entries(d: Dehydrator) -> int:
+    """Heap entries, with the loose nodes that wait in time slots to be opened into it."""
+    return len(d._heads) + sum(map(len, d._later.values()))
+
+
 class TestLooseNodes:
-    """Past ``_QUEUES_MAX`` distinct TTLs, elements are filed loose in the heap, as in a binary heap."""
+    """Past ``_QUEUES_MAX`` distinct TTLs, elements are filed loose: in a time slot if due within
+    the horizon, else in the heap itself, as in a binary heap."""
 
     def test_distinct_ttls_past_the_limit_are_loose(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
         n = _dehydrator._QUEUES_MAX + 500
         for i in range(n):
             dehydrator.push(i, ttl=1 + (i * 7919 % n) / 1000, id=f"e{i}")
         assert len(dehydrator._queues) == _dehydrator._QUEUES_MAX
-        assert len(dehydrator._heads) == n
+        assert entries(dehydrator) == n
         last = n - 1
         info = dehydrator.info(f"e{last}")
         assert info is not None
@@ -550,7 +556,7 @@ class TestLooseNodes:
         assert queued(5) == 1
         dehydrator.push("d", ttl=5, id="d")  # the window is over: back in its queue
         assert queued(5) == 2
-        assert len(dehydrator._heads) == 2 + 4  # two queue entries, four loose nodes
+        assert entries(dehydrator) == 2 + 4  # two queue entries, four loose nodes
         info = dehydrator.info("w0")
         assert info is not None
         assert (info.ttl, info.claimed) == (5, False)
@@ -611,12 +617,17 @@ class TestLooseNodes:
         assert dehydrator.ttn() is None
 
 
-@pytest.mark.parametrize("queues_max", [0, 3, 1024])
-def test_a_long_random_workload_matches_a_model(queues_max: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Thousands of mixed steps at sizes the stateful test does not reach (bulk polls, sweeps)."""
+@pytest.mark.parametrize(("queues_max", "per_second"), [(0, 64), (3, 64), (1024, 64), (0, 0.5), (3, 4)])
+def test_a_long_random_workload_matches_a_model(
+    queues_max: int, per_second: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thousands of mixed steps at sizes the stateful test does not reach (bulk polls, sweeps);
+    with time slots of a 64th of a second (the default), or as wide as the TTLs (runs of many)."""
     import random
 
     monkeypatch.setattr(_dehydrator, "_QUEUES_MAX", queues_max)
+    monkeypatch.setattr(_dehydrator, "_SLOTS_PER_SECOND", per_second)
+    monkeypatch.setattr(_dehydrator, "_HORIZON", 10.0)
     monkeypatch.setattr(_dehydrator, "_SWEEP_SLACK", 16)
     rng = random.Random(queues_max)
     clock = FakeClock(0.0)

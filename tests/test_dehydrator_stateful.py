@@ -241,9 +241,10 @@ class DehydratorMachine(RuleBasedStateMachine):
 
 def nodes_held(d: Dehydrator) -> int:
     """The nodes a dehydrator holds in its queues and heap, live or dead."""
-    queues = [*d._queues.values(), *d._leases.values()]
+    queues = [*d._queues.values(), *d._leases.values(), *d._runs.values()]
     loose = sum(1 for entry in d._heads if type(entry[-1]) is not _dehydrator._Queue)
-    return sum(len(q.items) - q.head for q in queues) + loose
+    waiting = sum(map(len, d._later.values()))  # in time slots not yet opened
+    return sum(len(q.items) - q.head for q in queues) + loose + waiting
 
 
 def assert_nodes_counted(d: Dehydrator) -> None:
@@ -283,6 +284,27 @@ def test_with_loose_nodes_and_eager_housekeeping(skip: int, monkeypatch: pytest.
     monkeypatch.setattr(_dehydrator, "_SKIP", skip)
     monkeypatch.setattr(_dehydrator, "_COMPACT_MIN", 0)
     monkeypatch.setattr(_dehydrator, "_SWEEP_SLACK", 0)
+    run_state_machine_as_test(
+        DehydratorMachine,
+        settings=settings(max_examples=200, stateful_step_count=60, deadline=None),
+    )
+
+
+@pytest.mark.parametrize(
+    ("per_second", "run_min", "sweep_slack"),
+    [(1, 3, 1024), (0.5, 1, 1024), (2, 1, 0)],  # slots of 1, 2 and 0.5 s; runs of one node; eager sweeps
+)
+def test_with_time_slots(
+    per_second: float, run_min: int, sweep_slack: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Most elements loose, in time slots as wide as the machine's TTLs and advances, so that a slot
+    holds several (ties among them) and is opened into a run; TTLs past a 5 s horizon go into the
+    heap beside them."""
+    monkeypatch.setattr(_dehydrator, "_QUEUES_MAX", 1)
+    monkeypatch.setattr(_dehydrator, "_SLOTS_PER_SECOND", per_second)
+    monkeypatch.setattr(_dehydrator, "_HORIZON", 5.0)
+    monkeypatch.setattr(_dehydrator, "_RUN_MIN", run_min)
+    monkeypatch.setattr(_dehydrator, "_SWEEP_SLACK", sweep_slack)
     run_state_machine_as_test(
         DehydratorMachine,
         settings=settings(max_examples=200, stateful_step_count=60, deadline=None),
