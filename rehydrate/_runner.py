@@ -77,9 +77,6 @@ _STRIDE: Final = 32
 #: While claims wait for a worker, acks (and rearms) wait this long at most for them to start:
 #: bookkeeping after the handlers' starts, in batches, never long enough to endanger a lease.
 _BOOKKEEPING_DELAY: Final = 0.005
-#: A claim that took fewer than it asked for still has more coming if the next element is due
-#: within this (on the store's clock): a burst whose due times spread over a millisecond.
-_MORE_WITHIN: Final = 0.005
 
 
 @attrs.frozen(kw_only=True)
@@ -489,7 +486,7 @@ class _Workers:
         #: claim was short); made anew when claims wait again.
         self._emptied = anyio.Event()
         self._emptied.set()
-        #: The claim loop's last word: more is due now, or within the bookkeeping's wait.
+        #: The claim loop's last claim took all it asked for: more is due, and comes next.
         self._more_coming = False
 
     def dispatch(self, claim: Claim) -> None:
@@ -501,8 +498,7 @@ class _Workers:
             self._wake_one()
 
     def claimed(self, *, more: bool) -> None:
-        """The claim loop's word after each claim: whether more is due now or within the
-        bookkeeping's wait (it took all it asked for, or the next element is due that soon)."""
+        """The claim loop's word after each claim: whether it took all it asked for (more is due)."""
         self._more_coming = more
         if not more and not self._queue:
             self._emptied.set()
@@ -692,23 +688,12 @@ class Runner:
             for claim in claims:
                 self.in_flight += 1
                 workers.dispatch(claim)
-            if len(claims) >= want:
-                workers.claimed(more=True)
+            more = len(claims) >= want
+            workers.claimed(more=more)
+            if more:
                 await anyio.lowlevel.checkpoint()
-                continue
-            # A short claim: more is coming if the next element is due within _MORE_WITHIN. A
-            # burst's due times spread over a millisecond make every claim short, and acks sent
-            # between them would cut it into pieces (a flush each, between handlers' starts).
-            workers.claimed(more=True)  # (until the store has said what is due next)
-            try:
-                ttn = await store.ttn_after_claim(name)
-            except RehydrateError as exc:
-                workers.claimed(more=False)
-                backoff = await _store_trouble(name, exc, backoff)
-                continue
-            workers.claimed(more=ttn is not None and ttn < _MORE_WITHIN)
-            if ttn is None or ttn > 0:
-                await subscription.wait(ttn)
+            else:
+                await _sleep_until_due(store, name, subscription)
 
     async def _deliver(self, claim: Claim) -> None:
         handler, counters = self.handler, self._counters

@@ -248,43 +248,6 @@ class TestDelivery:
         assert sum(n for kind, n in timeline if kind == "ack") == 300
         assert kinds.count("ack") <= 3
 
-    async def test_a_burst_spread_over_a_millisecond_acks_after_its_last_start(
-        self, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        """Due times spread over a millisecond make every claim short (each takes what is due so
-        far), but more is due within the bookkeeping's wait: no ack goes out between the starts."""
-        monkeypatch.setattr(_runner, "_BOOKKEEPING_DELAY", 30.0)  # (see the test above)
-        timeline: list[tuple[str, int]] = []
-
-        class Recording(MemoryStore):
-            async def ack(self, name: str, claims: Any) -> list[bool]:
-                pairs = list(claims)
-                timeline.append(("ack", len(pairs)))
-                return await super().ack(name, pairs)
-
-        async with Recording(clock=clock) as store:
-            scheduler = Scheduler(store=store, grace=0.5)
-
-            @scheduler.handler("jobs", concurrency=1000)
-            async def job(element: int) -> None:
-                timeline.append(("start", element))
-
-            await store.push_many("jobs", [(i, i * 3e-6, None) for i in range(300)])  # over 0.9 ms
-            async with scheduler:
-                for _ in range(10):  # 1 ms in steps of 100 µs: a claim of about 33 at each
-                    clock.advance(100e-6)
-                    await settle()
-                for _ in range(100):
-                    if scheduler.stats().acked == 300:
-                        break
-                    await anyio.sleep(0.01)
-            assert scheduler.stats().acked == 300
-        kinds = [kind for kind, _ in timeline]
-        assert [element for kind, element in timeline if kind == "start"] == list(range(300))
-        last_start = len(kinds) - 1 - kinds[::-1].index("start")
-        assert kinds.index("ack") > last_start  # no ack between two starts
-        assert kinds.count("ack") <= 3
-
     async def test_handler_registered_while_running(self, scheduler: Scheduler, clock: FakeClock) -> None:
         got: list[str] = []
         async with scheduler:
