@@ -18,8 +18,8 @@ Layout (see the README's "How it works"):
   all on ``(due, seq)`` alike.
 * loose nodes due within ``_HORIZON`` seconds wait outside the heap, in time slots of
   ``1 / _SLOTS_PER_SECOND`` seconds, unsorted (a push is an append). A slot is opened when the
-  heap's top reaches its start: its nodes, sorted once in C, become a *run*, a queue with one
-  heap entry, taken as a queue's nodes are. Elements due close together with distinct due times
+  heap's top comes within a slot of its start: its nodes, sorted once in C, become a *run*, a
+  queue with one heap entry, taken as a queue's nodes are. Elements due close together with distinct due times
   (a burst: a fan-out, a cron minute, jittered retries) are then claimed as a run, with no heap
   operation each: a heap pop per element amid 20,000 scattered nodes cost as much as the rest
   of a claim (``benchmarks/bench_scheduler.py``, the burst pattern). Slots are few (at most one
@@ -1246,7 +1246,7 @@ class Dehydrator:
 
     def _all_due(self, now: float) -> bool:
         """Whether every live node is due: one look at each queue's tail, one pass over the heap's leaves."""
-        if self._slots:  # (a slot still closed once ripened to now holds nothing due)
+        if self._slots:  # (the slots opening by now are spilled first: those left hold nothing due)
             return False
         for queues in (self._queues, self._leases, self._runs):
             for queue in queues.values():
