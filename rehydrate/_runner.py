@@ -346,7 +346,7 @@ class _Acker(_Bookkeeper):
             results: list[bool] | None = None
             try:
                 # Shielded: a batch cut off half-way would be neither counted nor known to be sent.
-                # (One scope for the shield and the timeout: a flush can come at every claim.)
+                # (One scope both shields and times out: a flush can follow every short claim.)
                 with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _ACK_TIMEOUT):
                     results = await self._store.ack(self._name, batch)
             except RehydrateError as exc:

@@ -538,6 +538,34 @@ class TestLooseNodes:
         assert dehydrator.poll() == sorted(set(range(n)) - set(due), key=lambda i: i * 7919 % n)
         assert dehydrator.ttn() is None
 
+    def test_a_burst_of_distinct_due_times_is_taken_as_one_run(
+        self, dehydrator: Dehydrator, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Loose elements due within one time slot wait outside the heap; the ``ttn`` that reaches
+        their slot sorts them into a run with a single heap entry, claimed in due order. An element
+        due past the horizon goes into the heap itself."""
+        import random
+
+        monkeypatch.setattr(_dehydrator, "_QUEUES_MAX", 0)
+        per_second = _dehydrator._SLOTS_PER_SECOND
+        start = math.ceil((clock() + 10) * per_second) / per_second  # a slot's start, 10 s ahead
+        rng = random.Random(3)
+        dues = [start + rng.uniform(0, 0.5 / per_second) for _ in range(1000)]
+        for i, due in enumerate(dues):
+            dehydrator.push(i, ttl=due - clock(), id=f"e{i}")
+        dehydrator.push("far", ttl=_dehydrator._HORIZON + 1, id="far")
+        assert len(dehydrator._later) == 1
+        assert len(dehydrator._heads) == 1  # only the element past the horizon
+        assert dehydrator.ttn() == pytest.approx(min(dues) - clock())
+        assert not dehydrator._later
+        assert len(dehydrator._heads) == 2  # the run's entry, and the far element
+        assert len(dehydrator._runs) == 1
+        clock.advance(11)
+        claims = dehydrator.claim(lease=30, limit=600) + dehydrator.claim(lease=30, limit=600)
+        assert [claim.element for claim in claims] == sorted(range(1000), key=dues.__getitem__)
+        assert not dehydrator._runs  # drained, and forgotten
+        assert dehydrator.info("far") is not None
+
     def test_after_a_miss_the_next_pushes_are_loose_without_a_lookup(
         self, dehydrator: Dehydrator, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
     ) -> None:
