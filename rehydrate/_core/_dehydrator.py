@@ -781,14 +781,12 @@ class Dehydrator:
         while slots and (not heads or heads[0][0] >= self._open_at or self._open_at <= until):
             self._open(heappop(slots))
 
-    def _spill(self, now: float) -> tuple[list[_Node], bool]:
+    def _spill(self, now: float) -> list[_Node]:
         """Take out of their slots, as loose nodes (dead ones too, as the heap holds them), the
-        nodes of every slot that opens by ``now``, so that no node due by then is left in a slot;
-        and whether every node taken is due."""
+        nodes of every slot that opens by ``now``, so that no node due by then is left in a slot."""
         slots, later = self._slots, self._later
         latest = max(slots)
         if (latest - 1) / _SLOTS_PER_SECOND <= now:  # every slot: no heap of slots popped
-            last = later[latest]
             spilled = list(chain.from_iterable(later.values()))
             later.clear()
             slots.clear()
@@ -797,12 +795,10 @@ class Dehydrator:
             spilled = []
             while self._open_at <= now:
                 latest = heappop(slots)
-                last = later.pop(latest)
-                spilled += last
+                spilled += later.pop(latest)
                 self._open_at = (slots[0] - 1) / _SLOTS_PER_SECOND
         self._opened = latest
-        # Only the last slot's nodes can be due after ``now``: the others are due before its start.
-        return spilled, max(map(_DUE, last)) <= now
+        return spilled
 
     def _open(self, slot: float) -> None:
         """Move a slot's live nodes into the heap: sorted once, as a run with one heap entry."""
@@ -1159,11 +1155,17 @@ class Dehydrator:
         """
         heads = self._heads
         if self._open_at <= now:
+            later = self._later
+            latest = max(self._slots)
+            if (
+                (latest - 1) / _SLOTS_PER_SECOND <= now  # every slot opens by now,
+                and max(map(_DUE, later[latest])) <= now  # the last one's nodes are due (so all are)
+                and self._all_due(now)
+            ):
+                return self._take_everything()  # (it takes the index's nodes: slots and all)
             # The slots that open by now, spilled into the heap unsorted: this poll sorts what it
             # takes once, at its end (a run each would sort them twice).
-            spilled, all_due = self._spill(now)
-            if all_due and not self._slots and self._all_due(now):
-                return self._take_everything()  # (it takes the index's nodes: no heap needed)
+            spilled = self._spill(now)
             if len(spilled) > len(heads) >> 2:
                 heads += spilled
                 heapify(heads)
@@ -1176,7 +1178,8 @@ class Dehydrator:
         # A backlog (everything due) in a big heap goes straight to the bulk take. A few of the
         # heap's leaves tell, in O(1), whether that is worth an O(M) look: the latest entry is a
         # leaf. A few queues are better cut (one queue's due prefix is one slice, and no sort).
-        if len(heads) > _BULK_MIN and self._leaves_due(now) and self._all_due(now):
+        # (Once the slots opening by now are spilled, those left hold nothing due.)
+        if len(heads) > _BULK_MIN and not self._slots and self._leaves_due(now) and self._all_due(now):
             return self._take_everything()
         entries: list[_Entry] = []
         # Pop the due entries one by one while there are few; once many are due, look at the
@@ -1185,7 +1188,7 @@ class Dehydrator:
         budget = (len(heads) >> 5) + _BULK_MIN
         while heads and heads[0][0] <= now:
             if not budget:
-                if self._all_due(now):
+                if not self._slots and self._all_due(now):
                     return self._take_everything()
                 keep: list[_Entry] = []
                 for entry in heads:
@@ -1245,9 +1248,8 @@ class Dehydrator:
         return all(heads[i][0] <= now for i in range(n - 1, n // 2 - 1, -step))
 
     def _all_due(self, now: float) -> bool:
-        """Whether every live node is due: one look at each queue's tail, one pass over the heap's leaves."""
-        if self._slots:  # (the slots opening by now are spilled first: those left hold nothing due)
-            return False
+        """Whether every live node outside the time slots is due: one look at each queue's tail,
+        one pass over the heap's leaves."""
         for queues in (self._queues, self._leases, self._runs):
             for queue in queues.values():
                 items = queue.items
