@@ -46,6 +46,7 @@ the store and a ``twin`` factory, through which the lifecycle and serializer rul
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from operator import is_
 from typing import Any, Final
 from urllib.parse import parse_qsl
 
@@ -298,11 +299,15 @@ def ends(claimed: dict[str, Any], element: dict[str, Any]) -> tuple[bytes, bytes
     if (
         type(nxt := element.get("next")) is int
         and type(was := claimed.get("next")) is int
-        and element.keys() == claimed.keys()
-        and all(element[key] is value for key, value in claimed.items() if key != "next")
+        and len(element) == len(claimed)
     ):
-        # The common case, at every occurrence: another ``next`` only (its ``%d``, as JSON has it).
-        return b'"next":%d}' % was, b'"next":%d}' % nxt
+        # The common case, at every occurrence: another ``next`` only, at the end of the same keys
+        # (its ``%d``, as JSON has it). Compared in C, value by value (``is_``), with ``next``
+        # made the same on one side: a generator of ``is`` tests cost twice as much.
+        keys, values = list(element), list(element.values())
+        values[-1] = was
+        if keys[-1] == "next" and keys == list(claimed) and all(map(is_, values, claimed.values())):
+            return b'"next":%d}' % was, b'"next":%d}' % nxt
     keys, other = list(claimed), list(element)
     if not keys or keys[-1] != "next" or not other or other[-1] != "next":
         return None
