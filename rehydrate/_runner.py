@@ -759,6 +759,11 @@ class Runner:
         else:
             if occurrence is None:
                 self._acker.add(claim.id, claim.token)
+            elif (upcoming := occurrence.following) is not None:
+                # _file_next's common case (planning knew the next occurrence), written out: an
+                # occurrence's own work is what keeps it from a one-shot delivery's pace.
+                envelope = {**occurrence.envelope, "next": upcoming}
+                self._rearmer.add(claim.id, claim.token, envelope, upcoming / US + occurrence.offset, True)
             else:
                 self._file_next(claim, occurrence)
         finally:

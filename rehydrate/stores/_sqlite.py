@@ -734,7 +734,7 @@ class SQLiteStore(StoreBase):
             old = self._loads(name, id, row[1], row[2])
             # The stored bytes with their end rewritten, if they end so (see _update_payload).
             kept = None if old_end is None else rewritten(bytes(row[1]), old_end, new_end)
-            conn.execute(sql.SET_PAYLOAD, (payload if kept is None else kept, codec, row[0]))
+            conn.execute(sql.SET_PAYLOAD, (_blob(payload if kept is None else kept), codec, row[0]))
             return old
 
         return await self._write(body)
