@@ -178,6 +178,30 @@ class DehydratorMachine(RuleBasedStateMachine):
             self.model.schedule(id, ttl, claimed=False)
         assert self.d.reschedule(id, ttl=ttl, attempt=attempt, token=fence) is ok
 
+    @rule(
+        items=st.lists(st.tuples(s.ids, st.integers(0, 1000), s.elements), max_size=6),
+        ttls=st.lists(s.ttls, min_size=1, max_size=2),
+    )
+    def rearm_many(self, items: list[tuple[str, int, Any]], ttls: list[float]) -> None:
+        """A runner's batch of next occurrences: a few ttls shared by many items (so most join
+        a queue the batch made), ids repeated (the second is fenced out) and stale tokens."""
+        m = self.model
+        batch = []
+        expected = []
+        for i, (id, token, element) in enumerate(items):
+            fence = self.pick(token)
+            assert fence is not None
+            ttl = ttls[i % len(ttls)]
+            batch.append((id, fence, element, ttl))
+            entry = m.entries.get(id)
+            ok = self.fenced(entry, None, fence) and entry is not None and entry.claimed
+            if ok:
+                assert entry is not None
+                entry.element, entry.attempt, entry.token = element, 0, None
+                m.schedule(id, ttl, claimed=False)
+            expected.append(ok)
+        assert self.d.rearm_many(batch) == expected
+
     @rule(id=s.ids, lease=s.leases, token=st.integers(0, 1000))
     def extend(self, id: str, lease: float, token: int) -> None:
         fence = self.pick(token)
