@@ -665,6 +665,7 @@ class Dehydrator:
         drop = self._drop_claimed
         insert = self._insert
         updated = self._updated
+        queues, seqs = self._queues, self._seq
         done: list[bool] = []
         for id, token, element, seconds in cast("list[tuple[str, int, Any, float]]", batch):
             node = index.get(id)
@@ -674,7 +675,18 @@ class Dehydrator:
             if updated and updated.pop(id, None) == token and merge is not None:
                 element = merge(node[3], element)
             drop(node)
-            insert(id, element, 0, now + seconds, seconds, False)
+            queue = queues.get(seconds)
+            if queue is None:
+                insert(id, element, 0, now + seconds, seconds, False)
+            else:
+                # _insert's common case written out: a batch's next occurrences share their ttl
+                # (measured from one reading of the clock), so all but the first join its queue.
+                seq = next(seqs)
+                node = [now + seconds, seq, id, element, 0, queue]
+                queue.items.append(node)
+                index[id] = node
+                if seq >= self._check_at:
+                    self._check(seq)
             done.append(True)
         return done
 
