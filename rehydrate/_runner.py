@@ -810,11 +810,7 @@ class Runner:
         handler = self.handler
         envelope: Envelope = claim.element
         try:
-            raw = envelope["trigger"]
-            # ``_trigger``'s first test written out, as a burst of one schedule's shared dict
-            # meets it (a new trigger read per occurrence costs a third of its planning).
-            last = self._last_trigger
-            trigger = last if raw is self._last_raw and last is not None else self._trigger(raw)
+            trigger = self._trigger(envelope["trigger"])
         except (RehydrateError, KeyError, TypeError, ValueError) as exc:
             if envelope.get("replay"):  # a requeued occurrence (it has no trigger): run it once
                 return _Occurrence(None, envelope, nominal_of(envelope))
