@@ -284,13 +284,23 @@ class Store(ABC):
     # -- leases --------------------------------------------------------------------------------
 
     @abstractmethod
-    async def claim(self, name: str, *, lease: Seconds, limit: int | None = None) -> list[Claim]:
+    async def claim(
+        self, name: str, *, lease: Seconds, limit: int | None = None, ahead: Seconds = 0.0
+    ) -> list[Claim]:
         """Atomically take up to ``limit`` due elements for ``lease`` seconds, in due order.
 
         Each is filed anew at ``now + lease`` with its attempt increased by one, and comes back
         (is due again) if the lease runs out before ``ack``/``xack``, ``reschedule`` or ``extend``.
         Stores bound ``limit`` internally (at most a few thousand per round trip) so one call never
         blocks the backend for long; loop to take more.
+
+        ``ahead`` (seconds, default 0) also takes the elements that fall due within that long
+        after now, in the same due order (their :attr:`Claim.due` is still to come, and
+        ``claimed_at`` is before it): for a claim loop that holds them and hands each over at its
+        due time, so that a burst's store work is done before the burst (``Scheduler.handler``'s
+        ``claim_ahead``). Their leases run from now, as any claim's. A store that cannot take
+        elements early should not accept the argument: the scheduler then refuses
+        ``claim_ahead`` with a clear error instead of delivering early.
         """
 
     @abstractmethod

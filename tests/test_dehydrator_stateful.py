@@ -47,8 +47,8 @@ class Model:
         self.seq += 1
         return self.seq
 
-    def due_ids(self, limit: int | None) -> list[str]:
-        due = sorted((e.due, e.seq, id) for id, e in self.entries.items() if e.due <= self.now)
+    def due_ids(self, limit: int | None, ahead: float = 0.0) -> list[str]:
+        due = sorted((e.due, e.seq, id) for id, e in self.entries.items() if e.due <= self.now + ahead)
         return [id for _, _, id in due][:limit]
 
     def schedule(self, id: str, seconds: float, *, claimed: bool) -> Entry:
@@ -139,16 +139,16 @@ class DehydratorMachine(RuleBasedStateMachine):
                 expected.append(m.entries.pop(id).element)
         assert self.d.xack(*ids, attempt=attempt, token=fence) == expected
 
-    @rule(lease=s.leases, limit=s.limits)
-    def claim(self, lease: float, limit: int | None) -> None:
+    @rule(lease=s.leases, limit=s.limits, ahead=st.sampled_from([0.0, 0.0, 0.5, 2.0]))
+    def claim(self, lease: float, limit: int | None, ahead: float) -> None:
         m = self.model
         expected = []
-        for id in m.due_ids(limit):
+        for id in m.due_ids(limit, ahead):
             entry = m.entries[id]
             entry.attempt += 1
             m.schedule(id, lease, claimed=True)
             expected.append(Claim(id=id, element=entry.element, attempt=entry.attempt, lease_until=entry.due))
-        claims = self.d.claim(lease=lease, limit=limit)
+        claims = self.d.claim(lease=lease, limit=limit, ahead=ahead)
         assert claims == expected
         for claim in claims:
             assert claim.token not in self.tokens  # never reused, even for a reused id

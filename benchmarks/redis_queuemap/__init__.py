@@ -91,7 +91,8 @@ class QueueMapStore(RedisStore):
             if max_seq == "":
                 max_seq = int(reply[0])
 
-    async def claim(self, name: str, *, lease: Seconds, limit: int | None = None) -> list[Claim]:
+    # (It predates Store.claim's ``ahead``, so a Scheduler refuses ``claim_ahead`` on this store.)
+    async def claim(self, name: str, *, lease: Seconds, limit: int | None = None) -> list[Claim]:  # type: ignore[override]
         """The former claim: its scripts fence by attempt, so a claim's token is its attempt."""
         self._keys(name)
         micros = _micros(lease, "lease")

@@ -536,16 +536,18 @@ class Dehydrator:
 
     # -- leases -------------------------------------------------------------------------------
 
-    def claim(self, *, lease: Seconds, limit: int | None = None) -> list[Claim]:
+    def claim(self, *, lease: Seconds, limit: int | None = None, ahead: Seconds = 0.0) -> list[Claim]:
         """Take due elements, in due order, for ``lease`` seconds.
 
         Each claimed element becomes due again at ``now + lease`` (so nobody else sees it until the
-        lease runs out, and then it is redelivered) and its attempt goes up by one.
+        lease runs out, and then it is redelivered) and its attempt goes up by one. ``ahead``
+        also takes those due within that many seconds from now (see :meth:`Store.claim`).
         """
         seconds = _validate.seconds(lease, "lease")
         n = _validate.limit_or_inf(limit)
+        early = _validate.seconds(ahead, "ahead")
         now = self.now()
-        taken = self._take(now, n, drop=False)
+        taken = self._take(now + early if early else now, n, drop=False)
         if not taken:
             return []
         due = now + seconds

@@ -168,10 +168,12 @@ class MemoryStore(StoreBase):
 
     # -- leases ----------------------------------------------------------------------------------
 
-    async def claim(self, name: str, *, lease: Seconds, limit: int | None = None) -> list[Claim]:
+    async def claim(
+        self, name: str, *, lease: Seconds, limit: int | None = None, ahead: Seconds = 0.0
+    ) -> list[Claim]:  # (ahead: see Store.claim)
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
-        return d.claim(lease=lease, limit=limit)
+        return d.claim(lease=lease, limit=limit, ahead=ahead)
 
     async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
         await anyio.lowlevel.checkpoint()

@@ -918,13 +918,16 @@ class PostgresStore(StoreBase):
 
     # -- leases ----------------------------------------------------------------------------------
 
-    async def claim(self, name: str, *, lease: Seconds, limit: int | None = None) -> list[Claim]:
+    async def claim(
+        self, name: str, *, lease: Seconds, limit: int | None = None, ahead: Seconds = 0.0
+    ) -> list[Claim]:
         """See :meth:`Store.claim`: at most 1,000 elements per call, one statement."""
         _name(name)
         micros = _micros(_validate.seconds(lease, "lease"))
         n = _validate.limit(limit)
+        early = _micros(_validate.seconds(ahead, "ahead"))
         take = _CLAIM_BATCH if n is None else min(n, _CLAIM_BATCH)
-        params = self._params(name=name, lease=micros, limit=take, codec=self._codec)
+        params = self._params(name=name, lease=micros, limit=take, codec=self._codec, ahead=early)
         self._ttn_after.pop(name, None)  # (what an earlier claim read is older than this one)
         rows = await self._run(lambda conn: conn.execute(self._sql.claim, params, prepare=True).fetchall())
         claims = []

@@ -247,7 +247,7 @@ _TEMPLATES: Final = {
             SELECT p.tid, p.id, p.due, p.attempt, p.claimed, p.serializer, nextval('{{seq_name}}') AS n
             FROM (
                 SELECT ctid AS tid, id, due, attempt, claimed, serializer FROM {{table}}
-                WHERE name = %(name)s AND due <= (SELECT now FROM t)
+                WHERE name = %(name)s AND due <= (SELECT now FROM t) + %(ahead)s
                 ORDER BY due, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED
             ) p
         ),

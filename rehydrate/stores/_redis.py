@@ -637,20 +637,23 @@ class RedisStore(StoreBase):
 
     # -- leases ----------------------------------------------------------------------------------
 
-    async def claim(self, name: str, *, lease: Seconds, limit: int | None = None) -> list[Claim]:
+    async def claim(
+        self, name: str, *, lease: Seconds, limit: int | None = None, ahead: Seconds = 0.0
+    ) -> list[Claim]:
         """See :meth:`Store.claim`. Takes ``batch_size`` elements per script (each atomic) and
-        loops until ``limit``; the loop takes only elements due when it began and filed before
-        (so never its own claims with ``lease=0``)."""
+        loops until ``limit``; the loop takes only elements due when it began (or ``ahead`` of
+        it) and filed before (so never its own claims with ``lease=0``)."""
         self._keys(name)
         micros = _micros(lease, "lease")
         n = _validate.limit(limit)
+        early = _micros(ahead, "ahead")
         self._ttn_after.pop(name, None)  # (what an earlier claim read is older than this one)
         out: list[Claim] = []
         first: list[str | int] = ["", ""]  # the seq and the time of the first page, once known
         while True:
             page = self._batch if n is None else min(self._batch, n - len(out))
             reply = await self._eval(
-                "take", name, ["claim", page, micros, first[0], self._join_flag, first[1]]
+                "take", name, ["claim", page, micros, first[0], self._join_flag, first[1], early]
             )
             now, until = int(reply[2]) / 1e6, int(reply[3]) / 1e6
             rows = range(6, len(reply), 5)

@@ -741,12 +741,15 @@ class SQLiteStore(StoreBase):
 
     # -- leases ----------------------------------------------------------------------------------
 
-    async def claim(self, name: str, *, lease: Seconds, limit: int | None = None) -> list[Claim]:
+    async def claim(
+        self, name: str, *, lease: Seconds, limit: int | None = None, ahead: Seconds = 0.0
+    ) -> list[Claim]:
         """See :meth:`Store.claim`; at most 1,000 elements per call (one transaction; none, and
         no write lock, when nothing is due)."""
         _validate.element_id(name, "name")
         seconds = _validate.seconds(lease, "lease")
         n = _validate.limit(limit)
+        early = _validate.seconds(ahead, "ahead")
         take = _CLAIM_BATCH if n is None else min(n, _CLAIM_BATCH)
         self._ttn_after.pop(name, None)  # (what an earlier claim read is older than this one)
 
@@ -756,14 +759,14 @@ class SQLiteStore(StoreBase):
             # producer and the other workers wait for. The head is the TTN the claim loop asks
             # for next (ttn_after_claim), read in the same trip to the thread.
             head = sql.head(conn, name)
-            if head is None or head > self._now():
+            if head is None or head > self._now() + early:
                 self._ttn_after[name] = head
                 return []
             return self._transaction(conn, body, lease_only=True)
 
         def body(conn: sqlite3.Connection) -> list[Claim]:
             now = self._now()
-            rows = conn.execute(sql.DUE, (name, now, take)).fetchall()
+            rows = conn.execute(sql.DUE, (name, now + early, take)).fetchall()
             if not rows:
                 # Taken by another process since the read: the head after it, as below.
                 self._ttn_after[name] = sql.head(conn, name)

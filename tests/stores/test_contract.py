@@ -325,6 +325,53 @@ class TestLeases:
         assert [c.element for c in await s.claim(N, lease=1, limit=3)] == [4, 3, 2]
         assert [c.element for c in await s.claim(N, lease=1)] == [1, 0]
 
+    async def test_claim_ahead(self, harness: Harness) -> None:
+        """``ahead`` also takes what falls due within that long, in due order, leased from now;
+        what is due later stays, and the TTN after the claim is the next element's own."""
+        s = harness.store
+        await s.push_many(N, [("a", 0, "a"), ("b", 2, "b"), ("c", 5, "c"), ("d", 2, "d")])
+        claims = await s.claim(N, lease=10, ahead=3)
+        assert [c.id for c in claims] == ["a", "b", "d"]
+        a, b, _ = claims
+        assert a.due <= a.claimed_at
+        assert b.due - b.claimed_at == about(2)  # not due yet: held by the caller until then
+        assert b.lateness == 0
+        assert b.lease_until - b.claimed_at == about(10)  # the lease runs from now
+        assert await s.ttn_after_claim(N) == about(5)  # c's, not counted down by ahead
+        info = await s.info(N, "b")
+        assert info is not None
+        assert (info.claimed, info.attempt) == (True, 1)
+        assert await s.claim(N, lease=10, ahead=4.9) == []  # c is due at 5
+        assert await s.ack(N, [("b", b.token)]) == [True]
+        harness.advance(5)
+        assert [c.id for c in await s.claim(N, lease=10)] == ["c"]
+        assert await s.size(N) == 3
+        # Many, in due order across the store's pages and calls (some stores take 1,000 a call).
+        await s.push_many("many", [(i, 1 + (i % 7) / 100, f"e{i}") for i in range(1500)])
+        taken: list[Any] = []
+        while page := await s.claim("many", lease=60, ahead=2):
+            taken += page
+        assert len(taken) == 1500
+        assert [c.due for c in taken] == sorted(c.due for c in taken)
+
+    @pytest.mark.parametrize(
+        ("ahead", "error"),
+        [
+            (-1, InvalidArgumentError),
+            (float("nan"), InvalidArgumentError),
+            ("1", InvalidTypeError),
+            (True, InvalidTypeError),
+        ],
+    )
+    async def test_claim_ahead_bad_input(self, harness: Harness, ahead: Any, error: type[Exception]) -> None:
+        s = harness.store
+        await s.push(N, "a", ttl=1, id="a")
+        with pytest.raises(error, match="ahead"):
+            await s.claim(N, lease=10, ahead=ahead)
+        info = await s.info(N, "a")
+        assert info is not None
+        assert (info.claimed, info.attempt) == (False, 0)  # untouched
+
     async def test_ack_is_fenced(self, harness: Harness) -> None:
         s = harness.store
         await s.push(N, "job", ttl=0, id="j")

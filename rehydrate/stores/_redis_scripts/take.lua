@@ -1,7 +1,7 @@
 -- POLL and claim: ARGV[5] "poll" or "claim", ARGV[6] limit, ARGV[7] lease (µs, claim),
 -- ARGV[8] the highest seq to take, or "" for any, ARGV[9] "1" to return the payloads joined by
 -- commas in one string (for JSON), else "0", ARGV[10] the latest due time to take (µs), or "" for
--- now. A caller that takes page after page passes the seq and the time its first page reported,
+-- now, ARGV[11] (claim, optional) µs past that latest due time also taken (Store.claim's ahead). A caller that takes page after page passes the seq and the time its first page reported,
 -- so nothing filed since comes back (such as its own claims with a lease of 0): everything filed
 -- since is due at that time or later, and sorts after what it may take.
 --
@@ -22,7 +22,7 @@ local max_seq = tonumber(ARGV[8])
 local join = ARGV[9] == '1'
 local top_seq = SEQ
 local now = clock()
-local bound = tonumber(ARGV[10]) or now
+local bound = (tonumber(ARGV[10]) or now) + (tonumber(ARGV[11]) or 0)
 
 local members = redis.call('ZRANGE', Z, '-inf', bound, 'BYSCORE', 'LIMIT', 0, limit)
 local n = #members
