@@ -12,6 +12,7 @@ The hot path (claim, dispatch, deliver, ack) is written inline with locals on pu
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import contextvars
 import functools
@@ -31,7 +32,7 @@ import structlog
 from anyio.streams.memory import MemoryObjectSendStream
 
 from rehydrate._clock import wall, wall_reader
-from rehydrate._core._records import Claim
+from rehydrate._core._records import Claim, _claim_claimed_at
 from rehydrate._core._retry import Retry
 from rehydrate._core._triggers import US, Every, Trigger, trigger_from_dict, us
 from rehydrate._deliveries import Counters, Delivery, delivery_var
@@ -74,9 +75,14 @@ _STALL_FRACTION: Final = 0.25
 _ACK_TIMEOUT: Final = 10.0
 #: A worker checkpoints after this many elements in a row without waiting for work.
 _STRIDE: Final = 32
-#: While claims wait for a worker, acks (and rearms) wait this long at most for them to start:
-#: bookkeeping after the handlers' starts, in batches, never long enough to endanger a lease.
-_BOOKKEEPING_DELAY: Final = 0.005
+#: While claims wait for a worker, acks (and rearms) wait this long at most for them to start
+#: (and an eighth of the lease at most, so as never to endanger it): bookkeeping after the
+#: handlers' starts, in batches. Longer than a burst of a thousand takes to start (5 to 10 ms
+#: on 2026-11-28), so that its acks do not stop the loop half-way through it.
+_BOOKKEEPING_DELAY: Final = 0.05
+#: Claims held (``claim_ahead``) and due within this long of the last release are the same burst:
+#: bookkeeping keeps waiting for them.
+_HELD_SOON: Final = 0.002
 
 
 @attrs.frozen(kw_only=True)
@@ -94,6 +100,8 @@ class HandlerSpec:
     label: str
     #: A schedule declared with the handler (``handler(name, schedule=...)``), filed at start.
     schedule: Trigger | None = None
+    #: Seconds before their due time that elements are claimed, then held until due (0: none).
+    claim_ahead: float = 0.0
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -301,16 +309,18 @@ class _Bookkeeper:
     """What the acker and the rearmer share: what waits is sent in batches, one store call for many.
 
     Starting handlers comes first: while claims wait for a worker (a burst), a batch waits until
-    they have all started, or ``_BOOKKEEPING_DELAY`` at most, so that the bookkeeping of a burst
-    goes in a few calls after it instead of between its handlers' starts. A subclass's ``add``
+    they have all started, or ``_BOOKKEEPING_DELAY`` (an eighth of the lease) at most, so that
+    the bookkeeping of a burst goes in a few calls after it instead of between its handlers'
+    starts. A subclass's ``add``
     (at every delivery, so written out there) wakes :meth:`run` through ``_wake`` and ``_woken``.
     """
 
-    def __init__(self, store: Store, name: str, counters: Counters, workers: _Workers) -> None:
+    def __init__(self, store: Store, name: str, counters: Counters, workers: _Workers, lease: float) -> None:
         self._store = store
         self._name = name
         self._counters = counters
         self._workers = workers
+        self._delay = min(_BOOKKEEPING_DELAY, lease / 8)
         self._wake = anyio.Event()
         #: ``_wake`` is set (or about to be): the first add since the last batch sets it, the
         #: others need not (an event's ``set`` is two calls deep, at every delivery).
@@ -320,7 +330,7 @@ class _Bookkeeper:
         while True:
             await self._wake.wait()
             self._wake, self._woken = anyio.Event(), False
-            await self._workers.started(_BOOKKEEPING_DELAY)
+            await self._workers.started(self._delay)
             await self.flush()
 
     async def flush(self) -> None:
@@ -330,8 +340,8 @@ class _Bookkeeper:
 class _Acker(_Bookkeeper):
     """Sends the fenced acks of finished elements in batches (see :class:`_Bookkeeper`)."""
 
-    def __init__(self, store: Store, name: str, counters: Counters, workers: _Workers) -> None:
-        super().__init__(store, name, counters, workers)
+    def __init__(self, store: Store, name: str, counters: Counters, workers: _Workers, lease: float) -> None:
+        super().__init__(store, name, counters, workers, lease)
         self._pending: list[tuple[str, int]] = []
 
     def add(self, id: str, token: int) -> None:
@@ -388,8 +398,8 @@ class _Rearmer(_Bookkeeper):
     collection every few hundred occurrences (``benchmarks/bench_schedules.py``).
     """
 
-    def __init__(self, store: Store, name: str, counters: Counters, workers: _Workers) -> None:
-        super().__init__(store, name, counters, workers)
+    def __init__(self, store: Store, name: str, counters: Counters, workers: _Workers, lease: float) -> None:
+        super().__init__(store, name, counters, workers, lease)
         #: Per occurrence that ended: its id and claim token, the envelope to file, the wall time
         #: it is due at, and whether it ends a run (not a skipped or paused occurrence).
         self._ids: list[str] = []
@@ -497,6 +507,14 @@ class _Workers:
         if not self._waking:
             self._wake_one()
 
+    def dispatch_many(self, claims: list[Claim]) -> None:
+        queue = self._queue
+        if not queue and self._emptied.is_set():
+            self._emptied = anyio.Event()
+        queue.extend(claims)
+        if not self._waking:
+            self._wake_one()
+
     def claimed(self, *, more: bool) -> None:
         """The claim loop's word after each claim: whether it took all it asked for (more is due)."""
         self._more_coming = more
@@ -562,6 +580,84 @@ class _Workers:
         return left
 
 
+class _Held:
+    """Claims taken ahead of their due time (``claim_ahead``), kept in due order until due."""
+
+    def __init__(self) -> None:
+        self._dues: list[float] = []
+        self._claims: list[Claim] = []
+        self._head = 0
+        #: Set when claims are added (one may be due sooner than the releaser sleeps for).
+        self.changed = anyio.Event()
+
+    def __len__(self) -> int:
+        return len(self._claims) - self._head
+
+    def next_due(self) -> float:
+        return self._dues[self._head]
+
+    def add(self, claims: list[Claim], now: float) -> list[Claim]:
+        """Hold ``claims`` (in due order, as a claim returns them); return those already due."""
+        k = 0
+        for claim in claims:
+            if claim.due > now:
+                break
+            k += 1
+        if k:
+            for claim in claims[:k]:
+                _claim_claimed_at(claim, now)
+            due_now, claims = claims[:k], claims[k:]
+        else:
+            due_now = []
+        if claims:
+            dues, held = self._dues, self._claims
+            if not held or claims[0].due >= dues[-1]:
+                dues.extend([claim.due for claim in claims])
+                held.extend(claims)
+            else:  # due before some held claim (filed since): in its place
+                for claim in claims:
+                    at = bisect.bisect_right(dues, claim.due, self._head)
+                    dues.insert(at, claim.due)
+                    held.insert(at, claim)
+            self.changed.set()
+        return due_now
+
+    def release(self, now: float) -> list[Claim]:
+        """Take the claims due by ``now``, their ``claimed_at`` set to it (when they were handed
+        to a worker: what their lateness counts to)."""
+        head = self._head
+        end = bisect.bisect_right(self._dues, now, head)
+        out = self._claims[head:end]
+        for claim in out:
+            _claim_claimed_at(claim, now)
+        if end == len(self._claims):
+            self._dues.clear()
+            self._claims.clear()
+            self._head = 0
+        elif end > 4096 and end > len(self._claims) >> 1:
+            del self._dues[:end], self._claims[:end]
+            self._head = 0
+        else:
+            self._head = end
+        return out
+
+    def remove(self, id: str) -> Claim | None:
+        """Take the held claim on ``id`` out (a linear search: for a change made meanwhile)."""
+        claims = self._claims
+        for at in range(self._head, len(claims)):
+            if claims[at].id == id:
+                del self._dues[at]
+                return claims.pop(at)
+        return None
+
+    def drain(self) -> list[Claim]:
+        out = self._claims[self._head :]
+        self._dues.clear()
+        self._claims.clear()
+        self._head = 0
+        return out
+
+
 class Runner:
     """Serves one handler while the scheduler runs: the claim loop and everything per element.
 
@@ -585,8 +681,8 @@ class Runner:
         self._give_up_at: float | None = None
         self._keeper = _LeaseKeeper(store, handler)
         self._workers = _Workers(handler.concurrency, self._deliver)
-        self._acker = _Acker(store, handler.name, counters, self._workers)
-        self._rearmer = _Rearmer(store, handler.name, counters, self._workers)
+        self._acker = _Acker(store, handler.name, counters, self._workers, handler.lease)
+        self._rearmer = _Rearmer(store, handler.name, counters, self._workers, handler.lease)
         self._rescheduler = Rescheduler(store, handler.name)
         #: The last ``scheduled_for`` made (see :meth:`_when`).
         self._last_nominal = math.nan
@@ -597,10 +693,41 @@ class Runner:
         #: The store clock's wall time, looked up once (a store's clock is made with it): it is
         #: read at every occurrence.
         self._wall = wall_reader(store.clock)
+        #: Claims taken ahead of their due time (``claim_ahead``), until due; and, at shutdown,
+        #: those never handed over, for ``run`` to give back.
+        self._held = _Held()
+        self._unreleased: list[Claim] = []
 
     def stop(self) -> None:
         """Stop claiming; :meth:`run` then gives running elements their grace and returns."""
         self._claim_scope.cancel()
+
+    def run_held_now(self, id: str) -> bool:
+        """Hand the one-shot element held on ``id`` (``claim_ahead``) to a worker now, before its
+        time (``Scheduler.run_now``); ``False`` if none is held, or it is a schedule's occurrence
+        (which keeps its time: ``run_now`` runs an extra one, not this one early)."""
+        if not self._held:
+            return False
+        claim = self._held.remove(id)
+        if claim is None:
+            return False
+        if is_envelope(claim.element):
+            self._held.add([claim], -math.inf)
+            return False
+        _claim_claimed_at(claim, self._store.clock())
+        self._workers.dispatch(claim)
+        return True
+
+    def forget_held(self, id: str) -> Claim | None:
+        """Drop the claim held on ``id`` until its due time (``claim_ahead``), if any: it will not
+        run. The caller decides whether to hand it back to the store (see Scheduler._unhold)."""
+        if not self._held:
+            return None
+        claim = self._held.remove(id)
+        if claim is not None:
+            self._keeper.discard(claim.id, claim.token)
+            self._done()
+        return claim
 
     async def run(self) -> None:
         store, keeper, acker, workers = self._store, self._keeper, self._acker, self._workers
@@ -615,7 +742,14 @@ class Runner:
                         workers.group = handlers
                         try:
                             with self._claim_scope:
-                                await self._subscribed()
+                                async with anyio.create_task_group() as claiming:
+                                    if handler_ahead := self.handler.claim_ahead:
+                                        claiming.start_soon(self._release_held, handler_ahead)
+                                    await self._subscribed()
+                            # Stopping: what is held was never started; run's end gives it back.
+                            for claim in self._held.drain():
+                                self._done()
+                                self._unreleased.append(claim)
                             # Stopping: no more claims. Give running handlers their grace period.
                             with anyio.move_on_after(self._settings.grace):
                                 while self.in_flight:
@@ -640,6 +774,10 @@ class Runner:
                 for claim in workers.drain():
                     self._done()
                     await release(store, self.handler.name, claim.id, claim.token)
+                for claim in self._unreleased:
+                    # Due again when it was due (not at once: that would be early).
+                    ttl = max(0.0, claim.due - store.clock())
+                    await release(store, self.handler.name, claim.id, claim.token, ttl)
 
     def _done(self) -> None:
         """One element less in flight: wake the claim loop (a free slot) and shutdown (idle)."""
@@ -671,6 +809,7 @@ class Runner:
         store, handler, keeper, workers = self._store, self.handler, self._keeper, self._workers
         name, lease, concurrency, batch = handler.name, handler.lease, handler.concurrency, handler.batch
         backoff = _ERROR_BACKOFF[0]
+        ahead, clock, held = handler.claim_ahead, store.clock, self._held
         while True:
             free = concurrency - self.in_flight
             if free <= 0:
@@ -679,21 +818,54 @@ class Runner:
                 continue
             want = min(free, batch)
             try:
-                claims = await store.claim(name, lease=lease, limit=want)
+                if ahead:
+                    claims = await store.claim(name, lease=lease, limit=want, ahead=ahead)
+                else:
+                    claims = await store.claim(name, lease=lease, limit=want)
             except RehydrateError as exc:
                 backoff = await _store_trouble(name, exc, backoff)
                 continue
             backoff = _ERROR_BACKOFF[0]
             keeper.add_many(claims)
-            for claim in claims:
-                self.in_flight += 1
-                workers.dispatch(claim)
+            if ahead:
+                # Those due now go to the workers; the others wait in ``held`` for their time.
+                self.in_flight += len(claims)
+                if claims:
+                    due_now = held.add(claims, clock())
+                    if due_now:
+                        workers.dispatch_many(due_now)
+            else:
+                for claim in claims:
+                    self.in_flight += 1
+                    workers.dispatch(claim)
             more = len(claims) >= want
             workers.claimed(more=more)
             if more:
                 await anyio.lowlevel.checkpoint()
             else:
-                await _sleep_until_due(store, name, subscription)
+                await _sleep_until_due(store, name, subscription, ahead)
+
+    async def _release_held(self, ahead: float) -> None:
+        """Hand the claims taken ahead to the workers when they fall due (``claim_ahead``).
+
+        The claim loop took them up to ``ahead`` seconds early, so that a burst's store round
+        trips are over before it is due: at its time, starting its handlers is all that is left.
+        """
+        clock, held, workers = self._store.clock, self._held, self._workers
+        while True:
+            if not held:
+                changed = held.changed = anyio.Event()
+                await changed.wait()
+                continue
+            due = held.next_due()
+            if due > clock():
+                changed = held.changed = anyio.Event()  # (a claim due sooner may come meanwhile)
+                await clock.wait(changed, due)
+                continue
+            now = clock()
+            workers.dispatch_many(held.release(now))
+            workers.claimed(more=bool(held) and held.next_due() <= now + _HELD_SOON)
+            await anyio.lowlevel.checkpoint()
 
     async def _deliver(self, claim: Claim) -> None:
         handler, counters = self.handler, self._counters
@@ -1046,23 +1218,27 @@ async def feed_channel(
                 counters.delivered += 1
                 counters.record_lateness(claim.lateness)
             if len(claims) < room:
-                await _sleep_until_due(store, name, subscription)
+                await _sleep_until_due(store, name, subscription, 0.0)
 
 
-async def release(store: Store, name: str, id: str, token: int) -> None:
-    """Hand a claimed element back, due at once; if that fails its lease brings it back."""
+async def release(store: Store, name: str, id: str, token: int, ttl: float = 0.0) -> None:
+    """Hand a claimed element back, due in ``ttl`` (at once by default); if that fails its lease
+    brings it back."""
     with anyio.move_on_after(2.0), contextlib.suppress(RehydrateError):
-        await store.reschedule(name, id, ttl=0, token=token)
+        await store.reschedule(name, id, ttl=ttl, token=token)
 
 
-async def _sleep_until_due(store: Store, name: str, subscription: Subscription) -> None:
-    """After a claim that took fewer than it asked for: sleep until the next element is due, or
-    until the subscription says something became due sooner."""
+async def _sleep_until_due(store: Store, name: str, subscription: Subscription, ahead: float) -> None:
+    """After a claim that took fewer than it asked for: sleep until the next element is due (or
+    ``ahead`` seconds before, to claim it ahead), or until the subscription says something became
+    due sooner."""
     try:
         ttn = await store.ttn_after_claim(name)
     except RehydrateError as exc:
         await _store_trouble(name, exc, _ERROR_BACKOFF[0])
         return
+    if ttn is not None:
+        ttn -= ahead
     if ttn is None or ttn > 0:
         await subscription.wait(ttn)
 
