@@ -884,10 +884,15 @@ class Runner:
                 self._done()
                 return
         counters.delivered += 1
-        counters.record_lateness(claim.lateness)
+        late = claim.claimed_at - claim.due
+        counters.record_lateness(late if late > 0.0 else 0.0)  # (Claim.lateness, written out)
         tracing = self._settings.tracing
         if occurrence is None:
-            element, span = tracing.delivery(handler.name, claim, claim.element)
+            element = claim.element
+            if type(element) is not dict and tracing.idle():
+                span = None  # (what tracing.delivery says then, without building its answer)
+            else:
+                element, span = tracing.delivery(handler.name, claim, element)
             delivery = Delivery._from_claim(handler.name, claim, self._store, element=element)
         else:
             element, span = tracing.delivery(

@@ -131,6 +131,11 @@ class Tracing:
             return None
         return Producer(self._get_tracer(api), api, name, delay)
 
+    def idle(self) -> bool:
+        """No span can be made: no provider given and OpenTelemetry not imported. A delivery of
+        an element that carries no trace context (not a dict) then needs no :meth:`delivery`."""
+        return self._provider is None and _TRACE_MODULE not in sys.modules
+
     def delivery(
         self, name: str, claim: Claim, element: Any, *, scheduled_for: float | None = None
     ) -> tuple[Any, DeliverySpan | None]:
