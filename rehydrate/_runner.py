@@ -1242,7 +1242,9 @@ async def _sleep_until_due(store: Store, name: str, subscription: Subscription, 
     except RehydrateError as exc:
         await _store_trouble(name, exc, _ERROR_BACKOFF[0])
         return
-    if ttn is not None:
+    if ttn is not None and ttn > ahead:
+        # Ahead of time: wake ``ahead`` before it is due. (Not when it is due within ``ahead``:
+        # a claim ahead of time that left it is a running lease, which it takes once it is out.)
         ttn -= ahead
     if ttn is None or ttn > 0:
         await subscription.wait(ttn)

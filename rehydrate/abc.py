@@ -298,9 +298,11 @@ class Store(ABC):
         after now, in the same due order (their :attr:`Claim.due` is still to come, and
         ``claimed_at`` is before it): for a claim loop that holds them and hands each over at its
         due time, so that a burst's store work is done before the burst (``Scheduler.handler``'s
-        ``claim_ahead``). Their leases run from now, as any claim's. A store that cannot take
-        elements early should not accept the argument: the scheduler then refuses
-        ``claim_ahead`` with a clear error instead of delivering early.
+        ``claim_ahead``). Their leases run from now, as any claim's. A claimed element is taken
+        only once its lease has run out, never ahead of it: its worker may still be running it.
+        (So the TTN after such a claim may be within ``ahead``: a lease, to wait for in full.) A
+        store that cannot take elements early should not accept the argument: the scheduler
+        then refuses ``claim_ahead`` with a clear error instead of delivering early.
         """
 
     @abstractmethod

@@ -143,6 +143,36 @@ class TestClaimAhead:
             assert [r[0] for r in ran] == ["a"]
             assert await store.size("jobs") == 0
 
+    async def test_a_running_lease_is_not_taken_early_nor_polled_for(self, clock: FakeClock) -> None:
+        """Another worker's element, its lease ending within claim_ahead: the claim loop neither
+        takes it before the lease is out nor claims in a loop meanwhile; it sleeps until then."""
+        calls: list[float] = []
+
+        class Counting(MemoryStore):
+            async def claim(
+                self, name: str, *, lease: Any, limit: int | None = None, ahead: Any = 0.0
+            ) -> Any:
+                calls.append(clock())
+                return await super().claim(name, lease=lease, limit=limit, ahead=ahead)
+
+        async with Counting(clock=clock) as store:
+            await store.push("jobs", "x", ttl=0, id="x")
+            (other,) = await store.claim("jobs", lease=10)  # another worker's, until 1010
+            calls.clear()
+            scheduler = Scheduler(store, grace=0.5)
+            ran = recorder(scheduler, clock, claim_ahead=5)
+            async with scheduler:
+                with anyio.fail_after(5):  # (a claim loop in a spin would never let this return)
+                    await advance(clock, 7)
+                    assert ran == []
+                    assert len(calls) <= 3  # at start, and at most once on coming within 5 s
+                    await advance(clock, 2.9)
+                    assert ran == []  # x's lease is still the other worker's
+                    await advance(clock, 0.1)
+                    assert [(r[0], r[1]) for r in ran] == [("x", 1010.0)]
+                    assert len(calls) <= 5
+            assert other.attempt == 1
+
     async def test_on_sqlite(self, tmp_path: Path, clock: FakeClock) -> None:
         async with SQLiteStore(tmp_path / "jobs.db", clock=clock) as store:
             scheduler = Scheduler(store, grace=0.5)

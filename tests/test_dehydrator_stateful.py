@@ -48,7 +48,12 @@ class Model:
         return self.seq
 
     def due_ids(self, limit: int | None, ahead: float = 0.0) -> list[str]:
-        due = sorted((e.due, e.seq, id) for id, e in self.entries.items() if e.due <= self.now + ahead)
+        due = sorted(
+            (e.due, e.seq, id)
+            for id, e in self.entries.items()
+            # (ahead of time: not under a lease that has not run out)
+            if e.due <= self.now or (not e.claimed and e.due <= self.now + ahead)
+        )
         return [id for _, _, id in due][:limit]
 
     def schedule(self, id: str, seconds: float, *, claimed: bool) -> Entry:

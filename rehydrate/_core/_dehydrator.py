@@ -541,13 +541,17 @@ class Dehydrator:
 
         Each claimed element becomes due again at ``now + lease`` (so nobody else sees it until the
         lease runs out, and then it is redelivered) and its attempt goes up by one. ``ahead``
-        also takes those due within that many seconds from now (see :meth:`Store.claim`).
+        also takes those due within that many seconds from now, except claimed ones whose lease
+        has not run out (see :meth:`Store.claim`).
         """
         seconds = _validate.seconds(lease, "lease")
         n = _validate.limit_or_inf(limit)
         early = _validate.seconds(ahead, "ahead")
         now = self.now()
-        taken = self._take(now + early if early else now, n, drop=False)
+        if early:  # (those under a running lease are not taken early: see _take)
+            taken = self._take(now + early, n, drop=False, leases_until=now)
+        else:
+            taken = self._take(now, n, drop=False)
         if not taken:
             return []
         due = now + seconds
@@ -982,13 +986,17 @@ class Dehydrator:
         elif self._runs.get(queue.key) is queue:
             del self._runs[queue.key]
 
-    def _take(self, now: float, limit: float, *, drop: bool) -> list[_Node]:
+    def _take(
+        self, now: float, limit: float, *, drop: bool, leases_until: float | None = None
+    ) -> list[_Node]:
         """Pop up to ``limit`` due nodes in ``(due, seq)`` order, merging the queues through the heap.
 
         From the top queue it takes every node that sorts before the runner-up's head, so a run
         of nodes from one queue costs one heap operation, not one each; a loose node costs one.
         With ``drop`` the nodes leave the index (poll); without, they stay indexed (claim
-        re-files them).
+        re-files them). With ``leases_until`` (a claim ahead of time), claimed nodes are taken
+        only up to that time, the others up to ``now``: a running claim's lease is never cut
+        short. A lease queue whose head is due later is set aside while the others are read.
         """
         heads = self._heads
         index = self._index
@@ -996,6 +1004,7 @@ class Dehydrator:
         out: list[_Node] = []
         append = out.append
         left = limit
+        aside: list[list[Any]] = []
         while left > 0:
             if (not heads or heads[0][0] >= self._open_at) and slots:
                 self._ripen()
@@ -1005,6 +1014,9 @@ class Dehydrator:
             if entry[0] > now:
                 break
             queue = entry[-1]
+            if leases_until is not None and type(queue) is _Queue and queue.lease and entry[0] > leases_until:
+                aside.append(heappop(heads))
+                continue
             if type(queue) is not _Queue:
                 heappop(heads)
                 if entry[3] is _DEAD:
@@ -1028,6 +1040,8 @@ class Dehydrator:
                 bound, bound_seq = now, -1
             if bound >= self._open_at:  # a slot's nodes are all due after it
                 bound, bound_seq = self._open_at, -1
+            if leases_until is not None and queue.lease and bound > leases_until:
+                bound, bound_seq = leases_until, -1
             items = queue.items
             i = queue.head
             n = len(items)
@@ -1060,6 +1074,8 @@ class Dehydrator:
                 self._forget(queue)
             else:
                 heapreplace(heads, [head[0], head[1], queue])
+        for entry in aside:
+            heappush(heads, entry)
         self._left += len(out)  # gone from their queues (claim files them anew, under new seqs)
         return out
 

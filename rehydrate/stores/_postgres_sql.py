@@ -248,6 +248,7 @@ _TEMPLATES: Final = {
             FROM (
                 SELECT ctid AS tid, id, due, attempt, claimed, serializer FROM {{table}}
                 WHERE name = %(name)s AND due <= (SELECT now FROM t) + %(ahead)s
+                    AND (NOT claimed OR due <= (SELECT now FROM t))
                 ORDER BY due, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED
             ) p
         ),

@@ -766,7 +766,10 @@ class SQLiteStore(StoreBase):
 
         def body(conn: sqlite3.Connection) -> list[Claim]:
             now = self._now()
-            rows = conn.execute(sql.DUE, (name, now + early, take)).fetchall()
+            if early:  # (not a running lease: see Store.claim)
+                rows = conn.execute(sql.DUE_AHEAD, (name, now + early, now, take)).fetchall()
+            else:
+                rows = conn.execute(sql.DUE, (name, now, take)).fetchall()
             if not rows:
                 # Taken by another process since the read: the head after it, as below.
                 self._ttn_after[name] = sql.head(conn, name)

@@ -21,6 +21,7 @@ __all__ = [
     "DELETE",
     "DELETE_ID",
     "DUE",
+    "DUE_AHEAD",
     "DEREGISTER",
     "DUE_IDS",
     "FORGET_WORKERS",
@@ -106,6 +107,11 @@ HEAD: Final = "SELECT due FROM rehydrate_elements WHERE name = ? ORDER BY due, s
 DUE: Final = (
     "SELECT rowid, id, payload, serializer, due, attempt FROM rehydrate_elements"
     " WHERE name = ? AND due <= ? ORDER BY due, seq LIMIT ?"
+)
+#: DUE for a claim ahead of time: up to ?2, but a claimed row (a running lease) only up to ?3.
+DUE_AHEAD: Final = (
+    "SELECT rowid, id, payload, serializer, due, attempt FROM rehydrate_elements"
+    " WHERE name = ?1 AND due <= ?2 AND (claimed = 0 OR due <= ?3) ORDER BY due, seq LIMIT ?4"
 )
 ROW: Final = (
     "SELECT rowid, payload, serializer, due, attempt, claimed FROM rehydrate_elements"

@@ -354,6 +354,24 @@ class TestLeases:
         assert len(taken) == 1500
         assert [c.due for c in taken] == sorted(c.due for c in taken)
 
+    async def test_claim_ahead_leaves_running_leases(self, harness: Harness) -> None:
+        """Ahead of time, an element under a lease that has not run out is not taken (its
+        worker may be running it), even amid others that are; once the lease is out, it is."""
+        s = harness.store
+        await s.push(N, "running", ttl=0, id="r")
+        (first,) = await s.claim(N, lease=10)
+        harness.advance(8)  # r's lease ends in 2 s
+        await s.push_many(N, [("before", 1, "b"), ("after", 3, "c")])
+        claims = await s.claim(N, lease=10, ahead=5)
+        assert [c.id for c in claims] == ["b", "c"]
+        assert await s.claim(N, lease=10, ahead=5) == []
+        assert await s.ttn_after_claim(N) == about(2)  # r's lease, which the caller sleeps until
+        assert await s.extend(N, "r", lease=10, token=first.token) is not None  # still r's worker's
+        assert await s.ack(N, [(c.id, c.token) for c in claims]) == [True, True]
+        harness.advance(10)
+        (again,) = await s.claim(N, lease=10, ahead=5)
+        assert (again.id, again.attempt) == ("r", 2)  # its lease ran out: taken
+
     @pytest.mark.parametrize(
         ("ahead", "error"),
         [

@@ -259,8 +259,10 @@ async def test_claim_and_ack_read_only_the_rows_they_take(store: PostgresStore) 
 
         return await store._run(body)
 
-    claim = store._params(name=N, lease=60_000_000, limit=100, codec="json")
+    claim = store._params(name=N, lease=60_000_000, limit=100, codec="json", ahead=0)
     assert await explain(store._sql.claim, claim) <= 1_000
+    early = store._params(name=N, lease=60_000_000, limit=100, codec="json", ahead=50_000)
+    assert await explain(store._sql.claim, early) <= 1_000
     claims = await store.claim(N, lease=60, limit=100)
     ack = store._params(name=N, ids=[c.id for c in claims], tokens=[c.token for c in claims])
     assert await explain(store._sql.ack, ack) <= 1_000

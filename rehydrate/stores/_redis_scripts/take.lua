@@ -1,7 +1,8 @@
 -- POLL and claim: ARGV[5] "poll" or "claim", ARGV[6] limit, ARGV[7] lease (µs, claim),
 -- ARGV[8] the highest seq to take, or "" for any, ARGV[9] "1" to return the payloads joined by
 -- commas in one string (for JSON), else "0", ARGV[10] the latest due time to take (µs), or "" for
--- now, ARGV[11] (claim, optional) µs past that latest due time also taken (Store.claim's ahead). A caller that takes page after page passes the seq and the time its first page reported,
+-- now, ARGV[11] (claim, optional) µs past that latest due time also taken (Store.claim's ahead),
+-- unless claimed with a lease that has not run out by then. A caller that takes page after page passes the seq and the time its first page reported,
 -- so nothing filed since comes back (such as its own claims with a lease of 0): everything filed
 -- since is due at that time or later, and sorts after what it may take.
 --
@@ -22,7 +23,9 @@ local max_seq = tonumber(ARGV[8])
 local join = ARGV[9] == '1'
 local top_seq = SEQ
 local now = clock()
-local bound = (tonumber(ARGV[10]) or now) + (tonumber(ARGV[11]) or 0)
+local base = tonumber(ARGV[10]) or now
+local early = tonumber(ARGV[11]) or 0
+local bound = base + early
 
 local members = redis.call('ZRANGE', Z, '-inf', bound, 'BYSCORE', 'LIMIT', 0, limit)
 local n = #members
@@ -58,6 +61,34 @@ if n == 0 then
 end
 
 local values = hmget(E, ids, n)
+local taken_members = nil
+if early > 0 then
+  -- Ahead of time, an element under a running lease (claimed, its lease not yet out by base) is
+  -- not taken: only what is unclaimed, or whose lease has run out. Those left are removed from
+  -- the zset one by one (the taken ones are no longer its first members).
+  local k = 0
+  local kept_ids, kept_values, kept_members = {}, {}, {}
+  for i = 1, n do
+    local v = values[i]
+    if not (claimed(v) and tonumber(sub(v, 17, 32)) > base) then
+      k = k + 1
+      kept_ids[k], kept_values[k], kept_members[k] = ids[i], v, members[i]
+    end
+  end
+  if k < n then
+    ids, values, taken_members, n = kept_ids, kept_values, kept_members, k
+    full = 0
+    if n == limit then
+      full = 1
+    end
+    if n == 0 then
+      if claim then
+        return {top_seq, full, now, now + tonumber(ARGV[7]), '', left()}
+      end
+      return {top_seq, full, now}
+    end
+  end
+end
 local payloads = {}
 for i = 1, n do
   payloads[i] = payload_of(values[i])
@@ -66,7 +97,11 @@ local joined = ''
 if join then
   joined = table.concat(payloads, ',', 1, n)
 end
-redis.call('ZREMRANGEBYRANK', Z, 0, n - 1)
+if taken_members then
+  each_chunk('ZREM', Z, taken_members, n)
+else
+  redis.call('ZREMRANGEBYRANK', Z, 0, n - 1)
+end
 
 if claim then
   local until_ = now + tonumber(ARGV[7])
