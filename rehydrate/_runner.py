@@ -843,7 +843,7 @@ class Runner:
             if more:
                 await anyio.lowlevel.checkpoint()
             else:
-                await _sleep_until_due(store, name, subscription, ahead)
+                await _sleep_until_due(store, name, subscription, ahead, bool(claims))
 
     async def _release_held(self, ahead: float) -> None:
         """Hand the claims taken ahead to the workers when they fall due (``claim_ahead``).
@@ -1223,7 +1223,7 @@ async def feed_channel(
                 counters.delivered += 1
                 counters.record_lateness(claim.lateness)
             if len(claims) < room:
-                await _sleep_until_due(store, name, subscription, 0.0)
+                await _sleep_until_due(store, name, subscription, 0.0, False)
 
 
 async def release(store: Store, name: str, id: str, token: int, ttl: float = 0.0) -> None:
@@ -1233,19 +1233,28 @@ async def release(store: Store, name: str, id: str, token: int, ttl: float = 0.0
         await store.reschedule(name, id, ttl=ttl, token=token)
 
 
-async def _sleep_until_due(store: Store, name: str, subscription: Subscription, ahead: float) -> None:
+async def _sleep_until_due(
+    store: Store, name: str, subscription: Subscription, ahead: float, took: bool
+) -> None:
     """After a claim that took fewer than it asked for: sleep until the next element is due (or
     ``ahead`` seconds before, to claim it ahead), or until the subscription says something became
-    due sooner."""
+    due sooner.
+
+    Ahead of time, a next element due within ``ahead`` is either one that came within it since
+    the claim (the claim's own round trip is enough, with due times close together): claimed at
+    once, if the claim took anything; or, after a claim that took nothing, a running lease (a
+    claim ahead of time leaves those), waited for in full rather than asked for in a loop.
+    """
     try:
         ttn = await store.ttn_after_claim(name)
     except RehydrateError as exc:
         await _store_trouble(name, exc, _ERROR_BACKOFF[0])
         return
-    if ttn is not None and ttn > ahead:
-        # Ahead of time: wake ``ahead`` before it is due. (Not when it is due within ``ahead``:
-        # a claim ahead of time that left it is a running lease, which it takes once it is out.)
-        ttn -= ahead
+    if ttn is not None and ahead:
+        if ttn > ahead:
+            ttn -= ahead
+        elif took:
+            ttn = 0.0
     if ttn is None or ttn > 0:
         await subscription.wait(ttn)
 

@@ -173,6 +173,32 @@ class TestClaimAhead:
                     assert len(calls) <= 5
             assert other.attempt == 1
 
+    async def test_an_element_that_came_within_reach_during_the_claim_is_claimed_at_once(
+        self, clock: FakeClock
+    ) -> None:
+        """A claim's round trip (here 2 ms of the fake clock) brings the next element within
+        claim_ahead by the time the loop reads the TTN: not a lease (the claim took something),
+        so it is claimed at once, not when it is due."""
+
+        class Slow(MemoryStore):
+            async def claim(
+                self, name: str, *, lease: Any, limit: int | None = None, ahead: Any = 0.0
+            ) -> Any:
+                claims = await super().claim(name, lease=lease, limit=limit, ahead=ahead)
+                if claims:
+                    clock.advance(0.002)
+                return claims
+
+        async with Slow(clock=clock) as store:
+            await store.push_many("jobs", [("a", 10, "a"), ("b", 10.001, "b")])
+            scheduler = Scheduler(store, grace=0.5)
+            ran = recorder(scheduler, clock, claim_ahead=0.5)
+            async with scheduler:
+                await advance(clock, 9.5)  # a is claimed; b comes within 0.5 s meanwhile
+                assert (await store.summary("jobs")).claimed == 2
+                await advance(clock, 1.1)
+                assert [r[0] for r in ran] == ["a", "b"]
+
     async def test_on_sqlite(self, tmp_path: Path, clock: FakeClock) -> None:
         async with SQLiteStore(tmp_path / "jobs.db", clock=clock) as store:
             scheduler = Scheduler(store, grace=0.5)
