@@ -451,10 +451,11 @@ class Scheduler:
         fast as they can be called. Held elements count towards ``concurrency`` and their leases
         run while they wait, so it must be under half the ``lease``. The price: an element is
         taken from the store up to ``claim_ahead`` early, so a ``cancel`` (or ``unschedule``,
-        ``pause``) that comes within that window no longer stops it, and no other worker can take
-        it. Keep it short (the time a burst takes to claim: milliseconds in process, tens of
-        milliseconds over a network). Needs a store whose ``claim`` takes ``ahead`` (every store
-        of this package).
+        ``pause``, a replacing ``defer``) made by another process within that window no longer
+        stops it (made through this scheduler, it still does), and no other worker can take it.
+        Claimed elements whose lease has not run out are never taken early. Keep it short (the
+        time a burst takes to claim: milliseconds in process, tens of milliseconds over a
+        network). Needs a store whose ``claim`` takes ``ahead`` (every store of this package).
         """
         _validate.element_id(name, "name")
         if name in self._handlers:
