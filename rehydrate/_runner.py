@@ -49,6 +49,7 @@ from rehydrate._schedules import (
     with_next,
     without_extra,
 )
+from rehydrate._tracing import KEY as TRACE_KEY
 from rehydrate._tracing import Tracing, unwrap
 from rehydrate.abc import Store, Subscription
 from rehydrate.errors import DuplicateIdError, RehydrateError, UnknownIdError
@@ -889,15 +890,19 @@ class Runner:
         tracing = self._settings.tracing
         if occurrence is None:
             element = claim.element
-            if type(element) is not dict and tracing.idle():
+            if (type(element) is not dict or TRACE_KEY not in element) and tracing.idle():
                 span = None  # (what tracing.delivery says then, without building its answer)
             else:
                 element, span = tracing.delivery(handler.name, claim, element)
             delivery = Delivery._from_claim(handler.name, claim, self._store, element=element)
         else:
-            element, span = tracing.delivery(
-                handler.name, claim, occurrence.envelope.get("element"), scheduled_for=occurrence.nominal
-            )
+            element = occurrence.envelope.get("element")
+            if (type(element) is not dict or TRACE_KEY not in element) and tracing.idle():
+                span = None  # (as for one-shot work above)
+            else:
+                element, span = tracing.delivery(
+                    handler.name, claim, element, scheduled_for=occurrence.nominal
+                )
             nominal = occurrence.nominal
             when = self._last_when if nominal == self._last_nominal else self._when(nominal)
             delivery = Delivery._from_claim(
