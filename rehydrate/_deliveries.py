@@ -53,7 +53,9 @@ class Delivery:
     element: Any
     #: 1 on first delivery; counts every claim.
     attempt: int
-    #: When it was due and when it was claimed, in the store's clock.
+    #: When it was due and when it was claimed, in the store's clock. (With ``claim_ahead``, the
+    #: claim comes before the due time: ``claimed_at`` is then when it was handed to the handler,
+    #: at or after ``due``, so that ``lateness`` is the handler's.)
     due: float
     claimed_at: float
     lease_until: float
@@ -176,6 +178,8 @@ class Stats:
     dead_lettered: int
     #: Acks that came too late: the lease had run out and the element was claimed again.
     lost: int
+    #: Claimed and not yet acked (or retried): running, waiting for a worker, or held until due
+    #: (``claim_ahead``).
     in_flight: int
     lateness_p50: float | None
     lateness_p99: float | None
