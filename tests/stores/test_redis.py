@@ -36,9 +36,11 @@ from rehydrate import (
     DuplicateIdError,
     InvalidArgumentError,
     RehydrateError,
+    Scheduler,
     SerializerMismatchError,
     StoreNotOpenError,
     StoreUnavailableError,
+    current_delivery,
 )
 from rehydrate.stores import MemoryStore, RedisStore, _redis, open_store
 from rehydrate.testing import FakeClock
@@ -1134,3 +1136,41 @@ async def test_the_store_is_used_only_while_open(url: str, prefix: str) -> None:
     store = RedisStore.from_url(url, prefix=prefix)
     with pytest.raises(StoreNotOpenError, match="not open"):
         await store.push(N, "x", ttl=1)
+
+
+async def test_claim_ahead_end_to_end(store: RedisStore) -> None:
+    """A scheduler with claim_ahead on a real server: a burst and a trickle are claimed before
+    their time (the server's clock), none is run before it, each once; an element that another
+    worker runs under a lease ending within claim_ahead is left to it (its renewal and ack work)."""
+    ran: list[tuple[str, float, float]] = []
+    done = anyio.Event()
+    await store.push("jobs", "held", ttl=0, id="held")
+    (other,) = await store.claim("jobs", lease=0.8)  # another worker's, until now + 0.8 s
+    scheduler = Scheduler(store, grace=1)
+
+    @scheduler.handler("jobs", claim_ahead=0.3, lease=5, concurrency=200)
+    async def job(element: str) -> None:
+        ran.append((element, store.clock(), current_delivery().due))
+        if len(ran) == 110:
+            done.set()
+
+    burst = [(f"b{i}", 0.6 + i * 1e-5, f"b{i}") for i in range(100)]
+    trickle = [(f"t{i}", 0.55 + i * 0.02, f"t{i}") for i in range(10)]
+    await store.push_many("jobs", burst + trickle)
+    pushed = store.clock()
+
+    async def until(t: float) -> None:
+        await anyio.sleep(max(0.0, pushed + t - store.clock()))
+
+    async with scheduler:
+        with anyio.fail_after(10):
+            await until(0.45)
+            assert (await store.summary("jobs")).claimed >= 100 + 1  # the burst is held
+            assert not [e for e, _, _ in ran if e.startswith("b")]  # and not run (due at 0.6 s)
+            await until(0.65)  # the other worker's lease ends within claim_ahead: still its own
+            assert await store.extend("jobs", "held", lease=0.8, token=other.token) is not None
+            assert await store.ack("jobs", [("held", other.token)]) == [True]
+            await done.wait()
+    assert sorted(e for e, _, _ in ran) == sorted(e for e, _, _ in burst + trickle)
+    assert all(at >= due for _, at, due in ran)  # never before its time
+    assert await store.size("jobs") == 0
