@@ -353,6 +353,10 @@ class TestLeases:
             taken += page
         assert len(taken) == 1500
         assert [c.due for c in taken] == sorted(c.due for c in taken)
+        # With lease=0 each claim is due again at once, before what is still ahead: taken once.
+        await s.push_many("zero", [(i, 1 + i / 100, f"z{i}") for i in range(5)])
+        zero = await s.claim("zero", lease=0, ahead=2)
+        assert [(c.id, c.attempt) for c in zero] == [(f"z{i}", 1) for i in range(5)]
 
     async def test_claim_ahead_leaves_running_leases(self, harness: Harness) -> None:
         """Ahead of time, an element under a lease that has not run out is not taken (its

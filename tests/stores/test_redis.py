@@ -1174,3 +1174,17 @@ async def test_claim_ahead_end_to_end(store: RedisStore) -> None:
     assert sorted(e for e, _, _ in ran) == sorted(e for e, _, _ in burst + trickle)
     assert all(at >= due for _, at, due in ran)  # never before its time
     assert await store.size("jobs") == 0
+
+
+async def test_a_claim_ahead_in_pages_never_takes_its_own_claims_again(
+    url: str, prefix: str, raw: coredis.Redis[bytes]
+) -> None:
+    """Page after page (batch_size 3), a claim ahead of time with lease=0 files each claim again
+    at once, due at the first page's time: the later pages must not take those again."""
+    async with RedisStore.from_url(url, prefix=prefix, batch_size=3) as s:
+        await s._freeze_for_tests()
+        await s.push_many(N, [(i, 1 + i / 100, f"e{i}") for i in range(10)])
+        claims = await s.claim(N, lease=0, ahead=5)
+        assert [c.id for c in claims] == [f"e{i}" for i in range(10)]
+        assert {c.attempt for c in claims} == {1}
+        await check_invariants(raw, prefix, N)

@@ -2,9 +2,10 @@
 -- ARGV[8] the highest seq to take, or "" for any, ARGV[9] "1" to return the payloads joined by
 -- commas in one string (for JSON), else "0", ARGV[10] the latest due time to take (µs), or "" for
 -- now, ARGV[11] (claim, optional) µs past that latest due time also taken (Store.claim's ahead),
--- unless claimed with a lease that has not run out by then. A caller that takes page after page passes the seq and the time its first page reported,
--- so nothing filed since comes back (such as its own claims with a lease of 0): everything filed
--- since is due at that time or later, and sorts after what it may take.
+-- unless claimed with a lease that has not run out by then. A caller that takes page after page
+-- passes the seq and the time its first page reported, so nothing filed since comes back (such
+-- as its own claims with a lease of 0): everything filed since is due at that time or later, and
+-- sorts after what it may take (ahead of time, it is skipped wherever it sorts).
 --
 -- The due elements are the zset's first members: one ZRANGE BYSCORE finds them, one
 -- ZREMRANGEBYRANK removes them (claim adds them back, scored by the end of their lease).
@@ -27,16 +28,53 @@ local base = tonumber(ARGV[10]) or now
 local early = tonumber(ARGV[11]) or 0
 local bound = base + early
 
-local members = redis.call('ZRANGE', Z, '-inf', bound, 'BYSCORE', 'LIMIT', 0, limit)
-local n = #members
--- Members filed since the first page are due at its time or later, so they are the last ones
--- here (due at that very time, after every older member due then): cut them off the end.
-while max_seq and n > 0 and tonumber(sub(members[n], 1, 16)) > max_seq do
-  n = n - 1
-end
-local ids = {}
-for i = 1, n do
-  ids[i] = sub(members[i], 17)
+local members, ids, values
+local n = 0
+if early > 0 then
+  -- Ahead of time (claim only), the first members up to bound are not all takeable: an element
+  -- under a running lease (claimed, its lease not out by base) is left to its worker, and what
+  -- was filed since the first page (this claim's own claims with a short lease, due at that
+  -- page's time, sort among the others) does not come back. Scan past them, page by page,
+  -- until limit are found or none is left; what is taken is removed member by member.
+  members, ids, values = {}, {}, {}
+  local offset = 0
+  while n < limit do
+    local want = limit - n
+    local chunk = redis.call('ZRANGE', Z, '-inf', bound, 'BYSCORE', 'LIMIT', offset, want)
+    local m = #chunk
+    if m == 0 then
+      break
+    end
+    local chunk_ids = {}
+    for i = 1, m do
+      chunk_ids[i] = sub(chunk[i], 17)
+    end
+    local chunk_values = hmget(E, chunk_ids, m)
+    for i = 1, m do
+      local v = chunk_values[i]
+      local since = max_seq and tonumber(sub(chunk[i], 1, 16)) > max_seq
+      if not since and not (claimed(v) and tonumber(sub(v, 17, 32)) > base) then
+        n = n + 1
+        members[n], ids[n], values[n] = chunk[i], chunk_ids[i], v
+      end
+    end
+    offset = offset + m
+    if m < want then
+      break
+    end
+  end
+else
+  members = redis.call('ZRANGE', Z, '-inf', bound, 'BYSCORE', 'LIMIT', 0, limit)
+  n = #members
+  -- Members filed since the first page are due at its time or later, so they are the last ones
+  -- here (due at that very time, after every older member due then): cut them off the end.
+  while max_seq and n > 0 and tonumber(sub(members[n], 1, 16)) > max_seq do
+    n = n - 1
+  end
+  ids = {}
+  for i = 1, n do
+    ids[i] = sub(members[i], 17)
+  end
 end
 local full = 0
 if n == limit then
@@ -60,34 +98,8 @@ if n == 0 then
   return {top_seq, full, now}
 end
 
-local values = hmget(E, ids, n)
-local taken_members = nil
-if early > 0 then
-  -- Ahead of time, an element under a running lease (claimed, its lease not yet out by base) is
-  -- not taken: only what is unclaimed, or whose lease has run out. Those left are removed from
-  -- the zset one by one (the taken ones are no longer its first members).
-  local k = 0
-  local kept_ids, kept_values, kept_members = {}, {}, {}
-  for i = 1, n do
-    local v = values[i]
-    if not (claimed(v) and tonumber(sub(v, 17, 32)) > base) then
-      k = k + 1
-      kept_ids[k], kept_values[k], kept_members[k] = ids[i], v, members[i]
-    end
-  end
-  if k < n then
-    ids, values, taken_members, n = kept_ids, kept_values, kept_members, k
-    full = 0
-    if n == limit then
-      full = 1
-    end
-    if n == 0 then
-      if claim then
-        return {top_seq, full, now, now + tonumber(ARGV[7]), '', left()}
-      end
-      return {top_seq, full, now}
-    end
-  end
+if early == 0 then
+  values = hmget(E, ids, n)
 end
 local payloads = {}
 for i = 1, n do
@@ -97,8 +109,8 @@ local joined = ''
 if join then
   joined = table.concat(payloads, ',', 1, n)
 end
-if taken_members then
-  each_chunk('ZREM', Z, taken_members, n)
+if early > 0 then
+  each_chunk('ZREM', Z, members, n)
 else
   redis.call('ZREMRANGEBYRANK', Z, 0, n - 1)
 end
