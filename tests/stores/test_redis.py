@@ -1145,17 +1145,18 @@ async def test_claim_ahead_end_to_end(store: RedisStore) -> None:
     ran: list[tuple[str, float, float]] = []
     done = anyio.Event()
     await store.push("jobs", "held", ttl=0, id="held")
-    (other,) = await store.claim("jobs", lease=0.8)  # another worker's, until now + 0.8 s
+    (other,) = await store.claim("jobs", lease=1.2)  # another worker's, until now + 1.2 s
     scheduler = Scheduler(store, grace=1)
 
-    @scheduler.handler("jobs", claim_ahead=0.3, lease=5, concurrency=200)
+    # (Margins of 0.2 s of real time around each check, for a loaded machine.)
+    @scheduler.handler("jobs", claim_ahead=0.45, lease=5, concurrency=200)
     async def job(element: str) -> None:
         ran.append((element, store.clock(), current_delivery().due))
         if len(ran) == 110:
             done.set()
 
-    burst = [(f"b{i}", 0.6 + i * 1e-5, f"b{i}") for i in range(100)]
-    trickle = [(f"t{i}", 0.55 + i * 0.02, f"t{i}") for i in range(10)]
+    burst = [(f"b{i}", 0.9 + i * 1e-5, f"b{i}") for i in range(100)]
+    trickle = [(f"t{i}", 0.85 + i * 0.02, f"t{i}") for i in range(10)]
     await store.push_many("jobs", burst + trickle)
     pushed = store.clock()
 
@@ -1164,11 +1165,11 @@ async def test_claim_ahead_end_to_end(store: RedisStore) -> None:
 
     async with scheduler:
         with anyio.fail_after(10):
-            await until(0.45)
+            await until(0.65)
             assert (await store.summary("jobs")).claimed >= 100 + 1  # the burst is held
-            assert not [e for e, _, _ in ran if e.startswith("b")]  # and not run (due at 0.6 s)
-            await until(0.65)  # the other worker's lease ends within claim_ahead: still its own
-            assert await store.extend("jobs", "held", lease=0.8, token=other.token) is not None
+            assert not [e for e, _, _ in ran if e.startswith("b")]  # and not run (due at 0.9 s)
+            await until(1.0)  # the other worker's lease ends within claim_ahead: still its own
+            assert await store.extend("jobs", "held", lease=1.2, token=other.token) is not None
             assert await store.ack("jobs", [("held", other.token)]) == [True]
             await done.wait()
     assert sorted(e for e, _, _ in ran) == sorted(e for e, _, _ in burst + trickle)
