@@ -500,15 +500,8 @@ class _Workers:
         #: The claim loop's last claim took all it asked for: more is due, and comes next.
         self._more_coming = False
 
-    def dispatch(self, claim: Claim) -> None:
-        queue = self._queue
-        if not queue and self._emptied.is_set():
-            self._emptied = anyio.Event()
-        queue.append(claim)
-        if not self._waking:
-            self._wake_one()
-
     def dispatch_many(self, claims: list[Claim]) -> None:
+        """Queue claims (at least one) for the workers, waking one if none is on its way."""
         queue = self._queue
         if not queue and self._emptied.is_set():
             self._emptied = anyio.Event()
@@ -716,7 +709,7 @@ class Runner:
             self._held.add([claim], -math.inf)
             return False
         _claim_claimed_at(claim, self._store.clock())
-        self._workers.dispatch(claim)
+        self._workers.dispatch_many([claim])
         return True
 
     def forget_held(self, id: str) -> Claim | None:
@@ -828,17 +821,12 @@ class Runner:
                 continue
             backoff = _ERROR_BACKOFF[0]
             keeper.add_many(claims)
-            if ahead:
-                # Those due now go to the workers; the others wait in ``held`` for their time.
-                self.in_flight += len(claims)
-                if claims:
-                    due_now = held.add(claims, clock())
-                    if due_now:
-                        workers.dispatch_many(due_now)
-            else:
-                for claim in claims:
-                    self.in_flight += 1
-                    workers.dispatch(claim)
+            self.in_flight += len(claims)
+            if claims:
+                # With claim_ahead, those not due yet wait in ``held`` for their time.
+                due_now = held.add(claims, clock()) if ahead else claims
+                if due_now:
+                    workers.dispatch_many(due_now)
             more = len(claims) >= want
             workers.claimed(more=more)
             if more:
