@@ -38,7 +38,7 @@ _LATENESS_SAMPLES: Final = 10_000
 LATENESS_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Delivery:
     """One element handed to a handler or a channel, under a lease.
 
@@ -109,50 +109,49 @@ class Delivery:
         """``element`` is what the handler gets: the claimed element without its trace context, or
         a schedule's element.
 
-        One is made per element delivered, so its slots are filled directly (as ``Claim``'s are):
-        attrs's frozen ``__init__`` goes through ``object.__setattr__`` per field, twice the cost.
-        The object is the same as the public constructor makes (equal, same ``repr``).
+        One is made per element delivered, so its ``__dict__`` is given whole, in one step:
+        attrs's frozen ``__init__`` goes through ``object.__setattr__`` per field, and slots
+        filled one by one through their setters took half as long again as this (the class is
+        not slotted for that). The object is the same as the public constructor makes (equal,
+        same ``repr``).
         """
         delivery = _new(cls)
-        _set_name(delivery, name)
-        _set_id(delivery, claim.id)
-        _set_element(delivery, element)
-        _set_attempt(delivery, claim.attempt)
-        _set_due(delivery, claim.due)
-        _set_claimed_at(delivery, claim.claimed_at)
-        _set_lease_until(delivery, claim.lease_until)
-        _set_token(delivery, claim.token)
-        _set_store(delivery, store)
-        _set_counters(delivery, counters)
-        _set_scheduled_for(delivery, scheduled_for)
+        _set(
+            delivery,
+            "__dict__",
+            {
+                "name": name,
+                "id": claim.id,
+                "element": element,
+                "attempt": claim.attempt,
+                "due": claim.due,
+                "claimed_at": claim.claimed_at,
+                "lease_until": claim.lease_until,
+                "token": claim.token,
+                "_store": store,
+                "_counters": counters,
+                "scheduled_for": scheduled_for,
+            },
+        )
         return delivery
 
 
 _new = object.__new__
-(
-    _set_name,
-    _set_id,
-    _set_element,
-    _set_attempt,
-    _set_due,
-    _set_claimed_at,
-    _set_lease_until,
-    _set_token,
-    _set_store,
-    _set_counters,
-    _set_scheduled_for,
-) = (vars(Delivery)[field.name].__set__ for field in attrs.fields(Delivery))
+_set = object.__setattr__
 
 
-delivery_var: contextvars.ContextVar[Delivery] = contextvars.ContextVar("rehydrate_delivery")
+#: The delivery the current task's handler runs for. A worker sets it per element and clears it
+#: when it goes idle (``None``) rather than resetting it after each (as costly again): a task
+#: that a handler starts copies the context then, and keeps that delivery either way.
+delivery_var: contextvars.ContextVar[Delivery | None] = contextvars.ContextVar("rehydrate_delivery")
 
 
 def current_delivery() -> Delivery:
     """The delivery a handler is running for (id, attempt, lateness...), from inside the handler."""
-    try:
-        return delivery_var.get()
-    except LookupError:
-        raise SchedulerNotRunningError("current_delivery() is only available inside a handler") from None
+    delivery = delivery_var.get(None)
+    if delivery is None:
+        raise SchedulerNotRunningError("current_delivery() is only available inside a handler")
+    return delivery
 
 
 @attrs.frozen(kw_only=True)

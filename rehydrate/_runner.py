@@ -543,6 +543,8 @@ class _Workers:
             if not queue:
                 if self._closed:
                     return
+                if delivery_var.get(None) is not None:
+                    delivery_var.set(None)  # (the last element's delivery: let it go)
                 awake = anyio.Event()
                 sleepers.append(awake)
                 try:
@@ -896,7 +898,9 @@ class Runner:
             delivery = Delivery._from_claim(
                 handler.name, claim, self._store, element=element, scheduled_for=when
             )
-        context_token = delivery_var.set(delivery)
+        # Set, never reset: a reset costs as much again, and the next delivery of this worker
+        # sets it anew (an idle worker clears it, so it keeps no element alive).
+        delivery_var.set(delivery)
         #: How the delivery ended, for its span (when traced).
         outcome, error = "done", None
         try:
@@ -940,7 +944,6 @@ class Runner:
         finally:
             if span is not None:
                 span.end(outcome, error)
-            delivery_var.reset(context_token)
             self._keeper.discard(claim.id, claim.token)
             self._done()
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import threading
+import weakref
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -171,6 +173,51 @@ class TestDelivery:
         assert delivery.lateness == pytest.approx(1.0)
         with pytest.raises(rehydrate.SchedulerNotRunningError):
             current_delivery()
+
+    async def test_a_task_a_handler_starts_keeps_its_delivery(
+        self, scheduler: Scheduler, clock: FakeClock
+    ) -> None:
+        """A worker sets the delivery per element and does not reset it after each: a task that a
+        handler starts (into a task group that outlives it) still sees its own delivery once the
+        same worker has moved on to the next element."""
+        seen: dict[str, str] = {}
+        release = anyio.Event()
+
+        async def later(element: str) -> None:
+            await release.wait()
+            seen[element] = current_delivery().element
+
+        async with anyio.create_task_group() as outer:
+
+            @scheduler.handler("jobs", concurrency=1)
+            async def job(element: str) -> None:
+                outer.start_soon(later, element)
+
+            async with scheduler:
+                await scheduler.defer("jobs", "first", id="a")
+                await scheduler.defer("jobs", "second", id="b", delay=1)
+                await advance(clock, 2)
+                assert scheduler.stats().acked == 2
+                release.set()
+        assert seen == {"first": "first", "second": "second"}
+
+    async def test_an_idle_worker_keeps_no_delivery_alive(
+        self, scheduler: Scheduler, clock: FakeClock
+    ) -> None:
+        """The delivery a worker set for its last element (and the element with it) is let go
+        once the worker has nothing more to run."""
+        refs: list[weakref.ref[Delivery]] = []
+
+        @scheduler.handler("jobs", concurrency=1)
+        async def job(element: str) -> None:
+            refs.append(weakref.ref(current_delivery()))
+
+        async with scheduler:
+            await scheduler.defer("jobs", "x")
+            await settle()
+            assert scheduler.stats().acked == 1
+            gc.collect()
+            assert [ref() for ref in refs] == [None]
 
     async def test_sync_handler_runs_in_a_thread(self, scheduler: Scheduler, clock: FakeClock) -> None:
         threads: list[int] = []
