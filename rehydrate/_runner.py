@@ -780,8 +780,11 @@ class Runner:
     def _done(self) -> None:
         """One element less in flight: wake the claim loop (a free slot) and shutdown (idle)."""
         self.in_flight -= 1
-        if self._slot_freed is not None:
-            self._slot_freed.set()
+        if (freed := self._slot_freed) is not None:
+            # Once: the claim loop makes a new one when it next waits (a burst's thousand
+            # handlers would otherwise each set the same event again).
+            self._slot_freed = None
+            freed.set()
         if self._idle is not None and not self.in_flight:
             self._idle.set()
 
@@ -811,8 +814,8 @@ class Runner:
         while True:
             free = concurrency - self.in_flight
             if free <= 0:
-                self._slot_freed = anyio.Event()
-                await self._slot_freed.wait()
+                freed = self._slot_freed = anyio.Event()
+                await freed.wait()
                 continue
             want = min(free, batch)
             try:
