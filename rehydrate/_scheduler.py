@@ -655,7 +655,9 @@ class Scheduler:
         time (only the element, ``misfire`` and ``grace`` change, and nothing is written if they
         did not), and a change made while an occurrence runs is written into the element its
         worker holds, to be filed with the next occurrence when the run ends (never beside it);
-        another trigger is filed from now on. A paused schedule stays paused. Raises
+        another trigger is filed from now on (during a run, written in the same way: its
+        occurrences that pass meanwhile are missed, and follow ``misfire`` once the run ends).
+        A paused schedule stays paused. Raises
         ``DuplicateIdError`` if ``id`` holds one-shot work. ``name`` need not have a handler here
         (another process may serve it).
 
@@ -819,11 +821,31 @@ class Scheduler:
                     continue  # changed meanwhile: compare with that
                 upcoming = nominal_of(existing)
             else:
-                envelope, upcoming = _new_schedule(
-                    trigger, element, now, offset, misfire=misfire, grace=grace, spread=spread, paused=paused
-                )
+                held = type(existing.get("next")) is int and await self._held(name, id)
+                # Held: re-planned in place, from its first occurrence after the one that runs
+                # (never that one: a new ``next`` is what tells the store it was re-planned; a
+                # microsecond after it at the least, as the envelope counts it).
+                since = max(now, nominal_of(existing) + offset) if held else now
+                while True:
+                    envelope, upcoming = _new_schedule(
+                        trigger,
+                        element,
+                        since,
+                        offset,
+                        misfire=misfire,
+                        grace=grace,
+                        spread=spread,
+                        paused=paused,
+                    )
+                    if not held or envelope["next"] > existing["next"]:
+                        break
+                    since += 1 / US
                 if declared:
                     envelope = with_declared(envelope, True)
+                if held:
+                    if await self._change_held(name, id, existing, envelope):
+                        return
+                    continue  # changed meanwhile: compare with that
             ttl = PAUSED_TTL if paused else ttl_until(upcoming + offset, now)
             await store.push(name, envelope, ttl=ttl, id=id, replace=True)
             return
@@ -840,10 +862,12 @@ class Scheduler:
 
     async def _change_held(self, name: str, id: str, existing: Envelope, envelope: Envelope) -> bool:
         """Change a schedule while one of its occurrences runs: ``envelope`` (``existing``
-        changed, its ``next`` kept) goes into the element the worker holds, its claim and lease
-        kept, and the occurrence after it is filed as changed when it ends (``Store.rearm`` keeps
-        what was written meanwhile). Filing the schedule anew instead would file its next
-        occurrence at once, to run beside the one still running.
+        changed, its ``next`` kept; or, for a new trigger, re-planned: its first occurrence after
+        the one that runs) goes into the element the worker holds, its claim and lease kept, and
+        the occurrence after it is filed as changed when it ends (``Store.rearm`` keeps what was
+        written meanwhile; a re-planned schedule it files at once, for the runner that claims it
+        to file for its time). Filing the schedule anew instead would file its next occurrence
+        at once, to run beside the one still running.
 
         ``False`` if the element was not ``existing`` any more (the occurrence ended, say): it is
         put back as it was, for the caller to compare with it again.

@@ -357,9 +357,12 @@ class Store(ABC):
         trip per batch; each item is atomic (a store may split a large batch into atomic parts).
         A schedule's envelope changed by an ``update`` while the claim ran (``Scheduler.schedule``
         changing a running schedule), when ``element`` is the claimed envelope with only another
-        ``next``, is filed as changed, with that ``next``: the change is not lost. Every store of
-        this package implements it; a store that does not raises ``NotImplementedError`` and
-        cannot serve recurring schedules.
+        ``next``, is filed as changed, with that ``next``: the change is not lost. One changed at
+        its end (another ``next``: ``Scheduler.schedule`` gave it another trigger and wrote that
+        trigger's first occurrence into it) was re-planned: it is filed as stored, due at once
+        (ttl 0), and the runner that claims it files it for its time; the item counts as done.
+        Every store of this package implements it; a store that does not raises
+        ``NotImplementedError`` and cannot serve recurring schedules.
         """
         raise NotImplementedError(f"{type(self).__name__} does not implement rearm (recurring schedules)")
 

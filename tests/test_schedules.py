@@ -30,6 +30,7 @@ from rehydrate import (
     current_delivery,
 )
 from rehydrate._clock import wall
+from rehydrate._core._triggers import Misfire
 from rehydrate._schedules import SKIP_GRACE, nominal_of, spread_offset
 from rehydrate.stores import MemoryStore
 from rehydrate.testing import FakeClock
@@ -302,6 +303,118 @@ async def test_a_slow_handler_neither_overlaps_nor_drifts(store: MemoryStore, cl
     # Each missed occurrence runs in turn ("all"), on the grid: never a time off it.
     assert [w for w, _ in seen] == [T0 + timedelta(seconds=10 * k) for k in range(len(seen))]
     assert len(seen) == 4  # at 0, 25, 50, 75 (each one after the other ended)
+
+
+@pytest.mark.parametrize("misfire", ["coalesce", "all", "skip"])
+async def test_a_new_trigger_during_a_run_waits_for_it(
+    store: MemoryStore, clock: FakeClock, misfire: Misfire
+) -> None:
+    """``schedule()`` with another trigger while an occurrence runs: the new trigger's occurrences
+    that pass during the run are missed meanwhile, not run beside it; once the run ends they
+    follow the misfire policy, and the schedule goes on from the new trigger."""
+    scheduler = Scheduler(store, grace=0)
+    running = 0
+    seen: list[tuple[Any, datetime, int]] = []
+    release = anyio.Event()
+
+    @scheduler.handler("sync", lease=600)
+    async def sync(element: Any) -> None:
+        nonlocal running
+        running += 1
+        when = current_delivery().scheduled_for
+        assert when is not None
+        seen.append((element, when, running))
+        if element == "old":
+            await release.wait()
+        running -= 1
+
+    async with scheduler:
+        await scheduler.schedule("sync", Every(3600), id="s", element="old")  # runs at once
+        await advance(clock, 1)
+        assert [e for e, _, _ in seen] == ["old"]
+        grace = timedelta(seconds=5) if misfire == "skip" else None
+        await scheduler.schedule("sync", Every(10), id="s", element="new", misfire=misfire, grace=grace)
+        info = await store.info("sync", "s")
+        assert info is not None
+        assert info.claimed  # still the run's: not filed beside it
+        (during,) = await scheduler.schedules("sync")
+        assert (during.trigger, during.element) == (Every(10), "new")
+        assert during.next_run == T0 + timedelta(seconds=1)  # the new trigger's first: now
+        await advance(clock, 33, step=1)  # its occurrences at 1, 11, 21 and 31 pass meanwhile
+        assert [e for e, _, _ in seen] == ["old"]
+        release.set()
+        await advance(clock, 0)
+        after_run = [w for e, w, _ in seen if e == "new"]
+        await advance(clock, 10, step=1)
+        scheduler.stop()
+    assert all(concurrent == 1 for _, _, concurrent in seen)
+    at = [int((w - T0).total_seconds()) for e, w, _ in seen if e == "new"]
+    missed = [1, 11, 21, 31]
+    if misfire == "coalesce":
+        assert len(after_run) == 1
+        assert at == [31, 41]  # the last one missed, then on the grid
+    elif misfire == "all":
+        assert at[: len(missed) + 1] == [*missed, 41]
+    else:  # skip: those later than the grace (5 s) are dropped; 31 was 3 s late
+        assert at == [31, 41]
+    (after,) = await scheduler.schedules("sync")
+    assert after.trigger == Every(10)
+
+
+async def test_a_new_trigger_during_a_run_whose_first_comes_later_runs_then(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """A new trigger whose first occurrence comes after the run ends: the store files the schedule
+    at once when the run ends (it cannot read the new time), and the runner that claims it files
+    it again for that time without running it; it runs at its time."""
+    scheduler = Scheduler(store, grace=0)
+    seen: list[tuple[Any, datetime]] = []
+    release = anyio.Event()
+
+    @scheduler.handler("sync", lease=600)
+    async def sync(element: Any) -> None:
+        when = current_delivery().scheduled_for
+        assert when is not None
+        seen.append((element, when))
+        if element == "old":
+            await release.wait()
+
+    async with scheduler:
+        await scheduler.schedule("sync", Every(3600), id="s", element="old")
+        await advance(clock, 1)
+        start = T0 + timedelta(seconds=100)
+        await scheduler.schedule("sync", Every(50, start=start), id="s", element="new")
+        release.set()
+        await advance(clock, 0)
+        assert seen == [("old", T0)]
+        info = await store.info("sync", "s")
+        assert info is not None
+        assert not info.claimed
+        assert info.due - clock() == pytest.approx(99.0)  # filed for its time again, not run early
+        await advance(clock, 99, step=1)
+        scheduler.stop()
+    assert seen == [("old", T0), ("new", start)]
+
+
+async def test_an_occurrence_made_due_early_is_filed_for_its_time(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """A schedule's element made due before its time by hand (``Store.reschedule``) is not run
+    early: the runner files it again for its nominal time (``run_now`` runs one out of turn)."""
+    scheduler = Scheduler(store, grace=0)
+    recorder = Recorder()
+    scheduler.handler("sync")(recorder)
+    async with scheduler:
+        await scheduler.schedule("sync", Every(60, start=T0 + timedelta(seconds=60)), id="s")
+        assert await store.reschedule("sync", "s", ttl=0) is True
+        await advance(clock, 0)
+        assert recorder.runs == []
+        info = await store.info("sync", "s")
+        assert info is not None
+        assert info.due - clock() == pytest.approx(60.0)
+        await advance(clock, 60)
+        scheduler.stop()
+    assert recorder.runs == [T0 + timedelta(seconds=60)]
 
 
 async def test_declared_schedules_are_upserted_and_move_nothing(store: MemoryStore, clock: FakeClock) -> None:

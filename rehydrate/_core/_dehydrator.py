@@ -512,14 +512,14 @@ class Dehydrator:
         element: Any,
         *,
         token: int | None = None,
-        merge: Callable[[Any, Any], Any] | None = None,
+        merge: Callable[[Any, Any], tuple[Any, bool]] | None = None,
     ) -> Any:
         """Replace the element ``id``, keeping its due time and claim, and return the old one (UPDATE).
 
         Raises :class:`~rehydrate.errors.UnknownIdError` (a :class:`KeyError`) if ``id`` is unknown,
         or, with ``token``, if it is no longer under that claim (fenced like :meth:`ack`). The
-        holder's update of an element someone else updated meanwhile files ``merge(stored,
-        element)``, as :meth:`rearm_many` does.
+        holder's update of an element someone else updated meanwhile files what ``merge(stored,
+        element)`` gives first, as :meth:`rearm_many` does.
         """
         _validate.token(token)
         node = self._checked_get(id)
@@ -529,7 +529,7 @@ class Dehydrator:
             if _is_claimed(node):
                 self._updated[node[2]] = node[4]
         elif merge is not None and self._updated.get(node[2]) == token:
-            element = merge(node[3], element)
+            element = merge(node[3], element)[0]
         old = node[3]
         node[3] = element
         return old
@@ -640,7 +640,7 @@ class Dehydrator:
     def rearm_many(
         self,
         items: Iterable[tuple[str, int, Any, Seconds]],
-        merge: Callable[[Any, Any], Any] | None = None,
+        merge: Callable[[Any, Any], tuple[Any, bool]] | None = None,
     ) -> list[bool]:
         """:meth:`rearm` for each ``(id, token, element, ttl)``, all at one ``now``; whether each was.
 
@@ -648,8 +648,10 @@ class Dehydrator:
         runner sends once per dispatch: one check and one clock read per item, not two.
 
         ``merge(stored, given)``, if given, says what to file for an element that was updated by
-        someone else while the claim ran (:meth:`update` without the claim's token): a store keeps
-        a schedule changed while its occurrence ran, and files it with the next time given.
+        someone else while the claim ran (:meth:`update` without the claim's token), and whether
+        due at once instead of after its ttl: a store keeps a schedule changed while its
+        occurrence ran, and files it with the next time given (or, given another trigger, as
+        stored and at once).
         """
         # The items as given (no tuple made again), but for a ttl the checks converted: after
         # them, every ttl is a float.
@@ -679,7 +681,9 @@ class Dehydrator:
                 done.append(False)
                 continue
             if updated and updated.pop(id, None) == token and merge is not None:
-                element = merge(node[3], element)
+                element, at_once = merge(node[3], element)
+                if at_once:
+                    seconds = 0.0
             drop(node)
             queue = queues.get(seconds)
             if queue is None:

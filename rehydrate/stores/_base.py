@@ -333,13 +333,24 @@ def rewritten(payload: bytes, old: bytes, new: bytes) -> bytes | None:
     return payload[: -len(old)] + new if old and payload.endswith(old) else None
 
 
-def merge_next(stored: Any, given: Any) -> Any:
+def merge_next(stored: Any, given: Any) -> tuple[Any, bool]:
     """What a rearm files for an element updated (by someone else than the worker that holds it)
-    while its claim ran: a schedule's envelope as stored, changed meanwhile (its element, policy,
-    a pause), with the next time the worker gives (and the extra run it made, ``last_extra``, if
-    that request is the stored one); anything else as given (the memory store's counterpart of
-    the rewrite of stored bytes, see :meth:`StoreBase._rearm_payload`)."""
+    while its claim ran, and whether at once: a schedule's envelope as stored, changed meanwhile
+    (its element, policy, a pause), with the next time the worker gives (and the extra run it
+    made, ``last_extra``, if that request is the stored one); a schedule given another trigger
+    meanwhile (re-planned: ``Scheduler.schedule`` wrote its new first occurrence into it) as
+    stored, due at once, for the runner that claims it to file for its time; anything else as
+    given (the memory store's counterpart of the rewrite of stored bytes, see
+    :meth:`StoreBase._rearm_payload`)."""
+    if (
+        type(given) is dict
+        and type(given.get("next")) is int
+        and (type(stored) is not dict or "next" not in stored)
+    ):
+        return stored, True  # (written over with something else: kept, as the stores of bytes do)
     if type(stored) is dict and type(given) is dict and "next" in stored and type(given.get("next")) is int:
+        if stored.get("trigger") != given.get("trigger"):
+            return stored, True
         merged = {key: value for key, value in stored.items() if key != "next"}
         ran = given.get("last_extra")
         if ran is not None and "extra" not in given and merged.get("extra") == ran:
@@ -347,5 +358,5 @@ def merge_next(stored: Any, given: Any) -> Any:
             merged.pop("last_extra", None)
             merged["last_extra"] = ran
         merged["next"] = given["next"]
-        return merged
-    return given
+        return merged, False
+    return given, False

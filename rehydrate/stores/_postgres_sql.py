@@ -64,6 +64,11 @@ def _counter(source: str, size: str, claimed: str) -> str:
     )"""
 
 
+#: In a rearm: the stored bytes (``e.payload``) end with the claimed envelope's end (``f.old``).
+_ENDS = (
+    "(length(e.payload) >= length(f.old)"
+    " AND substring(e.payload from length(e.payload) - length(f.old) + 1) = f.old)"
+)
 _HEAD = """head AS MATERIALIZED (
         SELECT due FROM {table} WHERE name = %(name)s ORDER BY due, seq LIMIT 1 FOR SHARE SKIP LOCKED
     )"""
@@ -229,6 +234,7 @@ _TEMPLATES: Final = {
                         = %(old)s::bytea
                     THEN substring(payload from 1 for length(payload) - length(%(old)s::bytea))
                         || %(new)s::bytea
+                    WHEN %(old)s::bytea IS NOT NULL THEN payload
                     ELSE %(payload)s END
             WHERE name = %(name)s AND id = %(id)s AND (SELECT serializer FROM old) = %(codec)s
             RETURNING 1
@@ -340,7 +346,8 @@ _TEMPLATES: Final = {
     # filed anew as a new element (attempt 0, unclaimed) with its payload, in the order given; an
     # id given twice is rearmed by its first item only. With an old end given, the payload is the
     # stored bytes with that end made the new one (a change written into the schedule while its
-    # occurrence ran is kept), or the payload given if they no longer end so.
+    # occurrence ran is kept); if they no longer end so, the schedule was re-planned meanwhile (a
+    # new trigger, its first occurrence written into it): filed as stored, due at once.
     "rearm": f"""WITH {_FROM_START},
         found AS MATERIALIZED (
             SELECT f.*, nextval('{{seq_name}}') AS n FROM (
@@ -360,11 +367,14 @@ _TEMPLATES: Final = {
         {_HEAD},
         upd AS (
             UPDATE {{table}} e
-            SET due = t.now + f.ttl, seq = f.n, ttl = f.ttl / 1e6, attempt = 0, claimed = false,
+            SET due = t.now + CASE WHEN f.old IS NOT NULL AND NOT {_ENDS} THEN 0 ELSE f.ttl END,
+                seq = f.n,
+                ttl = CASE WHEN f.old IS NOT NULL AND NOT {_ENDS} THEN 0 ELSE f.ttl / 1e6 END,
+                attempt = 0, claimed = false,
                 serializer = %(codec)s,
-                payload = CASE WHEN f.old IS NOT NULL AND length(e.payload) >= length(f.old)
-                    AND substring(e.payload from length(e.payload) - length(f.old) + 1) = f.old
+                payload = CASE WHEN f.old IS NOT NULL AND {_ENDS}
                     THEN substring(e.payload from 1 for length(e.payload) - length(f.old)) || f.new
+                    WHEN f.old IS NOT NULL THEN e.payload
                     ELSE f.payload END
             FROM found f, t
             WHERE e.ctid = f.tid AND e.name = %(name)s AND e.claimed

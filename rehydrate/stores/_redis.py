@@ -742,7 +742,6 @@ class RedisStore(StoreBase):
         self._keys(name)
         asked = round(self.clock() * 1_000_000)
         flat_items: list[tuple[str, int, str, bytes]] = []
-        elements: list[Any] = []
         rewrites: list[bool] = []
         for id, token, element, ttl in items:
             _validate.element_id(id)
@@ -757,7 +756,6 @@ class RedisStore(StoreBase):
             else:
                 payload = self._dumps(element)
             flat_items.append((id, micros, _fence_text(token), payload))
-            elements.append(element)
             rewrites.append(kept is not None)
         if not flat_items:
             self._backend.check_open()
@@ -770,16 +768,7 @@ class RedisStore(StoreBase):
             flat: _Args = [asked, "".join("1" if m else "0" for m in marks) if any(marks) else ""]
             for item in part:
                 flat += item
-            reply = [int(r) for r in await self._eval("rearm", name, flat)]
-            if 2 in reply:  # stored bytes that did not end as an envelope's: sent whole, again
-                again = [i for i, r in enumerate(reply) if r == 2]
-                flat = [asked, ""]
-                for i in again:
-                    id, micros, fence, _ = part[i]
-                    flat += (id, micros, fence, self._dumps(elements[start + i]))
-                for i, r in zip(again, await self._eval("rearm", name, flat), strict=True):
-                    reply[i] = int(r)
-            out.extend(r == 1 for r in reply)
+            out.extend(int(r) == 1 for r in await self._eval("rearm", name, flat))
         return out
 
     async def extend(self, name: str, id: str, *, lease: Seconds, token: int) -> float | None:

@@ -732,9 +732,11 @@ class SQLiteStore(StoreBase):
             if row is None or (token is not None and (row[4] != token or not row[5])):
                 raise UnknownIdError(id)
             old = self._loads(name, id, row[1], row[2])
-            # The stored bytes with their end rewritten, if they end so (see _update_payload).
+            # The stored bytes with their end rewritten, if they end so (see _update_payload); if
+            # they do not, the schedule was re-planned meanwhile (merge_next): left as it is.
             kept = None if old_end is None else rewritten(bytes(row[1]), old_end, new_end)
-            conn.execute(sql.SET_PAYLOAD, (_blob(payload if kept is None else kept), codec, row[0]))
+            if old_end is None or kept is not None:
+                conn.execute(sql.SET_PAYLOAD, (_blob(payload if kept is None else kept), codec, row[0]))
             return old
 
         return await self._write(body)
@@ -930,6 +932,10 @@ class SQLiteStore(StoreBase):
                         token,
                     ),
                 )
+                if cursor.rowcount != 1 and old is not None:
+                    # Fenced out, or re-planned while the claim ran (see REARM_REPLANNED).
+                    cursor = conn.execute(sql.REARM_REPLANNED, (start, seq, name, id, token))
+                    due = start
                 seq += 1
                 if cursor.rowcount != 1:
                     done.append(False)

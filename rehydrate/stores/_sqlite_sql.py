@@ -127,13 +127,22 @@ REFILE: Final = "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ?, claime
 #: Fenced in the statement itself, as ACK is (the claim's token is the row's attempt stamp), so a
 #: rearm is one statement, not a read and a write.
 #: The payload: with an old end given (?2), the stored bytes with that end made ?3, so that what
-#: was written into a schedule while its occurrence ran is kept (``||`` makes text: cast back);
-#: else ?1 (the element encoded, or the claimed bytes so rewritten if the stored ones changed).
+#: was written into a schedule while its occurrence ran is kept (``||`` makes text: cast back), and
+#: only if they end so (else REARM_REPLANNED); with none, ?1 (the element encoded).
 REARM: Final = (
-    "UPDATE rehydrate_elements SET payload = CASE WHEN ?2 IS NOT NULL AND substr(payload, -length(?2)) = ?2"
+    "UPDATE rehydrate_elements SET payload = CASE WHEN ?2 IS NOT NULL"
     " THEN CAST(substr(payload, 1, length(payload) - length(?2)) || ?3 AS BLOB) ELSE ?1 END,"
     " serializer = ?4, due = ?5, seq = ?6, ttl = ?7,"
     " attempt = 0, claimed = 0 WHERE name = ?8 AND id = ?9 AND attempt = ?10 AND claimed = 1"
+    " AND (?2 IS NULL OR substr(payload, -length(?2)) = ?2)"
+)
+#: A rearm whose stored bytes no longer end as the claimed ones did: the schedule was re-planned
+#: while its occurrence ran (``Scheduler.schedule`` gave it another trigger and wrote its first
+#: occurrence into it). Filed as stored, due at once (?1), for the runner that claims it to file
+#: for its time.
+REARM_REPLANNED: Final = (
+    "UPDATE rehydrate_elements SET due = ?1, seq = ?2, ttl = 0,"
+    " attempt = 0, claimed = 0 WHERE name = ?3 AND id = ?4 AND attempt = ?5 AND claimed = 1"
 )
 NAMES: Final = """
     WITH RECURSIVE walk(name) AS (

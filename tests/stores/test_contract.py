@@ -617,6 +617,40 @@ class TestLeases:
         assert await s.rearm(N, [good, ("b", claims["b"].token, "b2", 0)]) == [True, True]
         assert await s.poll(N) == ["b2"]
 
+    async def test_rearm_files_a_schedule_replanned_while_claimed_as_stored_at_once(
+        self, harness: Harness
+    ) -> None:
+        """A schedule given another trigger while one of its occurrences runs has its first
+        occurrence written into the element the worker holds (``Scheduler.schedule``). The
+        worker's rearm, made from the envelope it claimed, then files the schedule as stored and
+        due at once, for the runner that claims it to file for its time: the new trigger is not
+        lost, and its occurrence is not filed beside the one that runs. A change that keeps the
+        next time (another element) is merged, as before, beside it in the same batch."""
+        from rehydrate import Cron, Every
+        from rehydrate._schedules import make_envelope, with_next
+
+        s = harness.store
+        every = Every(60)
+        old = make_envelope(every, element={"n": 1}, next=120.0, anchor=60.0, misfire="coalesce", grace=None)
+        await s.push_many(N, [(old, 0, "re"), (old, 0, "same")])
+        claims = {c.id: c for c in await s.claim(N, lease=60)}
+        replanned = make_envelope(
+            Cron("*/5 * * * *"), element={"n": 2}, next=300.0, anchor=None, misfire="coalesce", grace=None
+        )
+        await s.update(N, "re", replanned)
+        await s.update(N, "same", {**claims["same"].element, "element": {"n": 3}})
+        items = [(id, claims[id].token, with_next(claims[id].element, 180.0), 30) for id in ("re", "same")]
+        assert await s.rearm(N, items) == [True, True]
+        assert await s.look(N, "re") == replanned
+        assert await s.look(N, "same") == with_next({**claims["same"].element, "element": {"n": 3}}, 180.0)
+        info = await s.info(N, "re")
+        assert info is not None
+        assert (info.claimed, info.attempt) == (False, 0)
+        assert await s.ttn(N) == 0.0
+        assert [c.id for c in await s.claim(N, lease=60)] == ["re"]
+        harness.advance(30)
+        assert [c.id for c in await s.claim(N, lease=60)] == ["same"]
+
     async def test_rearm_files_an_envelope_with_another_next_as_given(self, harness: Harness) -> None:
         """A schedule's envelope filed again with only its next changed (which a store that keeps
         bytes may file by rewriting the end of the bytes it read, not encoding it again) reads
@@ -641,9 +675,9 @@ class TestLeases:
             "s2": with_next(claims["s2"].element, 120.0),  # the same next again
             "s4": with_next(claims["s4"].element, 9e9),  # a longer number
         }
-        # Updated while claimed (the runner writes a coalesced occurrence back so): what is filed
-        # is still the element the rearm gives.
-        await s.update(N, "s3", with_next(claims["s3"].element, 150.0))
+        # Updated by its holder while claimed (the runner writes a coalesced occurrence back so):
+        # what is filed is still the element the rearm gives.
+        await s.update(N, "s3", with_next(claims["s3"].element, 150.0), token=claims["s3"].token)
         expected["s3"] = with_next(claims["s3"].element, 210.0)
         items = [(id, claims[id].token, element, 30) for id, element in sorted(expected.items())]
         assert await s.rearm(N, items) == [True] * 5
@@ -658,8 +692,10 @@ class TestLeases:
         assert await s.look(N, "s0") == with_next(expected["s0"], 240.0)
         if getattr(s, "serializer", None) is None or harness.twin is None:
             return  # a memory store shares nothing with another process
-        # Updated while claimed by another process (a store object that kept nothing of it):
-        # still the element the rearm gives, whatever bytes were stored meanwhile.
+        # Updated while claimed by another process (a store object that kept nothing of it): s0
+        # at its end (another next), so re-planned meanwhile, as a schedule given another trigger
+        # is, and filed as stored, at once; s1 is filed whole, as given (its rearm is not the
+        # claimed envelope with another next), whatever was stored meanwhile.
         (late,) = [c for c in await s.claim(N, lease=60) if c.id == "s0"]
         async with harness.twin() as other:
             await other.update(N, "s0", with_next(late.element, 250.0))
@@ -667,7 +703,8 @@ class TestLeases:
         filed = with_next(late.element, 300.0)
         items = [("s0", late.token, filed, 5), ("s1", again["s1"].token, expected["s1"], 5)]
         assert await s.rearm(N, items) == [True, True]
-        assert await s.look_many(N, ["s0", "s1"]) == [filed, expected["s1"]]
+        assert await s.look_many(N, ["s0", "s1"]) == [with_next(late.element, 250.0), expected["s1"]]
+        assert await s.ttn(N) == 0.0
 
     async def test_a_rearm_files_the_envelope_as_claimed_not_as_changed_in_place(
         self, harness: Harness

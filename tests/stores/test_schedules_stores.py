@@ -139,6 +139,50 @@ async def test_a_schedule_changed_while_it_runs_waits_for_the_run_on_every_store
     assert after.next_run == before.next_run + timedelta(seconds=3600)
 
 
+async def test_a_new_trigger_during_a_run_waits_for_it_on_every_store(harness: Harness) -> None:
+    """``schedule()`` with another trigger while an occurrence runs: the new trigger and its first
+    occurrence are written into the element the worker holds (each store's ``update``), so no
+    occurrence of it runs beside the one running, however many pass; when the run ends, each
+    store's ``rearm`` sees the end it claimed changed and files the schedule as stored, at once;
+    the missed occurrences are coalesced into one run, and the schedule goes on from the new
+    trigger."""
+    store = harness.store
+    scheduler = Scheduler(store, heartbeat=None, grace=1)
+    first, second, release = anyio.Event(), anyio.Event(), anyio.Event()
+    ran: list[tuple[Any, Any]] = []
+
+    @scheduler.handler("sync", lease=600)
+    async def sync(element: Any) -> None:
+        ran.append((element, current_delivery().scheduled_for))
+        (first if len(ran) == 1 else second).set()
+        if element == "old":
+            await release.wait()
+
+    async with scheduler:
+        await scheduler.schedule("sync", Every(3600), id="s", element="old")  # first run: now
+        with anyio.fail_after(10):
+            await first.wait()
+        await scheduler.schedule("sync", Every(60), id="s", element="new")
+        info = await store.info("sync", "s")
+        assert info is not None
+        assert info.claimed  # still held by the run: not filed beside it
+        (during,) = await scheduler.schedules("sync")
+        assert (during.trigger, during.element) == (Every(60), "new")
+        assert during.next_run is not None
+        harness.advance(150)  # the new trigger's occurrences at +0, +60 and +120 pass meanwhile
+        await anyio.sleep(0.3)
+        assert len(ran) == 1
+        release.set()
+        with anyio.fail_after(10):
+            await second.wait()
+        scheduler.stop()
+    (after,) = await scheduler.schedules("sync")
+    assert [element for element, _ in ran] == ["old", "new"]
+    assert ran[1][1] == during.next_run + timedelta(seconds=120)  # coalesced: the last one missed
+    assert (after.trigger, after.element) == (Every(60), "new")
+    assert after.next_run == during.next_run + timedelta(seconds=180)
+
+
 async def test_a_requeued_occurrence_keeps_its_scheduled_for_on_every_store(harness: Harness) -> None:
     """A dead-lettered occurrence goes back through each store (its envelope serialized, with no
     trigger) and runs with the ``scheduled_for`` its first run had, once: the handler fixed and

@@ -8,9 +8,10 @@
 -- <old end> made <new end>: a schedule's envelope (JSON, next its last key) filed for its next
 -- occurrence, sent as the ends that differ (its next time, an extra run's request) instead of
 -- encoded again, so that what was written into it while the claim ran is kept (told apart by
--- ARGV[6], not by its bytes: a serializer may write anything). Returns a 1 or a 0 per item, or a
--- 2 for a rewrite whose stored payload does not end that way (nothing done: the client sends the
--- whole payload).
+-- ARGV[6], not by its bytes: a serializer may write anything). A rewrite whose stored payload
+-- does not end that way was re-planned while the claim ran (a schedule given another trigger,
+-- its first occurrence written into it): it is filed as stored, due at once, for the runner that
+-- claims it to file for its time. Returns a 1 or a 0 per item.
 load_state(true)
 local n = (#ARGV - 6) / 4
 local rewrites = ARGV[6]
@@ -43,8 +44,8 @@ for i = 1, n do
     if #stored >= #tail and sub(stored, -#tail) == tail then
       payload = sub(stored, 1, #stored - #tail) .. sub(payload, newline + 1)
     else
-      ok = false
-      out[i] = 2
+      payload = stored
+      ttl = '0'
     end
   end
   if ok then
