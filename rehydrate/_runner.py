@@ -83,10 +83,10 @@ _STRIDE: Final = 128
 #: handlers' starts, in batches. Longer than a burst of a thousand takes to start (5 to 10 ms
 #: on 2026-11-28), so that its acks do not stop the loop half-way through it.
 _BOOKKEEPING_DELAY: Final = 0.05
-#: An occurrence claimed more than this long before its nominal time (its due time, for a spread
-#: schedule) was made due early: it is filed for its time instead of run (a wall clock read
-#: a little behind the store's is not that).
-_EARLY: Final = 1.0
+#: An occurrence claimed more than this long (a second, in microseconds) before its nominal time
+#: (its due time, for a spread schedule) was made due early: it is filed for its time instead of
+#: run (a wall clock read a little behind the store's is not that).
+_EARLY_US: Final = 1_000_000
 #: Claims held (``claim_ahead``) and due within this long of the last release are the same burst:
 #: bookkeeping keeps waiting for them.
 _HELD_SOON: Final = 0.002
@@ -1008,23 +1008,14 @@ class Runner:
                 nominal = 0.0
             return _Occurrence(None, envelope, nominal)
         now = float(self._wall())
-        nominal_us = envelope["next"]
-        if (
-            type(nominal_us) is int
-            and nominal_us > (now + _EARLY) * US
-            and "extra" not in envelope
-            and not envelope.get("paused")
-        ):
-            # Due before its time: re-planned while an occurrence ran (``Scheduler.schedule``
-            # gave it another trigger; the store filed it at once when that run ended), or made
-            # due early by hand. Filed for its time, not run.
-            offset = offset_of(claim.id, envelope) if "spread" in envelope else 0.0
-            if nominal_us / US + offset > now + _EARLY:
-                self._rearmer.add(claim.id, claim.token, envelope, nominal_us / US + offset, False)
-                return None
         # The common case, written out (it is ``plan``'s first steps), in whole microseconds as
         # the envelope keeps them: a first delivery of a schedule neither paused nor spread nor
-        # ``skip``, with no later occurrence missed yet.
+        # ``skip``, with no later occurrence missed yet, and not early (below). Now in whole
+        # microseconds too (floored: the same answers against whole numbers), for comparisons
+        # of ints: an int of more than 48 bits against a float takes CPython's slow path, a
+        # thousand instructions or so.
+        now_us = int(now * US)
+        nominal_us = envelope["next"]
         if (
             claim.attempt == 1
             and type(nominal_us) is int
@@ -1032,6 +1023,7 @@ class Runner:
             and "spread" not in envelope
             and "extra" not in envelope
             and envelope.get("misfire") != "skip"
+            and nominal_us <= now_us + _EARLY_US
         ):
             if not isinstance(trigger, Every):
                 following = us(trigger.after(nominal_us / US))
@@ -1039,10 +1031,21 @@ class Runner:
                 following = trigger.after_us(nominal_us, anchor)
             else:
                 following = 0  # a damaged envelope: planning says what becomes of it
-            if following > now * US:
+            if following > now_us:
                 return _Occurrence(trigger, envelope, nominal_us / US, following)
         # A spread schedule runs ``offset`` after its nominal times: planned on its own clock.
         offset = offset_of(claim.id, envelope) if "spread" in envelope else 0.0
+        if (
+            type(nominal_us) is int
+            and nominal_us + int(offset * US) > now_us + _EARLY_US
+            and "extra" not in envelope
+            and not envelope.get("paused")
+        ):
+            # Due before its time: re-planned while an occurrence ran (``Scheduler.schedule``
+            # gave it another trigger; the store filed it at once when that run ended), or made
+            # due early by hand. Filed for its time, not run.
+            self._rearmer.add(claim.id, claim.token, envelope, nominal_us / US + offset, False)
+            return None
         if envelope.get("paused"):
             # Paused while an occurrence ran (``pause`` writes into a running schedule): not run,
             # filed again, still paused, for its first occurrence after now. Not for the longest
