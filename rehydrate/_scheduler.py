@@ -826,7 +826,7 @@ class Scheduler:
                 # (never that one: a new ``next`` is what tells the store it was re-planned; a
                 # microsecond after it at the least, as the envelope counts it).
                 since = max(now, nominal_of(existing) + offset) if held else now
-                while True:
+                for _ in range(4):  # (a microsecond more each time: one or two do)
                     envelope, upcoming = _new_schedule(
                         trigger,
                         element,
@@ -840,6 +840,8 @@ class Scheduler:
                     if not held or envelope["next"] > existing["next"]:
                         break
                     since += 1 / US
+                else:
+                    held = False  # (no later occurrence found: filed anew, as when nothing runs)
                 if declared:
                     envelope = with_declared(envelope, True)
                 if held:
