@@ -624,8 +624,9 @@ class TestLeases:
         occurrence written into the element the worker holds (``Scheduler.schedule``). The
         worker's rearm, made from the envelope it claimed, then files the schedule as stored and
         due at once, for the runner that claims it to file for its time: the new trigger is not
-        lost, and its occurrence is not filed beside the one that runs. A change that keeps the
-        next time (another element) is merged, as before, beside it in the same batch."""
+        lost (nor by the worker's own update meanwhile), and its occurrence is not filed beside
+        the one that runs. A change that keeps the next time (another element) is merged, as
+        before, beside it in the same batch."""
         from rehydrate import Cron, Every
         from rehydrate._schedules import make_envelope, with_next
 
@@ -638,6 +639,10 @@ class TestLeases:
             Cron("*/5 * * * *"), element={"n": 2}, next=300.0, anchor=None, misfire="coalesce", grace=None
         )
         await s.update(N, "re", replanned)
+        # The holder's own update after that (a late occurrence recording the one it runs, as
+        # the claimed envelope with another next) leaves the re-planned schedule as it is.
+        await s.update(N, "re", with_next(claims["re"].element, 150.0), token=claims["re"].token)
+        assert await s.look(N, "re") == replanned
         await s.update(N, "same", {**claims["same"].element, "element": {"n": 3}})
         items = [(id, claims[id].token, with_next(claims[id].element, 180.0), 30) for id in ("re", "same")]
         assert await s.rearm(N, items) == [True, True]
