@@ -809,17 +809,14 @@ class Scheduler:
                 error.add_note(f"{id!r} in {name!r} holds one-shot work, not a schedule")
                 raise error
             paused = bool(existing.get("paused"))
-            if _trigger_of(existing) == trigger:
+            same = _trigger_of(existing) == trigger
+            if same:
                 envelope = with_declared(
                     with_policy({**existing, "element": element}, misfire, grace, spread), declared
                 )
                 if envelope == existing:
                     return  # nothing changed: nothing moves
-                if await self._held(name, id):
-                    if await self._change_held(name, id, existing, envelope):
-                        return
-                    continue  # changed meanwhile: compare with that
-                upcoming = nominal_of(existing)
+                held = await self._held(name, id)
             else:
                 held = type(existing.get("next")) is int and await self._held(name, id)
                 # Held: re-planned in place, from its first occurrence after the one that runs
@@ -844,10 +841,12 @@ class Scheduler:
                     held = False  # (no later occurrence found: filed anew, as when nothing runs)
                 if declared:
                     envelope = with_declared(envelope, True)
-                if held:
-                    if await self._change_held(name, id, existing, envelope):
-                        return
-                    continue  # changed meanwhile: compare with that
+            if held:
+                if await self._change_held(name, id, existing, envelope):
+                    return
+                continue  # changed meanwhile: compare with that
+            if same:
+                upcoming = nominal_of(existing)
             ttl = PAUSED_TTL if paused else ttl_until(upcoming + offset, now)
             await store.push(name, envelope, ttl=ttl, id=id, replace=True)
             return

@@ -342,14 +342,9 @@ def merge_next(stored: Any, given: Any) -> tuple[Any, bool]:
     stored, due at once, for the runner that claims it to file for its time; anything else as
     given (the memory store's counterpart of the rewrite of stored bytes, see
     :meth:`StoreBase._rearm_payload`)."""
-    if (
-        type(given) is dict
-        and type(given.get("next")) is int
-        and (type(stored) is not dict or "next" not in stored)
-    ):
-        return stored, True  # (written over with something else: kept, as the stores of bytes do)
-    if type(stored) is dict and type(given) is dict and "next" in stored and type(given.get("next")) is int:
-        if stored.get("trigger") != given.get("trigger"):
+    if type(given) is dict and type(given.get("next")) is int:
+        if type(stored) is not dict or "next" not in stored or stored.get("trigger") != given.get("trigger"):
+            # Re-planned (or written over with something else: kept, as the stores of bytes do).
             return stored, True
         merged = {key: value for key, value in stored.items() if key != "next"}
         ran = given.get("last_extra")
