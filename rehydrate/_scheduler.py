@@ -167,6 +167,17 @@ def _trigger_of(envelope: Envelope) -> Trigger | None:
         return None
 
 
+def _running_us(envelope: Envelope, now: float) -> int:
+    """The nominal time (whole microseconds) of the occurrence that runs while ``envelope`` is
+    held, at ``now`` on the schedule's own clock: the extra run asked for by ``run_now`` while
+    the occurrence it stands for is still to come (the runner's rule), else ``next``."""
+    upcoming = envelope["next"]
+    requested = envelope.get("extra")
+    if type(requested) is int and now < upcoming / US:
+        return requested
+    return int(upcoming)
+
+
 def _anchor(trigger: Trigger, now: float) -> float | None:
     """Where an ``Every`` counts from: its ``start``, or when it is first filed (that
     microsecond, so its first occurrence is due at once)."""
@@ -822,7 +833,8 @@ class Scheduler:
                 # Held: re-planned in place, from its first occurrence after the one that runs
                 # (never that one: a new ``next`` is what tells the store it was re-planned; a
                 # microsecond after it at the least, as the envelope counts it).
-                since = max(now, nominal_of(existing) + offset) if held else now
+                running = _running_us(existing, now - offset) if held else 0
+                since = max(now, running / US + offset) if held else now
                 for _ in range(4):  # (a microsecond more each time: one or two do)
                     envelope, upcoming = _new_schedule(
                         trigger,
@@ -834,7 +846,7 @@ class Scheduler:
                         spread=spread,
                         paused=paused,
                     )
-                    if not held or envelope["next"] > existing["next"]:
+                    if not held or envelope["next"] > running:
                         break
                     since += 1 / US
                 else:

@@ -396,6 +396,48 @@ async def test_a_new_trigger_during_a_run_whose_first_comes_later_runs_then(
     assert seen == [("old", T0), ("new", start)]
 
 
+async def test_a_new_trigger_during_an_extra_run_starts_after_that_run(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """A new trigger given while an extra run (``run_now``) runs is planned from that run, not
+    from the occurrence the extra run stood in front of: a daily schedule made hourly during a
+    run asked for at 12:30 runs hourly from 13:00, not from the next day."""
+    scheduler = Scheduler(store, grace=0)
+    seen: list[tuple[Any, datetime]] = []
+    release = anyio.Event()
+
+    @scheduler.handler("digest", lease=600)
+    async def digest(element: Any) -> None:
+        when = current_delivery().scheduled_for
+        assert when is not None
+        seen.append((element, when))
+        if element == "daily":
+            await release.wait()
+
+    async with scheduler:
+        await scheduler.schedule("digest", Cron("0 14 * * *"), id="d", element="daily")
+        await advance(clock, 30 * 60)
+        assert await scheduler.run_now("digest", "d") is True
+        await advance(clock, 60)
+        assert seen == [("daily", T0 + timedelta(minutes=30))]
+        await scheduler.schedule("digest", Cron("0 * * * *"), id="d", element="hourly")
+        (during,) = await scheduler.schedules("digest")
+        assert during.next_run == T0 + timedelta(hours=1)
+        release.set()
+        await advance(clock, 0)
+        info = await store.info("digest", "d")
+        assert info is not None
+        assert not info.claimed  # filed for 13:00 again by the runner that claimed it at once
+        await advance(clock, 150 * 60, step=60)
+        scheduler.stop()
+    assert seen == [
+        ("daily", T0 + timedelta(minutes=30)),
+        ("hourly", T0 + timedelta(hours=1)),
+        ("hourly", T0 + timedelta(hours=2)),
+        ("hourly", T0 + timedelta(hours=3)),
+    ]
+
+
 async def test_an_occurrence_made_due_early_is_filed_for_its_time(
     store: MemoryStore, clock: FakeClock
 ) -> None:

@@ -139,13 +139,15 @@ async def test_a_schedule_changed_while_it_runs_waits_for_the_run_on_every_store
     assert after.next_run == before.next_run + timedelta(seconds=3600)
 
 
-async def test_a_new_trigger_during_a_run_waits_for_it_on_every_store(harness: Harness) -> None:
+@pytest.mark.parametrize("extra", [False, True], ids=["occurrence", "run_now"])
+async def test_a_new_trigger_during_a_run_waits_for_it_on_every_store(harness: Harness, extra: bool) -> None:
     """``schedule()`` with another trigger while an occurrence runs: the new trigger and its first
     occurrence are written into the element the worker holds (each store's ``update``), so no
     occurrence of it runs beside the one running, however many pass; when the run ends, each
     store's ``rearm`` sees the end it claimed changed and files the schedule as stored, at once;
     the missed occurrences are coalesced into one run, and the schedule goes on from the new
-    trigger."""
+    trigger. The same during an extra run (``run_now``) of a schedule whose next occurrence is
+    months away: the new trigger starts from that run, not from that occurrence."""
     store = harness.store
     scheduler = Scheduler(store, heartbeat=None, grace=1)
     first, second, release = anyio.Event(), anyio.Event(), anyio.Event()
@@ -159,7 +161,11 @@ async def test_a_new_trigger_during_a_run_waits_for_it_on_every_store(harness: H
             await release.wait()
 
     async with scheduler:
-        await scheduler.schedule("sync", Every(3600), id="s", element="old")  # first run: now
+        if extra:
+            await scheduler.schedule("sync", NEW_YEAR, id="s", element="old")
+            assert await scheduler.run_now("sync", "s") is True
+        else:
+            await scheduler.schedule("sync", Every(3600), id="s", element="old")  # first run: now
         with anyio.fail_after(10):
             await first.wait()
         await scheduler.schedule("sync", Every(60), id="s", element="new")
@@ -169,6 +175,7 @@ async def test_a_new_trigger_during_a_run_waits_for_it_on_every_store(harness: H
         (during,) = await scheduler.schedules("sync")
         assert (during.trigger, during.element) == (Every(60), "new")
         assert during.next_run is not None
+        assert abs(during.next_run.timestamp() - wall(store.clock)) < 5  # from now
         harness.advance(150)  # the new trigger's occurrences at +0, +60 and +120 pass meanwhile
         await anyio.sleep(0.3)
         assert len(ran) == 1
