@@ -42,6 +42,7 @@ from rehydrate._schedules import (
     Envelope,
     first_after,
     is_envelope,
+    is_removed,
     next_run,
     nominal_of,
     offset_of,
@@ -880,8 +881,12 @@ class Runner:
                 self._done()
                 raise
             if occurrence is None:  # skipped or paused: the next occurrence is filed
-                self._keeper.discard(claim.id, claim.token)
-                self._done()
+                try:
+                    if is_removed(claim.element):
+                        await self._remove(claim)
+                finally:
+                    self._keeper.discard(claim.id, claim.token)
+                    self._done()
                 return
         counters.delivered += 1
         late = claim.claimed_at - claim.due
@@ -996,6 +1001,8 @@ class Runner:
         except (RehydrateError, KeyError, TypeError, ValueError) as exc:
             if envelope.get("replay"):  # a requeued occurrence (it has no trigger): run it once
                 return _Occurrence(None, envelope, nominal_of(envelope))
+            if is_removed(envelope):
+                return None  # (see _deliver)
             logger.error(
                 "a schedule's trigger cannot be read; it is run once",
                 dehydrator=handler.name,
@@ -1085,6 +1092,22 @@ class Runner:
         then = None if decided.following is None else us(decided.following)
         moved = envelope is not claim.element
         return _Occurrence(trigger, envelope, decided.nominal, then, moved, offset)
+
+    async def _remove(self, claim: Claim) -> None:
+        """A schedule unscheduled while an occurrence ran, whose worker died before the run's end
+        removed it: given back as it is, alone, the store removes it, or files what a
+        ``schedule()`` wrote into it since, at once (see ``Store.rearm``). If that fails, its
+        lease brings it back."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_ACK_TIMEOUT):
+            try:
+                await self._store.rearm(self.handler.name, [(claim.id, claim.token, claim.element, 0.0)])
+            except RehydrateError as exc:
+                logger.warning(
+                    "could not remove an unscheduled schedule; its lease will bring it back",
+                    dehydrator=self.handler.name,
+                    id=claim.id,
+                    exc_info=exc,
+                )
 
     async def _write_back(self, claim: Claim, occurrence: _Occurrence) -> None:
         """Record a moved nominal time before the occurrence runs, so a retry runs this same one.

@@ -49,6 +49,7 @@ from rehydrate._heartbeat import Heartbeat, new_worker_id
 from rehydrate._runner import DEAD_SUFFIX, HandlerSpec, Runner, Settings, feed_channel, handler_label, release
 from rehydrate._schedules import (
     PAUSED_TTL,
+    REMOVED,
     Envelope,
     ScheduleInfo,
     anchor_of,
@@ -56,6 +57,7 @@ from rehydrate._schedules import (
     extra_time,
     first_run,
     is_envelope,
+    is_removed,
     is_schedule,
     make_envelope,
     nominal_of,
@@ -612,6 +614,8 @@ class Scheduler:
         if self._holds(info):
             return "held"
         element = await store.look(name, id)
+        if is_removed(element):  # unscheduled during a run whose worker died: it goes
+            return "unknown"
         schedule = is_schedule(element)
         if schedule:
             if element.get("paused"):
@@ -804,6 +808,29 @@ class Scheduler:
         while True:
             existing = await store.look(name, id)
             now = wall(store.clock)
+            if is_removed(existing):
+                # Unscheduled while an occurrence ran: a new schedule, which waits for that run
+                # (written into the element it holds, as any change during a run; filed at once
+                # when the run ends, for the runner that claims it to file for its time). Held,
+                # its first occurrence after now: never the running one's nominal time (due by
+                # now), whose key that is, and whose end the store would take it for.
+                held = await self._held(name, id)
+                since, floor_us = now, math.floor(now * US)
+                for _ in range(4):  # (a microsecond more each time: one or two do)
+                    envelope, first = _new_schedule(
+                        trigger, element, since, offset, misfire=misfire, grace=grace, spread=spread
+                    )
+                    if not held or envelope["next"] > floor_us:
+                        break
+                    since += 1 / US
+                if declared:
+                    envelope = with_declared(envelope, True)
+                if held:
+                    if await self._change_held(name, id, existing, envelope):
+                        return
+                    continue  # changed meanwhile: compare with that
+                await store.push(name, envelope, ttl=ttl_until(first + offset, now), id=id, replace=True)
+                return
             if existing is None:
                 envelope, first = _new_schedule(
                     trigger, element, now, offset, misfire=misfire, grace=grace, spread=spread
@@ -898,14 +925,25 @@ class Scheduler:
     @_needs_the_store
     async def unschedule(self, name: str, id: str) -> bool:
         """Remove the schedule ``id`` of ``name``; ``True`` if it existed. A running occurrence
-        finishes and files nothing (one-shot work under ``id`` is left alone: use :meth:`cancel`)."""
+        finishes and files nothing, and a schedule filed under ``id`` again meanwhile waits for
+        it (one-shot work under ``id`` is left alone: use :meth:`cancel`)."""
         _validate.element_id(name, "name")
         _validate.element_id(id)
-        if not is_schedule(await self.store.look(name, id)):
-            return False
-        pulled = await self.store.pull(name, id) is not None
-        await self._unhold(name, id, give_back=False)
-        return pulled
+        store = self.store
+        while True:
+            existing = await store.look(name, id)
+            if not is_schedule(existing):
+                return False
+            runner = self._runners.get(name)
+            ahead = None if runner is None else runner.forget_held(id)  # (claimed ahead here)
+            if ahead is None and await self._held(name, id):
+                # An occurrence runs: the schedule stays under its claim, as REMOVED, and goes
+                # when the run ends (Store.rearm), so that nothing filed under this id meanwhile
+                # (a ``schedule()`` again) comes due beside the run.
+                if await self._change_held(name, id, existing, dict(REMOVED)):
+                    return True
+                continue  # changed meanwhile (the run ended, say): compare with that
+            return await store.pull(name, id) is not None
 
     @_needs_the_store
     async def schedules(self, name: str, *, limit: int | None = None) -> list[ScheduleInfo]:

@@ -41,6 +41,7 @@ __all__ = [
     "Envelope",
     "KEY",
     "Plan",
+    "REMOVED",
     "SKIP_GRACE",
     "ScheduleInfo",
     "anchor_of",
@@ -48,6 +49,7 @@ __all__ = [
     "first_after",
     "first_run",
     "is_envelope",
+    "is_removed",
     "is_schedule",
     "make_envelope",
     "next_run",
@@ -122,8 +124,30 @@ def is_envelope(element: object) -> bool:
 
 def is_schedule(element: object) -> bool:
     """An envelope that stands for a schedule (not a requeued occurrence, see
-    :func:`replay_envelope`): what ``schedules()``, ``pause`` and the others act on."""
-    return is_envelope(element) and "replay" not in cast("Envelope", element)
+    :func:`replay_envelope`, nor a removed one, see :data:`REMOVED`): what ``schedules()``,
+    ``pause`` and the others act on."""
+    return (
+        is_envelope(element)
+        and "replay" not in cast("Envelope", element)
+        and "removed" not in cast("Envelope", element)
+    )
+
+
+#: What ``Scheduler.unschedule`` writes into a schedule while one of its occurrences runs, in
+#: place of removing it: the element stays under the run's claim, so that nothing filed under
+#: the same id meanwhile (``schedule()`` again) comes due beside the run; ``schedule()`` writes
+#: into it as into any running schedule. The stores' ``rearm`` removes the element when it is
+#: still this as the claim ends, and a runner that claims it (its worker died) rearms it as it
+#: is, which removes it, or files what was written into it meanwhile (see ``Store.rearm``). An
+#: envelope (so a runner plans it, and never hands it to a handler as one-shot work), but no
+#: schedule: no listing, pause or run now sees it. Always this very value, so that a store
+#: recognizes its bytes.
+REMOVED: Final[Envelope] = {KEY: 1, "trigger": None, "removed": True, "next": None}
+
+
+def is_removed(element: object) -> bool:
+    """Whether ``element`` is :data:`REMOVED`: a schedule unscheduled while an occurrence ran."""
+    return type(element) is dict and element.get("removed") is True and element == REMOVED
 
 
 def replay_envelope(element: Any, nominal: float) -> Envelope:

@@ -361,6 +361,11 @@ class Store(ABC):
         its end (another ``next``: ``Scheduler.schedule`` gave it another trigger and wrote that
         trigger's first occurrence into it) was re-planned: it is filed as stored, due at once
         (ttl 0), and the runner that claims it files it for its time; the item counts as done.
+        One stored as the removed-schedule marker (``rehydrate._schedules.REMOVED``, written by
+        ``Scheduler.unschedule`` while the occurrence ran) is removed instead of filed, and so is
+        one given as that marker, in a call of its own, while it is still stored so (by the
+        runner that claimed it after its worker died); given so but written into since
+        (``Scheduler.schedule`` again), it is filed as stored, due at once. Both count as done.
         Every store of this package implements it; a store that does not raises
         ``NotImplementedError`` and cannot serve recurring schedules.
         """

@@ -396,6 +396,116 @@ async def test_a_new_trigger_during_a_run_whose_first_comes_later_runs_then(
     assert seen == [("old", T0), ("new", start)]
 
 
+@pytest.mark.parametrize("again", [False, True], ids=["removed", "filed-again"])
+async def test_unschedule_during_a_run_and_a_schedule_filed_again_wait_for_it(
+    store: MemoryStore, clock: FakeClock, again: bool
+) -> None:
+    """``unschedule`` while an occurrence runs: the run finishes and files nothing, the schedule
+    is gone from every listing at once, and a schedule filed under the same id meanwhile waits
+    for the run (it used to be filed beside it, its first occurrence running at once): once the
+    run ends, its missed occurrences are coalesced into one run, and it goes on."""
+    scheduler = Scheduler(store, grace=0)
+    running = 0
+    seen: list[tuple[Any, datetime, int]] = []
+    release = anyio.Event()
+
+    @scheduler.handler("sync", lease=600)
+    async def sync(element: Any) -> None:
+        nonlocal running
+        running += 1
+        when = current_delivery().scheduled_for
+        assert when is not None
+        seen.append((element, when, running))
+        if element == "old":
+            await release.wait()
+        running -= 1
+
+    async with scheduler:
+        await scheduler.schedule("sync", Every(3600), id="s", element="old")  # runs at once
+        await advance(clock, 1)
+        assert await scheduler.unschedule("sync", "s") is True
+        assert await scheduler.schedules("sync") == []
+        assert await scheduler.unschedule("sync", "s") is False
+        assert await scheduler.pause("sync", "s") is False
+        assert await scheduler.run_now("sync", "s") is False  # (its element is the run's)
+        if again:
+            await scheduler.schedule("sync", Every(10), id="s", element="new")
+            (during,) = await scheduler.schedules("sync")
+            assert (during.trigger, during.element) == (Every(10), "new")
+            # From now, and never at the running occurrence's time (whose key that is): a
+            # microsecond later where the clock stands at a whole microsecond.
+            assert during.next_run == T0 + timedelta(seconds=1, microseconds=1)
+        info = await store.info("sync", "s")
+        assert info is not None
+        assert info.claimed  # still the run's: nothing filed beside it
+        await advance(clock, 33, step=1)  # the new schedule's occurrences at 1, 11, 21, 31 pass
+        assert [e for e, _, _ in seen] == ["old"]
+        release.set()
+        await advance(clock, 0)
+        if not again:
+            assert await store.size("sync") == 0
+        await advance(clock, 10, step=1)
+        scheduler.stop()
+    assert all(concurrent == 1 for _, _, concurrent in seen)
+    at = [int((w - T0).total_seconds()) for e, w, _ in seen if e == "new"]
+    assert at == ([31, 41] if again else [])
+    assert [e for e, _, _ in seen if e != "new"] == ["old"]
+
+
+@pytest.mark.parametrize("again", [False, True], ids=["removed", "filed-again"])
+async def test_a_schedule_unscheduled_during_a_run_whose_worker_died_goes(
+    store: MemoryStore, clock: FakeClock, again: bool
+) -> None:
+    """Unscheduled while a worker that then died held an occurrence: once that claim's lease
+    runs out, the runner that claims the element removes it; a ``schedule()`` made meanwhile
+    runs then (not beside the dead worker's run, which its lease still covered)."""
+    scheduler = Scheduler(store, grace=0)
+    recorder = Recorder()
+    scheduler.handler("sync", lease=60)(recorder)
+    await scheduler.schedule("sync", Every(3600), id="s", element="old")  # (the store is open)
+    (dead,) = await store.claim("sync", lease=60)  # a worker that dies with it
+    async with scheduler:
+        assert await scheduler.unschedule("sync", "s") is True
+        if again:
+            await scheduler.schedule("sync", Every(10), id="s", element="new")
+        await advance(clock, 59, step=1)
+        assert recorder.runs == []  # the claim still holds it
+        await advance(clock, 2)
+        if not again:
+            assert await store.size("sync") == 0
+        await advance(clock, 10, step=1)
+        scheduler.stop()
+    assert dead.element["element"] == "old"
+    if again:
+        # Written into the dead worker's claim, the new schedule comes back under it, as any
+        # change made during a run whose worker died: its first occurrence as that claim's
+        # retry (attempt 2), then on its grid from then on (those missed meanwhile coalesced).
+        assert recorder.elements == ["new", "new", "new"]
+        assert recorder.attempts == [2, 1, 1]
+        assert recorder.runs == [T0 + timedelta(seconds=s, microseconds=1) for s in (0, 60, 70)]
+    else:
+        assert recorder.runs == []
+
+
+async def test_a_removed_schedule_left_unclaimed_is_no_schedule(store: MemoryStore, clock: FakeClock) -> None:
+    """A schedule unscheduled during a run whose worker died, before a runner claims it to remove
+    it: no listing, pause, run now or second unschedule sees it, and ``schedule()`` files a new
+    schedule in its place (no claim holds it back)."""
+    from rehydrate._schedules import REMOVED
+
+    scheduler = Scheduler(store, grace=0)
+    await store.push("n", dict(REMOVED), ttl=0, id="x")
+    async with scheduler:  # (no handler serves "n")
+        assert await scheduler.schedules("n") == []
+        assert await scheduler.run_now("n", "x") is False
+        assert await scheduler.pause("n", "x") is False
+        assert await scheduler.unschedule("n", "x") is False
+        await scheduler.schedule("n", Every(60), id="x", element="e")
+        (info,) = await scheduler.schedules("n")
+        scheduler.stop()
+    assert (info.id, info.element, info.next_run) == ("x", "e", T0)
+
+
 async def test_a_new_trigger_during_an_extra_run_starts_after_that_run(
     store: MemoryStore, clock: FakeClock
 ) -> None:

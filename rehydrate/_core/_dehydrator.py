@@ -512,7 +512,7 @@ class Dehydrator:
         element: Any,
         *,
         token: int | None = None,
-        merge: Callable[[Any, Any], tuple[Any, bool]] | None = None,
+        merge: Callable[[Any, Any], tuple[Any, bool | None]] | None = None,
     ) -> Any:
         """Replace the element ``id``, keeping its due time and claim, and return the old one (UPDATE).
 
@@ -640,7 +640,7 @@ class Dehydrator:
     def rearm_many(
         self,
         items: Iterable[tuple[str, int, Any, Seconds]],
-        merge: Callable[[Any, Any], tuple[Any, bool]] | None = None,
+        merge: Callable[[Any, Any], tuple[Any, bool | None]] | None = None,
     ) -> list[bool]:
         """:meth:`rearm` for each ``(id, token, element, ttl)``, all at one ``now``; whether each was.
 
@@ -649,9 +649,10 @@ class Dehydrator:
 
         ``merge(stored, given)``, if given, says what to file for an element that was updated by
         someone else while the claim ran (:meth:`update` without the claim's token), and whether
-        due at once instead of after its ttl: a store keeps a schedule changed while its
-        occurrence ran, and files it with the next time given (or, given another trigger, as
-        stored and at once).
+        due at once (``True``), after its ttl (``False``) or not at all (``None``: the element is
+        removed): a store keeps a schedule changed while its occurrence ran, and files it with
+        the next time given (or, given another trigger, as stored and at once); one unscheduled
+        meanwhile goes.
         """
         # The items as given (no tuple made again), but for a ttl the checks converted: after
         # them, every ttl is a float.
@@ -682,6 +683,10 @@ class Dehydrator:
                 continue
             if updated and updated.pop(id, None) == token and merge is not None:
                 element, at_once = merge(node[3], element)
+                if at_once is None:
+                    drop(node)
+                    done.append(True)
+                    continue
                 if at_once:
                     seconds = 0.0
             drop(node)

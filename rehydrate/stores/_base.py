@@ -52,7 +52,7 @@ from urllib.parse import parse_qsl
 
 import anyio
 
-from rehydrate._schedules import KEY
+from rehydrate._schedules import KEY, REMOVED
 from rehydrate.abc import Serializer, Store
 from rehydrate.errors import (
     InvalidArgumentError,
@@ -162,6 +162,8 @@ class StoreBase(Store):
     #: Per name, the due time (on :attr:`clock`) of the next element as the last claim that took
     #: fewer than it asked for read it (``None``: empty); a store whose claims read it makes it.
     _ttn_after: dict[str, float | None] | None = None
+    #: ``REMOVED`` as this store's serializer writes it (see :meth:`_removed_payload`).
+    _removed_bytes: bytes | None = None
 
     async def ttn_after_claim(self, name: str) -> float | None:
         """See :meth:`Store.ttn_after_claim`: what the last claim of ``name`` recorded in
@@ -185,6 +187,7 @@ class StoreBase(Store):
     def _set_serializer(self, serializer: str | Serializer | None) -> None:
         """Resolve ``serializer`` (a name, an instance, or ``None`` for JSON) for this store."""
         self._serializer = get_serializer(serializer)
+        self._removed_bytes = None
         #: Claimed envelopes and their bytes, by (name, id), with the claim's token (see the
         #: module docstring); JSON only.
         self._kept = {} if type(self._serializer) is JSONSerializer else None
@@ -204,6 +207,14 @@ class StoreBase(Store):
         if kept:
             for id in ids:
                 kept.pop((name, id), None)
+
+    def _removed_payload(self) -> bytes:
+        """The bytes of a schedule unscheduled while its occurrence ran (``REMOVED``), as this
+        store writes them: what its ``rearm`` compares the stored bytes (and those given) with."""
+        payload = self._removed_bytes
+        if payload is None:
+            payload = self._removed_bytes = self._dumps(REMOVED)
+        return payload
 
     def _rearm_payload(
         self, name: str, id: str, token: int, element: Any
@@ -333,7 +344,7 @@ def rewritten(payload: bytes, old: bytes, new: bytes) -> bytes | None:
     return payload[: -len(old)] + new if old and payload.endswith(old) else None
 
 
-def merge_next(stored: Any, given: Any) -> tuple[Any, bool]:
+def merge_next(stored: Any, given: Any) -> tuple[Any, bool | None]:
     """What a rearm files for an element updated (by someone else than the worker that holds it)
     while its claim ran, and whether at once: a schedule's envelope as stored, changed meanwhile
     (its element, policy, a pause), with the next time the worker gives (and the extra run it
@@ -341,9 +352,20 @@ def merge_next(stored: Any, given: Any) -> tuple[Any, bool]:
     meanwhile (re-planned: ``Scheduler.schedule`` wrote its new first occurrence into it) as
     stored, due at once, for the runner that claims it to file for its time; anything else as
     given (the memory store's counterpart of the rewrite of stored bytes, see
-    :meth:`StoreBase._rearm_payload`)."""
+    :meth:`StoreBase._rearm_payload`). A schedule unscheduled while its occurrence ran (stored
+    as ``REMOVED``) is removed (``None``); one given as ``REMOVED`` by the runner that claimed it
+    so is removed if still so, else filed as stored (written into since), at once."""
+    if type(stored) is dict and stored.get("removed") is True and stored == REMOVED:
+        return stored, None
+    if type(given) is dict and given.get("removed") is True and given == REMOVED:
+        return stored, True
     if type(given) is dict and type(given.get("next")) is int:
-        if type(stored) is not dict or "next" not in stored or stored.get("trigger") != given.get("trigger"):
+        if (
+            type(stored) is not dict
+            or "next" not in stored
+            or stored.get("trigger") != given.get("trigger")
+            or stored.get("anchor") != given.get("anchor")
+        ):
             # Re-planned (or written over with something else: kept, as the stores of bytes do).
             return stored, True
         merged = {key: value for key, value in stored.items() if key != "next"}

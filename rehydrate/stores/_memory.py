@@ -14,6 +14,7 @@ from rehydrate._core import _validate, _workers
 from rehydrate._core._dehydrator import Dehydrator
 from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord
 from rehydrate._core._validate import Seconds
+from rehydrate._schedules import is_removed
 from rehydrate.abc import Clock, Subscription
 from rehydrate.errors import InvalidArgumentError, InvalidTypeError
 from rehydrate.stores._base import StoreBase, merge_next, url_options
@@ -203,9 +204,23 @@ class MemoryStore(StoreBase):
         batch = list(items)
         d = self._get(name)
         before = d.next_due()
-        done = d.rearm_many(batch, merge_next)
+        if len(batch) == 1 and is_removed(batch[0][2]):  # (a runner sends it alone)
+            done = self._rearm_removed(d, *batch[0])
+        else:
+            done = d.rearm_many(batch, merge_next)
         self._notify_if_sooner(name, d, before)
         return done
+
+    @staticmethod
+    def _rearm_removed(d: Dehydrator, id: str, token: int, element: Any, ttl: Seconds) -> list[bool]:
+        """A rearm given ``REMOVED``, by the runner that claimed a schedule unscheduled during a
+        run whose worker died (see :meth:`Store.rearm`): the element goes if it is still so, else
+        what was written into it since (``Scheduler.schedule`` again) is filed, due at once."""
+        _validate.seconds(ttl, "ttl")
+        stored = d.look(id)
+        if is_removed(stored):
+            return [d.ack(id, token=token)]
+        return d.rearm_many([(id, token, stored, 0.0)])
 
     async def extend(self, name: str, id: str, *, lease: Seconds, token: int) -> float | None:
         await anyio.lowlevel.checkpoint()

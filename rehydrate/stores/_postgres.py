@@ -1027,7 +1027,15 @@ class PostgresStore(StoreBase):
             batch.append((id, token, *self._rearm_payload(name, id, token, element), micros))
         columns = ("ids", "tokens", "payloads", "olds", "news", "ttls")
         start = round(asked * 1_000_000)
-        return await self._fenced(name, self._sql.rearm, columns, batch, codec=self._codec, start=start)
+        return await self._fenced(
+            name,
+            self._sql.rearm,
+            columns,
+            batch,
+            codec=self._codec,
+            start=start,
+            removed=self._removed_payload(),
+        )
 
     async def _fenced(
         self,

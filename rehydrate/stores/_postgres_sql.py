@@ -69,6 +69,13 @@ _ENDS = (
     "(length(e.payload) >= length(f.old)"
     " AND substring(e.payload from length(e.payload) - length(f.old) + 1) = f.old)"
 )
+#: In a rearm: filed as stored, due at once. The stored bytes no longer end with the claimed
+#: envelope's end (re-planned while the occurrence ran), or the runner gives the element as a
+#: schedule unscheduled while its occurrence ran (``REMOVED``) and it was written into since
+#: (still ``REMOVED``, it is removed: the ``del`` step).
+_AT_ONCE = f"((f.old IS NOT NULL AND NOT {_ENDS}) OR f.payload = %(removed)s::bytea)"
+#: In a rearm: every element whose claim ended, ``gone`` 1 for those removed (see ``_counter``).
+_ENDED = "(SELECT 0 AS gone FROM upd UNION ALL SELECT 1 FROM del) AS ended"
 _HEAD = """head AS MATERIALIZED (
         SELECT due FROM {table} WHERE name = %(name)s ORDER BY due, seq LIMIT 1 FOR SHARE SKIP LOCKED
     )"""
@@ -347,7 +354,8 @@ _TEMPLATES: Final = {
     # id given twice is rearmed by its first item only. With an old end given, the payload is the
     # stored bytes with that end made the new one (a change written into the schedule while its
     # occurrence ran is kept); if they no longer end so, the schedule was re-planned meanwhile (a
-    # new trigger, its first occurrence written into it): filed as stored, due at once.
+    # new trigger, its first occurrence written into it): filed as stored, due at once. Stored
+    # as REMOVED (unscheduled while its occurrence ran), it is removed instead.
     "rearm": f"""WITH {_FROM_START},
         found AS MATERIALIZED (
             SELECT f.*, nextval('{{seq_name}}') AS n FROM (
@@ -365,23 +373,30 @@ _TEMPLATES: Final = {
             ) f ORDER BY f.ord
         ),
         {_HEAD},
+        del AS (
+            DELETE FROM {{table}} e USING found f
+            WHERE e.ctid = f.tid AND e.name = %(name)s AND e.claimed AND e.payload = %(removed)s::bytea
+            RETURNING f.ord
+        ),
         upd AS (
             UPDATE {{table}} e
-            SET due = t.now + CASE WHEN f.old IS NOT NULL AND NOT {_ENDS} THEN 0 ELSE f.ttl END,
+            SET due = t.now + CASE WHEN {_AT_ONCE} THEN 0 ELSE f.ttl END,
                 seq = f.n,
-                ttl = CASE WHEN f.old IS NOT NULL AND NOT {_ENDS} THEN 0 ELSE f.ttl / 1e6 END,
+                ttl = CASE WHEN {_AT_ONCE} THEN 0 ELSE f.ttl / 1e6 END,
                 attempt = 0, claimed = false,
                 serializer = %(codec)s,
                 payload = CASE WHEN f.old IS NOT NULL AND {_ENDS}
                     THEN substring(e.payload from 1 for length(e.payload) - length(f.old)) || f.new
-                    WHEN f.old IS NOT NULL THEN e.payload
+                    WHEN {_AT_ONCE} THEN e.payload
                     ELSE f.payload END
             FROM found f, t
             WHERE e.ctid = f.tid AND e.name = %(name)s AND e.claimed
+                AND e.payload <> %(removed)s::bytea
             RETURNING f.ord, e.due
         ),
-        {_counter("upd", "0", "-count(*)")}
-        SELECT ord, {_NOTIFY.format(due="(SELECT min(due) FROM upd)")} FROM upd""",
+        {_counter(_ENDED, "-sum(gone)", "-count(*)")}
+        SELECT ord, {_NOTIFY.format(due="(SELECT min(due) FROM upd)")} FROM upd
+        UNION ALL SELECT ord, false FROM del""",
     "info": "SELECT due, ttl, attempt, claimed FROM {table} WHERE name = %(name)s AND id = %(id)s",
     # The distinct names by skipping from one to the next in the primary key: O(names * log n).
     "names_query": """WITH RECURSIVE walk(name) AS (

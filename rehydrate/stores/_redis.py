@@ -765,7 +765,11 @@ class RedisStore(StoreBase):
         for start in range(0, len(flat_items), self._batch):
             part = flat_items[start : start + self._batch]
             marks = rewrites[start : start + self._batch]
-            flat: _Args = [asked, "".join("1" if m else "0" for m in marks) if any(marks) else ""]
+            flat: _Args = [
+                asked,
+                "".join("1" if m else "0" for m in marks) if any(marks) else "",
+                self._removed_payload(),
+            ]
             for item in part:
                 flat += item
             out.extend(int(r) == 1 for r in await self._eval("rearm", name, flat))

@@ -917,6 +917,18 @@ class SQLiteStore(StoreBase):
             start = min(asked, now)  # a clock that stepped back counts as standing still
             for id, token, (payload, old, new), seconds in batch:
                 due = start + seconds
+                if old is None and self._rearm_removed(conn, name, id, token):
+                    done.append(True)  # unscheduled while the claim ran: removed
+                    continue
+                if old is None and payload == self._removed_payload():
+                    # Given as unscheduled by the runner that claimed it so, and written into
+                    # since (else removed just now): filed as stored, at once.
+                    cursor = conn.execute(sql.REARM_REPLANNED, (start, seq, name, id, token))
+                    seq += 1
+                    done.append(cursor.rowcount == 1)
+                    if cursor.rowcount == 1:
+                        soonest = start if soonest is None else min(soonest, start)
+                    continue
                 cursor = conn.execute(
                     sql.REARM,
                     (
@@ -933,7 +945,11 @@ class SQLiteStore(StoreBase):
                     ),
                 )
                 if cursor.rowcount != 1 and old is not None:
-                    # Fenced out, or re-planned while the claim ran (see REARM_REPLANNED).
+                    # Fenced out, unscheduled (REMOVED) or re-planned while the claim ran (see
+                    # REARM_REPLANNED).
+                    if self._rearm_removed(conn, name, id, token):
+                        done.append(True)
+                        continue
                     cursor = conn.execute(sql.REARM_REPLANNED, (start, seq, name, id, token))
                     due = start
                 seq += 1
@@ -948,6 +964,12 @@ class SQLiteStore(StoreBase):
         done, counter = await self._write(body)
         self._notify(name, counter)
         return done
+
+    def _rearm_removed(self, conn: sqlite3.Connection, name: str, id: str, token: int) -> bool:
+        """Remove the element claimed under ``token`` if it is stored as a schedule unscheduled
+        while its occurrence ran (``REMOVED``); whether it was."""
+        removed = _blob(self._removed_payload())
+        return conn.execute(sql.REARM_REMOVED, (name, id, token, removed)).rowcount == 1
 
     async def extend(self, name: str, id: str, *, lease: Seconds, token: int) -> float | None:
         _validate.element_id(name, "name")

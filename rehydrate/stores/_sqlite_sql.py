@@ -36,6 +36,7 @@ __all__ = [
     "MIGRATE",
     "NAMES",
     "REARM",
+    "REARM_REMOVED",
     "REFILE",
     "ROW",
     "SCHEMA",
@@ -143,6 +144,12 @@ REARM: Final = (
 REARM_REPLANNED: Final = (
     "UPDATE rehydrate_elements SET due = ?1, seq = ?2, ttl = 0,"
     " attempt = 0, claimed = 0 WHERE name = ?3 AND id = ?4 AND attempt = ?5 AND claimed = 1"
+)
+#: A rearm of an element stored as a schedule unscheduled while its occurrence ran (REMOVED, ?4):
+#: removed instead of filed.
+REARM_REMOVED: Final = (
+    "DELETE FROM rehydrate_elements"
+    " WHERE name = ?1 AND id = ?2 AND attempt = ?3 AND claimed = 1 AND payload = ?4"
 )
 NAMES: Final = """
     WITH RECURSIVE walk(name) AS (

@@ -656,6 +656,46 @@ class TestLeases:
         harness.advance(30)
         assert [c.id for c in await s.claim(N, lease=60)] == ["same"]
 
+    async def test_rearm_removes_a_schedule_unscheduled_while_claimed(self, harness: Harness) -> None:
+        """``Scheduler.unschedule`` during a run writes ``REMOVED`` into the element the worker
+        holds. The worker's rearm then removes it (beside another item filed in the same batch);
+        the worker's own update before that leaves it removed. A runner that claims a ``REMOVED``
+        element (its worker died) gives it back as it is: removed, unless a schedule was written
+        into it since (``schedule()`` again), which is filed as stored, due at once."""
+        from rehydrate import Every
+        from rehydrate._schedules import REMOVED, make_envelope, with_next
+
+        s = harness.store
+        envelope = make_envelope(
+            Every(60), element={"n": 1}, next=120.0, anchor=60.0, misfire="coalesce", grace=None
+        )
+        await s.push_many(N, [(envelope, 0, "gone"), (envelope, 0, "kept"), (dict(REMOVED), 0, "orphan")])
+        await s.push_many(N, [(dict(REMOVED), 0, "again")])
+        claims = {c.id: c for c in await s.claim(N, lease=60)}
+        assert set(claims) == {"gone", "kept", "orphan", "again"}
+        await s.update(N, "gone", dict(REMOVED))
+        await s.update(N, "gone", with_next(claims["gone"].element, 150.0), token=claims["gone"].token)
+        assert await s.look(N, "gone") == REMOVED
+        items = [(id, claims[id].token, with_next(claims[id].element, 180.0), 30) for id in ("gone", "kept")]
+        assert await s.rearm(N, items) == [True, True]
+        assert await s.look(N, "gone") is None
+        assert await s.look(N, "kept") == with_next(envelope, 180.0)
+        # Claimed as REMOVED and given back so: removed, or what was written into it since.
+        renewed = make_envelope(
+            Every(10), element={"n": 2}, next=200.0, anchor=200.0, misfire="coalesce", grace=None
+        )
+        await s.update(N, "again", renewed)
+        for id in ("orphan", "again"):  # (one item a call, as a runner sends it)
+            assert await s.rearm(N, [(id, claims[id].token, claims[id].element, 0)]) == [True]
+        assert await s.look(N, "orphan") is None
+        assert await s.look(N, "again") == renewed
+        info = await s.info(N, "again")
+        assert info is not None
+        assert (info.claimed, info.attempt) == (False, 0)
+        assert await s.ttn(N) == 0.0
+        assert await s.size(N) == 2
+        assert await s.summary(N) == Summary(size=2, due=1, claimed=0, ttn=0.0)
+
     async def test_rearm_files_an_envelope_with_another_next_as_given(self, harness: Harness) -> None:
         """A schedule's envelope filed again with only its next changed (which a store that keeps
         bytes may file by rewriting the end of the bytes it read, not encoding it again) reads

@@ -190,6 +190,54 @@ async def test_a_new_trigger_during_a_run_waits_for_it_on_every_store(harness: H
     assert after.next_run == during.next_run + timedelta(seconds=180)
 
 
+async def test_unschedule_during_a_run_and_filing_again_wait_for_it_on_every_store(harness: Harness) -> None:
+    """``unschedule`` while an occurrence runs writes ``REMOVED`` into the element the worker
+    holds (each store's ``update``), and a schedule filed again under the same id is written into
+    it in turn: none of its occurrences runs beside the run; when the run ends, each store's
+    ``rearm`` files it at once, and the missed ones are coalesced. Unscheduled and not filed
+    again, the element goes when the run ends."""
+    store = harness.store
+    scheduler = Scheduler(store, heartbeat=None, grace=1)
+    release = anyio.Event()
+    ran: list[tuple[Any, Any]] = []
+    arrived = [anyio.Event() for _ in range(4)]
+
+    async def runs(count: int) -> None:
+        with anyio.fail_after(10):
+            await arrived[count - 1].wait()
+
+    @scheduler.handler("sync", lease=600)
+    async def sync(element: Any) -> None:
+        ran.append((element, current_delivery().scheduled_for))
+        arrived[min(len(ran), len(arrived)) - 1].set()
+        if element in ("old", "lone"):
+            await release.wait()
+
+    async with scheduler:
+        await scheduler.schedule("sync", Every(3600), id="s", element="old")  # first run: now
+        await scheduler.schedule("sync", Every(3600), id="lone", element="lone")
+        await runs(2)
+        assert await scheduler.unschedule("sync", "s") is True
+        assert await scheduler.unschedule("sync", "lone") is True
+        assert await scheduler.schedules("sync") == []
+        await scheduler.schedule("sync", Every(60), id="s", element="new")
+        (during,) = await scheduler.schedules("sync")
+        assert (during.id, during.element) == ("s", "new")
+        assert during.next_run is not None
+        assert (await store.info("sync", "s")).claimed  # type: ignore[union-attr]
+        harness.advance(150)  # the new schedule's occurrences at +0, +60 and +120 pass meanwhile
+        await anyio.sleep(0.3)
+        assert len(ran) == 2
+        release.set()
+        await runs(3)
+        scheduler.stop()
+    assert sorted(element for element, _ in ran[:2]) == ["lone", "old"]
+    assert ran[2:] == [("new", during.next_run + timedelta(seconds=120))]  # coalesced
+    assert await store.look("sync", "lone") is None
+    (after,) = await scheduler.schedules("sync")
+    assert (after.trigger, after.element) == (Every(60), "new")
+
+
 async def test_a_requeued_occurrence_keeps_its_scheduled_for_on_every_store(harness: Harness) -> None:
     """A dead-lettered occurrence goes back through each store (its envelope serialized, with no
     trigger) and runs with the ``scheduled_for`` its first run had, once: the handler fixed and
