@@ -506,12 +506,14 @@ class _Workers:
         self._emptied.set()
         #: The claim loop's last claim took all it asked for: more is due, and comes next.
         self._more_coming = False
+        #: Makes the events: the running backend's, once known (see :func:`event_type`).
+        self.new_event: Callable[[], anyio.Event] = anyio.Event
 
     def dispatch_many(self, claims: list[Claim]) -> None:
         """Queue claims (at least one) for the workers, waking one if none is on its way."""
         queue = self._queue
         if not queue and self._emptied.is_set():
-            self._emptied = anyio.Event()
+            self._emptied = self.new_event()
         queue.extend(claims)
         if not self._waking:
             self._wake_one()
@@ -542,7 +544,7 @@ class _Workers:
             self.group.start_soon(self._work)
 
     async def _work(self) -> None:
-        queue, run, sleepers = self._queue, self._run, self._sleepers
+        queue, run, sleepers, new_event = self._queue, self._run, self._sleepers, self.new_event
         checkpoint = anyio.lowlevel.checkpoint
         streak = 0
         self._waking = False  # this is the worker that was started
@@ -552,7 +554,7 @@ class _Workers:
                     return
                 if delivery_var.get(None) is not None:
                     delivery_var.set(None)  # (the last element's delivery: let it go)
-                awake = anyio.Event()
+                awake = new_event()
                 sleepers.append(awake)
                 try:
                     await awake.wait()
@@ -676,6 +678,8 @@ class Runner:
         self._settings = settings
         self.in_flight = 0
         self._slot_freed: anyio.Event | None = None
+        #: Makes events: the running backend's class, once running (see :func:`event_type`).
+        self._new_event: Callable[[], anyio.Event] = anyio.Event
         self._idle: anyio.Event | None = None
         self._claim_scope = anyio.CancelScope()
         self._limiter = None if handler.is_async else anyio.CapacityLimiter(handler.concurrency)
@@ -743,6 +747,7 @@ class Runner:
                 try:
                     async with anyio.create_task_group() as handlers:
                         workers.group = handlers
+                        workers.new_event = self._new_event = event_type()
                         try:
                             with self._claim_scope:
                                 async with anyio.create_task_group() as claiming:
@@ -819,7 +824,7 @@ class Runner:
         while True:
             free = concurrency - self.in_flight
             if free <= 0:
-                freed = self._slot_freed = anyio.Event()
+                freed = self._slot_freed = self._new_event()
                 await freed.wait()
                 continue
             want = min(free, batch)
@@ -852,15 +857,15 @@ class Runner:
         The claim loop took them up to ``ahead`` seconds early, so that a burst's store round
         trips are over before it is due: at its time, starting its handlers is all that is left.
         """
-        clock, held, workers = self._store.clock, self._held, self._workers
+        clock, held, workers, new_event = self._store.clock, self._held, self._workers, self._new_event
         while True:
             if not held:
-                changed = held.changed = anyio.Event()
+                changed = held.changed = new_event()
                 await changed.wait()
                 continue
             due = held.next_due()
             if due > clock():
-                changed = held.changed = anyio.Event()  # (a claim due sooner may come meanwhile)
+                changed = held.changed = new_event()  # (a claim due sooner may come meanwhile)
                 await clock.wait(changed, due)
                 continue
             now = clock()
@@ -1275,6 +1280,14 @@ async def release(store: Store, name: str, id: str, token: int, ttl: float = 0.0
     brings it back."""
     with anyio.move_on_after(2.0), contextlib.suppress(RehydrateError):
         await store.reschedule(name, id, ttl=ttl, token=token)
+
+
+def event_type() -> Callable[[], anyio.Event]:
+    """The running backend's event class. ``anyio.Event()`` looks the backend up at each call
+    (sniffio, then the backend's factory): 1.24 µs a new event on trio against 0.45 µs for its
+    class called directly (1.06 against 0.68 on asyncio). A worker makes one each time it goes
+    idle, and the hand-over of a burst spread over a millisecond makes several per element."""
+    return type(anyio.Event())
 
 
 async def _sleep_until_due(
