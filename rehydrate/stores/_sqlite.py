@@ -917,23 +917,17 @@ class SQLiteStore(StoreBase):
             start = min(asked, now)  # a clock that stepped back counts as standing still
             for id, token, (payload, old, new), seconds in batch:
                 due = start + seconds
-                if old is None and self._rearm_removed(conn, name, id, token):
-                    done.append(True)  # unscheduled while the claim ran: removed
-                    continue
-                if old is None and payload == self._removed_payload():
-                    # Given as unscheduled by the runner that claimed it so, and written into
-                    # since (else removed just now): filed as stored, at once.
-                    cursor = conn.execute(sql.REARM_REPLANNED, (start, seq, name, id, token))
+                if old is None:
+                    ok, filed = self._rearm_whole(conn, name, id, token, payload, codec, start, seconds, seq)
                     seq += 1
-                    done.append(cursor.rowcount == 1)
-                    if cursor.rowcount == 1:
-                        soonest = start if soonest is None else min(soonest, start)
+                    done.append(ok)
+                    if filed is not None:
+                        soonest = filed if soonest is None else min(soonest, filed)
                     continue
                 cursor = conn.execute(
                     sql.REARM,
                     (
-                        _blob(payload),
-                        old if old is None else _blob(old),
+                        _blob(old),
                         _blob(new),
                         codec,
                         due,
@@ -944,7 +938,7 @@ class SQLiteStore(StoreBase):
                         token,
                     ),
                 )
-                if cursor.rowcount != 1 and old is not None:
+                if cursor.rowcount != 1:
                     # Fenced out, unscheduled (REMOVED) or re-planned while the claim ran (see
                     # REARM_REPLANNED).
                     if self._rearm_removed(conn, name, id, token):
@@ -964,6 +958,36 @@ class SQLiteStore(StoreBase):
         done, counter = await self._write(body)
         self._notify(name, counter)
         return done
+
+    def _rearm_whole(
+        self,
+        conn: sqlite3.Connection,
+        name: str,
+        id: str,
+        token: int,
+        payload: bytes,
+        codec: str,
+        start: float,
+        seconds: float,
+        seq: int,
+    ) -> tuple[bool, float | None]:
+        """A rearm item encoded whole (not the claimed envelope with another end): filed, unless
+        stored as a schedule unscheduled while the claim ran (then removed); given as such
+        (``REMOVED``) by the runner that claimed it so, removed if still so, else filed as
+        written into since, at once. Whether done, and when the element is due if filed."""
+        removed = _blob(self._removed_payload())
+        if payload == removed:
+            if conn.execute(sql.REARM_REMOVED, (name, id, token, removed)).rowcount == 1:
+                return True, None
+            if conn.execute(sql.REARM_REPLANNED, (start, seq, name, id, token)).rowcount == 1:
+                return True, start
+            return False, None
+        due = start + seconds
+        params = (_blob(payload), codec, due, seq, seconds, name, id, token, removed)
+        if conn.execute(sql.REARM_WHOLE, params).rowcount == 1:
+            return True, due
+        # Removed (stored as unscheduled), or fenced out: nothing filed.
+        return conn.execute(sql.REARM_REMOVED, (name, id, token, removed)).rowcount == 1, None
 
     def _rearm_removed(self, conn: sqlite3.Connection, name: str, id: str, token: int) -> bool:
         """Remove the element claimed under ``token`` if it is stored as a schedule unscheduled
