@@ -180,6 +180,32 @@ def _running_us(envelope: Envelope, now: float) -> int:
     return int(upcoming)
 
 
+def _planned_after(
+    trigger: Trigger,
+    element: Any,
+    since: float,
+    offset: float,
+    after_us: int | None,
+    *,
+    misfire: Misfire,
+    grace: float | None,
+    spread: float | None,
+    paused: bool = False,
+) -> tuple[Envelope, float, bool]:
+    """:func:`_new_schedule` filed at ``since``, its first occurrence after ``after_us`` (whole
+    microseconds) if given: a schedule written into one whose occurrence runs, which must not
+    take that occurrence's time (its key, and the end the store compares). Filed a microsecond
+    later each time, four times at most (one or two do); whether one after it was found."""
+    for _ in range(4):
+        envelope, first = _new_schedule(
+            trigger, element, since, offset, misfire=misfire, grace=grace, spread=spread, paused=paused
+        )
+        if after_us is None or envelope["next"] > after_us:
+            return envelope, first, True
+        since += 1 / US
+    return envelope, first, False
+
+
 def _anchor(trigger: Trigger, now: float) -> float | None:
     """Where an ``Every`` counts from: its ``start``, or when it is first filed (that
     microsecond, so its first occurrence is due at once)."""
@@ -815,14 +841,10 @@ class Scheduler:
                 # its first occurrence after now: never the running one's nominal time (due by
                 # now), whose key that is, and whose end the store would take it for.
                 held = await self._held(name, id)
-                since, floor_us = now, math.floor(now * US)
-                for _ in range(4):  # (a microsecond more each time: one or two do)
-                    envelope, first = _new_schedule(
-                        trigger, element, since, offset, misfire=misfire, grace=grace, spread=spread
-                    )
-                    if not held or envelope["next"] > floor_us:
-                        break
-                    since += 1 / US
+                after = math.floor(now * US) if held else None
+                envelope, first, _ = _planned_after(
+                    trigger, element, now, offset, after, misfire=misfire, grace=grace, spread=spread
+                )
                 if declared:
                     envelope = with_declared(envelope, True)
                 if held:
@@ -860,24 +882,21 @@ class Scheduler:
                 # Held: re-planned in place, from its first occurrence after the one that runs
                 # (never that one: a new ``next`` is what tells the store it was re-planned; a
                 # microsecond after it at the least, as the envelope counts it).
-                running = _running_us(existing, now - offset) if held else 0
-                since = max(now, running / US + offset) if held else now
-                for _ in range(4):  # (a microsecond more each time: one or two do)
-                    envelope, upcoming = _new_schedule(
-                        trigger,
-                        element,
-                        since,
-                        offset,
-                        misfire=misfire,
-                        grace=grace,
-                        spread=spread,
-                        paused=paused,
-                    )
-                    if not held or envelope["next"] > running:
-                        break
-                    since += 1 / US
-                else:
-                    held = False  # (no later occurrence found: filed anew, as when nothing runs)
+                running = _running_us(existing, now - offset) if held else None
+                since = now if running is None else max(now, running / US + offset)
+                envelope, upcoming, found = _planned_after(
+                    trigger,
+                    element,
+                    since,
+                    offset,
+                    running,
+                    misfire=misfire,
+                    grace=grace,
+                    spread=spread,
+                    paused=paused,
+                )
+                # (No later occurrence found: filed anew, as when nothing runs.)
+                held = held and found
                 if declared:
                     envelope = with_declared(envelope, True)
             if held:

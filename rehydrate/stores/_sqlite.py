@@ -977,7 +977,7 @@ class SQLiteStore(StoreBase):
         written into since, at once. Whether done, and when the element is due if filed."""
         removed = _blob(self._removed_payload())
         if payload == removed:
-            if conn.execute(sql.REARM_REMOVED, (name, id, token, removed)).rowcount == 1:
+            if self._rearm_removed(conn, name, id, token):
                 return True, None
             if conn.execute(sql.REARM_REPLANNED, (start, seq, name, id, token)).rowcount == 1:
                 return True, start
@@ -987,7 +987,7 @@ class SQLiteStore(StoreBase):
         if conn.execute(sql.REARM_WHOLE, params).rowcount == 1:
             return True, due
         # Removed (stored as unscheduled), or fenced out: nothing filed.
-        return conn.execute(sql.REARM_REMOVED, (name, id, token, removed)).rowcount == 1, None
+        return self._rearm_removed(conn, name, id, token), None
 
     def _rearm_removed(self, conn: sqlite3.Connection, name: str, id: str, token: int) -> bool:
         """Remove the element claimed under ``token`` if it is stored as a schedule unscheduled
