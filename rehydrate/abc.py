@@ -281,6 +281,43 @@ class Store(ABC):
         pause).
         """
 
+    async def replace_unless_held(self, name: str, id: str, element: Any, *, ttl: Seconds) -> bool | None:
+        """``push(name, element, ttl=ttl, id=id, replace=True)``, unless a worker holds the
+        element: ``False`` (nothing done) while it is claimed and its lease runs; ``None``
+        (nothing filed) if ``id`` is unknown; ``True`` once replaced.
+
+        The check and the replace are one atomic step: it is how ``Scheduler.schedule`` and
+        ``pause`` change a schedule that no occurrence runs without fencing out one claimed just
+        before (its next occurrence would come due beside it). A claim whose lease ran out does
+        not hold the element (its worker is taken for dead, as by :meth:`claim`): it is replaced.
+        This default reads :meth:`info`, then replaces, and is not atomic; the stores of this
+        package override it with one script, transaction or statement.
+        """
+        info = await self.info(name, id)
+        if info is None:
+            return None
+        if info.claimed and info.due > self.clock():
+            return False
+        await self.push(name, element, ttl=ttl, id=id, replace=True)
+        return True
+
+    async def pull_unless_held(self, name: str, id: str) -> bool | None:
+        """:meth:`pull` the element unless a worker holds it: ``False`` (nothing done) while it
+        is claimed and its lease runs; ``None`` if ``id`` is unknown; ``True`` once removed.
+
+        Atomic like :meth:`replace_unless_held`, for ``Scheduler.unschedule``: a schedule whose
+        occurrence runs is not pulled from under its worker (a schedule filed again under that
+        id would come due beside the run) but marked, and removed when the run ends. The
+        default reads :meth:`info`, then pulls, and is not atomic.
+        """
+        info = await self.info(name, id)
+        if info is None:
+            return None
+        if info.claimed and info.due > self.clock():
+            return False
+        await self.pull(name, id)
+        return True
+
     # -- leases --------------------------------------------------------------------------------
 
     @abstractmethod

@@ -117,6 +117,30 @@ class MemoryStore(StoreBase):
         self._notify_if_sooner(name, d, before)
         return id
 
+    async def replace_unless_held(self, name: str, id: str, element: Any, *, ttl: Seconds) -> bool | None:
+        await anyio.lowlevel.checkpoint()
+        d = self._get(name)
+        _validate.seconds(ttl, "ttl")
+        if (info := d.info(id)) is None:
+            return None
+        if info.claimed and info.due > self.clock():
+            return False
+        before = d.next_due()
+        d.pull(id)
+        d.push(element, ttl=ttl, id=id)
+        self._notify_if_sooner(name, d, before)
+        return True
+
+    async def pull_unless_held(self, name: str, id: str) -> bool | None:
+        await anyio.lowlevel.checkpoint()
+        d = self._get(name)
+        if (info := d.info(id)) is None:
+            return None
+        if info.claimed and info.due > self.clock():
+            return False
+        d.pull(id)
+        return True
+
     async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
         await anyio.lowlevel.checkpoint()
         d = self._get_or_create(name)

@@ -171,6 +171,10 @@ _TEMPLATES: Final = {
         ),
         {_counter("ins", "count(*) FILTER (WHERE inserted)", "-coalesce((SELECT claimed::int FROM old), 0)")}
         SELECT count(*), {_NOTIFY.format(due="(SELECT min(due) FROM ins)")} FROM ins""",
+    # replace_unless_held and pull_unless_held, first in their transaction: whether a worker
+    # holds the element (no row: unknown), which stays locked until the replace or pull.
+    "held": f"""SELECT claimed AND due > {_NOW} FROM {{table}}
+        WHERE name = %(name)s AND id = %(id)s FOR UPDATE""",
     "existing": "SELECT id FROM {table} WHERE name = %(name)s AND id = ANY(%(ids)s::text[]) LIMIT 1",
     "same": (
         "SELECT count(*) FROM {table} e JOIN unnest(%(ids)s::text[], %(payloads)s::bytea[]) AS u(id, payload)"
@@ -476,6 +480,7 @@ class Statements:
     now: str
     push: str
     push_replace: str
+    held: str
     existing: str
     same: str
     pull: str

@@ -547,6 +547,25 @@ class RedisStore(StoreBase):
         reply = await self._eval("pull", name, [id])
         return None if reply is None else self._load(reply)
 
+    async def replace_unless_held(self, name: str, id: str, element: Any, *, ttl: Seconds) -> bool | None:
+        """See :meth:`Store.replace_unless_held`: push.lua's "u" mode, one script."""
+        self._keys(name)
+        micros = _micros(ttl, "ttl")
+        _validate.element_id(id)
+        args: _Args = ["u", "", id, micros, self._dumps(element)]
+        # (A retry after a lost reply replaces again: the element is then this one, unheld.)
+        status = int((await self._eval("push", name, args, retry=args))[0])
+        return True if status == 1 else (None if status == 3 else False)
+
+    async def pull_unless_held(self, name: str, id: str) -> bool | None:
+        """See :meth:`Store.pull_unless_held`: pull.lua's "u" mode, one script."""
+        self._keys(name)
+        _validate.element_id(id)
+        reply = await self._eval("pull", name, [id, "u"])
+        if reply is None:
+            return None
+        return not isinstance(reply, int)
+
     async def poll(self, name: str, *, limit: int | None = None) -> list[Any]:
         """See :meth:`Store.poll`. Takes ``batch_size`` elements per script and loops; the loop
         takes only elements due when it began and filed before, so a busy producer cannot keep it

@@ -623,6 +623,46 @@ class SQLiteStore(StoreBase):
 
         return await self._write(body)
 
+    async def replace_unless_held(self, name: str, id: str, element: Any, *, ttl: Seconds) -> bool | None:
+        _validate.element_id(name, "name")
+        _validate.element_id(id)
+        seconds = _validate.seconds(ttl, "ttl")
+        payload = self._dumps(element)
+        codec = self._serializer.name
+
+        def body(conn: sqlite3.Connection) -> tuple[bool | None, int | None]:
+            row = conn.execute(sql.INFO, (name, id)).fetchone()
+            now = self._now()
+            if row is None:
+                return None, None
+            if row[3] and row[0] > now:
+                return False, None
+            due = now + seconds
+            head = sql.head(conn, name)
+            conn.execute(sql.DELETE_ID, (name, id))
+            conn.execute(sql.INSERT, (name, id, _blob(payload), codec, due, sql.next_seq(conn, 1), seconds))
+            return True, self._bump(conn, name) if head is None or due < head else None
+
+        done, counter = await self._write(body)
+        self._notify(name, counter)
+        return done
+
+    async def pull_unless_held(self, name: str, id: str) -> bool | None:
+        _validate.element_id(name, "name")
+        _validate.element_id(id)
+
+        def body(conn: sqlite3.Connection) -> bool | None:
+            row = conn.execute(sql.ROW, (name, id)).fetchone()
+            if row is None:
+                return None
+            if row[5] and row[3] > self._now():
+                return False
+            self._loads(name, id, row[1], row[2])  # (another serializer's element is left as it was)
+            conn.execute(sql.DELETE, (row[0],))
+            return True
+
+        return await self._write(body)
+
     async def poll(self, name: str, *, limit: int | None = None) -> list[Any]:
         _validate.element_id(name, "name")
         n = _validate.limit(limit)

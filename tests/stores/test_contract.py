@@ -228,6 +228,55 @@ class TestVerbs:
         with pytest.raises(InvalidArgumentError):
             await s.update(N, "j", "x", token=0)
 
+    async def test_replace_unless_held(self, harness: Harness) -> None:
+        """A schedule changed while no occurrence runs: replaced as by ``push(replace=True)``,
+        unless a worker claimed it since (then nothing changes, its claim included)."""
+        s = harness.store
+        assert await s.replace_unless_held(N, "j", "x", ttl=1) is None  # unknown: nothing filed
+        assert await s.look(N, "j") is None
+        await s.push(N, "filed", ttl=0, id="j")
+        (running,) = await s.claim(N, lease=5)
+        assert await s.replace_unless_held(N, "j", "new", ttl=1) is False
+        assert await s.look(N, "j") == "filed"
+        info = await s.info(N, "j")
+        assert info is not None
+        assert (info.attempt, info.claimed, info.ttl) == (1, True, about(5))
+        assert await s.ack(N, [("j", running.token)]) == [True]  # the claim is untouched
+        await s.push(N, "again", ttl=0, id="j")
+        (dead,) = await s.claim(N, lease=5)
+        harness.advance(5)  # its lease ran out: its worker is taken for dead
+        assert await s.replace_unless_held(N, "j", "new", ttl=2) is True
+        info = await s.info(N, "j")
+        assert info is not None
+        assert (info.attempt, info.claimed, info.ttl) == (0, False, about(2))
+        assert await s.look(N, "j") == "new"
+        assert await s.ack(N, [("j", dead.token)]) == [False]  # fenced out, as by a replace
+        async with s.subscribe(N) as subscription:
+            await subscription.wait(0)
+            # Not claimed: replaced, and due sooner, it wakes the claim loops.
+            assert await s.replace_unless_held(N, "j", "newer", ttl=0) is True
+            with anyio.fail_after(5):
+                assert await subscription.wait(None) is True
+        assert [c.element for c in await s.claim(N, lease=5)] == ["newer"]
+        assert await s.size(N) == 1
+
+    async def test_pull_unless_held(self, harness: Harness) -> None:
+        s = harness.store
+        assert await s.pull_unless_held(N, "j") is None
+        assert await s.pull_unless_held("never-used", "j") is None
+        await s.push(N, "waiting", ttl=10, id="j")
+        assert await s.pull_unless_held(N, "j") is True  # not due, not claimed: removed
+        assert await s.look(N, "j") is None
+        await s.push(N, "filed", ttl=0, id="j")
+        (running,) = await s.claim(N, lease=5)
+        assert await s.pull_unless_held(N, "j") is False
+        assert await s.look(N, "j") == "filed"
+        harness.advance(5)  # the lease ran out
+        assert await s.pull_unless_held(N, "j") is True
+        assert await s.ack(N, [("j", running.token)]) == [False]
+        assert await s.size(N) == 0
+        assert (await s.summary(N)).claimed == 0  # (counted claims, where a store keeps a count)
+
     async def test_a_change_written_while_a_schedule_runs_is_kept(self, harness: Harness) -> None:
         """A schedule changed while its occurrence runs (``Scheduler.schedule`` writes the change
         into the element the worker holds, ``next`` kept): the worker's later writes of that
@@ -890,6 +939,12 @@ class TestBadInput:
             lambda s: s.size(""),
             lambda s: s.summary(""),
             lambda s: s.ids(N, limit=0),
+            lambda s: s.replace_unless_held(N, "a", "x", ttl=-1),
+            lambda s: s.replace_unless_held(N, "a", "x", ttl=MAX_SECONDS + 1),
+            lambda s: s.replace_unless_held(N, "", "x", ttl=1),
+            lambda s: s.replace_unless_held("", "a", "x", ttl=1),
+            lambda s: s.pull_unless_held(N, ""),
+            lambda s: s.pull_unless_held(N, 7),
             # push(replace=True) names the element it replaces.
             lambda s: s.push(N, "x", ttl=1, replace=True),
             # One longest duration for every store (10**400 overflows a float: refused all the same).
