@@ -851,6 +851,7 @@ class Scheduler:
                     if await self._change_held(name, id, existing, envelope):
                         return
                     continue  # changed meanwhile: compare with that
+                # (A runner that claims the marker meanwhile runs nothing: replacing it is safe.)
                 await store.push(name, envelope, ttl=ttl_until(first + offset, now), id=id, replace=True)
                 return
             if existing is None:
@@ -877,8 +878,11 @@ class Scheduler:
                 if envelope == existing:
                     return  # nothing changed: nothing moves
                 held = await self._held(name, id)
+                fenced = True
             else:
-                held = type(existing.get("next")) is int and await self._held(name, id)
+                # (An envelope whose ``next`` is not µs is from before that: filed anew.)
+                fenced = type(existing.get("next")) is int
+                held = fenced and await self._held(name, id)
                 # Held: re-planned in place, from its first occurrence after the one that runs
                 # (never that one: a new ``next`` is what tells the store it was re-planned; a
                 # microsecond after it at the least, as the envelope counts it).
@@ -896,6 +900,7 @@ class Scheduler:
                     paused=paused,
                 )
                 # (No later occurrence found: filed anew, as when nothing runs.)
+                fenced = fenced and not held
                 held = held and found
                 if declared:
                     envelope = with_declared(envelope, True)
@@ -906,8 +911,14 @@ class Scheduler:
             if same:
                 upcoming = nominal_of(existing)
             ttl = PAUSED_TTL if paused else ttl_until(upcoming + offset, now)
-            await store.push(name, envelope, ttl=ttl, id=id, replace=True)
-            return
+            if not fenced:
+                await store.push(name, envelope, ttl=ttl, id=id, replace=True)
+                return
+            # Nothing ran at the check: replaced unless an occurrence was claimed since (its
+            # next occurrence would come due beside it), in one store step.
+            if await store.replace_unless_held(name, id, envelope, ttl=ttl):
+                return
+            continue  # claimed (or removed) since the check: compare again
 
     async def _held(self, name: str, id: str) -> bool:
         """Whether an occurrence of the schedule ``id`` runs now (see :meth:`_holds`)."""
@@ -954,15 +965,19 @@ class Scheduler:
             if not is_schedule(existing):
                 return False
             runner = self._runners.get(name)
-            ahead = None if runner is None else runner.forget_held(id)  # (claimed ahead here)
-            if ahead is None and await self._held(name, id):
-                # An occurrence runs: the schedule stays under its claim, as REMOVED, and goes
-                # when the run ends (Store.rearm), so that nothing filed under this id meanwhile
-                # (a ``schedule()`` again) comes due beside the run.
-                if await self._change_held(name, id, existing, dict(REMOVED)):
-                    return True
-                continue  # changed meanwhile (the run ended, say): compare with that
-            return await store.pull(name, id) is not None
+            if runner is not None and runner.forget_held(id) is not None:  # (claimed ahead here)
+                return await store.pull(name, id) is not None
+            # Removed unless an occurrence runs, in one store step (a check, then a pull, would
+            # pull one claimed between the two from under its worker).
+            pulled = await store.pull_unless_held(name, id)
+            if pulled is not False:
+                return bool(pulled)
+            # An occurrence runs: the schedule stays under its claim, as REMOVED, and goes when
+            # the run ends (Store.rearm), so that nothing filed under this id meanwhile (a
+            # ``schedule()`` again) comes due beside the run.
+            if await self._change_held(name, id, existing, dict(REMOVED)):
+                return True
+            # (changed meanwhile, the run ended say: compare with that)
 
     @_needs_the_store
     async def schedules(self, name: str, *, limit: int | None = None) -> list[ScheduleInfo]:
@@ -1029,8 +1044,9 @@ class Scheduler:
             upcoming = max(first_run(trigger, anchor_of(existing), now - offset), nominal_of(existing))
             envelope = with_next(with_paused(existing, False), upcoming)
             ttl = ttl_until(upcoming + offset, now)
-        await store.push(name, envelope, ttl=ttl, id=id, replace=True)
-        return True
+        if await store.replace_unless_held(name, id, envelope, ttl=ttl):
+            return True
+        return await self._set_paused(name, id, paused)  # claimed (or removed) since: again
 
     async def _declare(self) -> None:
         """File the schedules declared with handlers, as declared (an upsert each: see

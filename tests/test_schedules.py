@@ -30,8 +30,10 @@ from rehydrate import (
     current_delivery,
 )
 from rehydrate._clock import wall
+from rehydrate._core._records import Claim
 from rehydrate._core._triggers import Misfire
-from rehydrate._schedules import SKIP_GRACE, nominal_of, spread_offset
+from rehydrate._core._validate import Seconds
+from rehydrate._schedules import SKIP_GRACE, nominal_of, spread_offset, with_next
 from rehydrate.stores import MemoryStore
 from rehydrate.testing import FakeClock
 
@@ -504,6 +506,96 @@ async def test_a_removed_schedule_left_unclaimed_is_no_schedule(store: MemorySto
         (info,) = await scheduler.schedules("n")
         scheduler.stop()
     assert (info.id, info.element, info.next_run) == ("x", "e", T0)
+
+
+class ClaimsMeanwhile(MemoryStore):
+    """A store shared with a worker of another process, which claims the schedule's due
+    occurrence once ``armed``: just after the scheduler's first read (``moment`` "read") or just
+    before its first write (``moment`` "write"), between a check that nothing runs and the
+    change decided on it."""
+
+    def __init__(self, clock: FakeClock, moment: str) -> None:
+        super().__init__(clock=clock)
+        self.moment = moment
+        self.armed = False
+        self.claims: list[Claim] = []
+
+    async def _meanwhile(self, moment: str, name: str) -> None:
+        if self.armed and moment == self.moment:
+            self.armed = False
+            self.claims += await self.claim(name, lease=60)
+
+    async def look(self, name: str, id: str) -> Any:
+        out = await super().look(name, id)
+        await self._meanwhile("read", name)
+        return out
+
+    async def push(self, name: str, element: Any, **options: Any) -> str:
+        await self._meanwhile("write", name)
+        return await super().push(name, element, **options)
+
+    async def pull(self, name: str, id: str) -> Any:
+        await self._meanwhile("write", name)
+        return await super().pull(name, id)
+
+    async def update(self, name: str, id: str, element: Any, *, token: int | None = None) -> Any:
+        await self._meanwhile("write", name)
+        return await super().update(name, id, element, token=token)
+
+    async def replace_unless_held(self, name: str, id: str, element: Any, *, ttl: Seconds) -> bool | None:
+        await self._meanwhile("write", name)
+        return await super().replace_unless_held(name, id, element, ttl=ttl)
+
+    async def pull_unless_held(self, name: str, id: str) -> bool | None:
+        await self._meanwhile("write", name)
+        return await super().pull_unless_held(name, id)
+
+
+@pytest.mark.parametrize("moment", ["read", "write"])
+@pytest.mark.parametrize("change", ["unschedule", "new trigger", "new element", "pause"])
+async def test_an_occurrence_claimed_while_a_schedule_is_changed_is_not_run_over(
+    clock: FakeClock, moment: str, change: str
+) -> None:
+    """An occurrence claimed by another process just after the scheduler read the schedule to
+    change it (``unschedule``, ``schedule``, ``pause``) keeps its claim: the change is written
+    into the element it holds and applies when its run ends. A check that nothing runs followed
+    by a replace or a pull (the store's ``*_unless_held`` make them one step) used to pull the
+    occurrence from under its worker, fencing its end out, and a schedule filed after it came due
+    beside the run."""
+    scheduler = Scheduler(ClaimsMeanwhile(clock, moment), grace=0)
+    store = scheduler.store
+    assert isinstance(store, ClaimsMeanwhile)
+    async with scheduler:  # (no handler serves "n": the other process does)
+        await scheduler.schedule("n", Every(60), id="s", element="old")  # due now
+        store.armed = True
+        if change == "unschedule":
+            assert await scheduler.unschedule("n", "s") is True
+            assert await scheduler.schedules("n") == []
+        elif change == "new trigger":
+            await scheduler.schedule("n", Every(10), id="s", element="old")
+        elif change == "new element":
+            await scheduler.schedule("n", Every(60), id="s", element="new")
+        else:
+            assert await scheduler.pause("n", "s") is True
+        (running,) = store.claims
+        info = await store.info("n", "s")
+        assert info is not None
+        assert (info.claimed, info.attempt) == (True, 1)  # still the run's, nothing beside it
+        assert await store.size("n") == 1
+        # The run ends: the worker files the next occurrence, as its runner does.
+        following = with_next(running.element, nominal_of(running.element) + 60)
+        assert await store.rearm("n", [("s", running.token, following, 60)]) == [True]
+        after = await store.look("n", "s")
+        scheduler.stop()
+    assert running.element["element"] == "old"
+    if change == "unschedule":
+        assert after is None
+    elif change == "new trigger":
+        assert after["trigger"] == {"every": 10.0}  # (re-planned, due at once for a runner)
+    elif change == "new element":
+        assert after["element"] == "new"
+    else:
+        assert after["paused"] is True
 
 
 async def test_a_new_trigger_during_an_extra_run_starts_after_that_run(

@@ -21,6 +21,8 @@ from rehydrate._core._validate import MAX_SECONDS
 from rehydrate._core._workers import WORKER_KEEP
 from rehydrate._schedules import with_extra, with_paused, without_extra
 from rehydrate.abc import Store
+from rehydrate.stores import MemoryStore
+from rehydrate.testing import FakeClock
 
 from .harnesses import Harness
 
@@ -1198,3 +1200,19 @@ class TestSerializers:
                 assert (raised.value.stored, raised.value.configured) == ("json", "pickle")
                 assert "serializer='json'" in str(raised.value)
         assert await state(s) == before
+
+
+class _Defaults(MemoryStore):
+    """A store that leaves ``replace_unless_held`` and ``pull_unless_held`` to :class:`Store`."""
+
+    replace_unless_held = Store.replace_unless_held
+    pull_unless_held = Store.pull_unless_held
+
+
+async def test_the_default_unless_held_verbs_keep_the_contract() -> None:
+    """A store that does not implement them gets :class:`Store`'s (a read, then the change:
+    the same answers, without the atomicity)."""
+    for test in (TestVerbs().test_replace_unless_held, TestVerbs().test_pull_unless_held):
+        clock = FakeClock(1000.0)
+        async with _Defaults(clock=clock) as store:
+            await test(Harness(store=store, advance=clock.advance))
