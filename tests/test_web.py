@@ -296,6 +296,29 @@ async def test_cancel_an_element(store: Store) -> None:
     assert "no element 'j1' in 'jobs'" in again.json()["error"]
 
 
+async def test_cancel_a_schedule_in_flight_unschedules_it(store: Store) -> None:
+    """Cancel on a schedule is ``Scheduler.unschedule``: an occurrence in flight keeps its claim
+    (the schedule goes when it ends), where a pull would take it from under its worker."""
+    scheduler = Scheduler(store)
+    await scheduler.schedule("jobs", Every(3600), id="s", element="payload")  # due now
+    (running,) = await store.claim("jobs", lease=30)
+    async with client(app(store)) as http:
+        csrf = await csrf_of(http, "/elements?name=jobs")
+        done = await post(http, "cancel", csrf, name="jobs", id="s")
+        again = await post(http, "cancel", csrf, name="jobs", id="s")
+    assert done.status_code == 200, done.text
+    assert "removed the schedule s" in done.json()["message"]
+    assert await scheduler.schedules("jobs") == []
+    info = await store.info("jobs", "s")
+    assert info is not None
+    assert info.claimed  # the run's, until it ends
+    following = {**running.element, "next": running.element["next"] + 3_600_000_000}
+    assert await store.rearm("jobs", [("s", running.token, following, 3600)]) == [True]
+    assert await store.size("jobs") == 0  # and then gone, not filed again
+    assert again.status_code == 404
+    assert "is removed: its last run is ending" in again.json()["error"]
+
+
 async def test_run_an_element_now(store: Store) -> None:
     await store.push("jobs", "later", ttl=3600, id="j1")
     async with client(app(store)) as http:

@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from rehydrate import Scheduler
 from rehydrate._core import _workers
+from rehydrate._schedules import is_removed, is_schedule
 from rehydrate.abc import Store
 from rehydrate.errors import (
     InvalidArgumentError,
@@ -423,6 +424,17 @@ class _Dashboard:
     async def cancel(self, request: Request, session: Session | None) -> Response:
         form: dict[str, str] = request.state.form
         name, id = _required(form, "name"), _required(form, "id")
+        element = await self.store.look(name, id)
+        if is_removed(element):  # (left under its last run's claim until the run ends)
+            raise _Refusal(404, f"the schedule {id!r} of {name!r} is removed: its last run is ending")
+        if is_schedule(element):
+            # Unscheduled (Scheduler.unschedule): a run in flight is not pulled from under its
+            # worker, and nothing filed under this id again comes due beside it.
+            if not await Scheduler(self.store).unschedule(name, id):
+                raise _Refusal(404, f"no schedule {id!r} in {name!r}: removed meanwhile?")
+            return self._done(
+                request, f"removed the schedule {id} of {name}", _pages.relative("elements", name=name)
+            )
         if await self.store.pull(name, id) is None:
             raise _Refusal(404, f"no element {id!r} in {name!r}: it was delivered, cancelled, or never there")
         return self._done(request, f"cancelled {id} in {name}", _pages.relative("elements", name=name))
