@@ -959,25 +959,31 @@ class Scheduler:
         it (one-shot work under ``id`` is left alone: use :meth:`cancel`)."""
         _validate.element_id(name, "name")
         _validate.element_id(id)
-        store = self.store
         while True:
-            existing = await store.look(name, id)
+            existing = await self.store.look(name, id)
             if not is_schedule(existing):
                 return False
-            runner = self._runners.get(name)
-            if runner is not None and runner.forget_held(id) is not None:  # (claimed ahead here)
-                return await store.pull(name, id) is not None
-            # Removed unless an occurrence runs, in one store step (a check, then a pull, would
-            # pull one claimed between the two from under its worker).
-            pulled = await store.pull_unless_held(name, id)
-            if pulled is not False:
-                return bool(pulled)
-            # An occurrence runs: the schedule stays under its claim, as REMOVED, and goes when
-            # the run ends (Store.rearm), so that nothing filed under this id meanwhile (a
-            # ``schedule()`` again) comes due beside the run.
-            if await self._change_held(name, id, existing, dict(REMOVED)):
-                return True
-            # (changed meanwhile, the run ended say: compare with that)
+            if (removed := await self._remove_schedule(name, id, existing)) is not None:
+                return removed
+
+    async def _remove_schedule(self, name: str, id: str, existing: Envelope) -> bool | None:
+        """Remove the schedule ``existing`` (as read) under ``id``: ``True`` once done, ``False``
+        if it was gone, ``None`` if it changed meanwhile (for the caller to read it again)."""
+        store = self.store
+        runner = self._runners.get(name)
+        if runner is not None and runner.forget_held(id) is not None:  # (claimed ahead here)
+            return await store.pull(name, id) is not None
+        # Removed unless an occurrence runs, in one store step (a check, then a pull, would pull
+        # one claimed between the two from under its worker).
+        pulled = await store.pull_unless_held(name, id)
+        if pulled is not False:
+            return bool(pulled)
+        # An occurrence runs: the schedule stays under its claim, as REMOVED, and goes when the
+        # run ends (Store.rearm), so that nothing filed under this id meanwhile (a ``schedule()``
+        # again) comes due beside the run.
+        if await self._change_held(name, id, existing, dict(REMOVED)):
+            return True
+        return None  # (changed meanwhile, the run ended say: compare with that)
 
     @_needs_the_store
     async def schedules(self, name: str, *, limit: int | None = None) -> list[ScheduleInfo]:
@@ -1060,7 +1066,11 @@ class Scheduler:
                 await self._upsert(name, handler.schedule, name, None, misfire, grace, spread, declared=True)
                 continue
             existing = await self.store.look(name, name)
-            if is_envelope(existing) and existing.get("declared") and await self.store.pull(name, name):
+            if (
+                is_schedule(existing)
+                and existing.get("declared")
+                and await self._remove_schedule(name, name, existing)
+            ):
                 # A warning: a process whose code still declares it (another app serving the same
                 # name) would file it again at its start, and the two would take turns.
                 logger.warning(

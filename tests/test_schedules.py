@@ -741,6 +741,31 @@ async def test_a_schedule_no_longer_declared_is_removed_at_start(
     assert (digest.id, digest.trigger) == ("digest", Every(3600))
 
 
+async def test_a_schedule_no_longer_declared_waits_for_its_running_occurrence(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """Dropped at a start while another process runs one of its occurrences: the run keeps its
+    claim (the schedule is gone from the listings), and the schedule goes when the run ends."""
+    first = Scheduler(store, grace=0)
+    first.handler("digest", schedule=Every(3600))(Recorder())
+    async with first:
+        await advance(clock, 0)
+        first.stop()
+    clock.advance(3600)
+    (running,) = await store.claim("digest", lease=60)  # another process's worker runs it
+    second = Scheduler(store, grace=0)
+    second.handler("digest")(Recorder())
+    async with second:
+        assert await second.schedules("digest") == []
+        info = await store.info("digest", "digest")
+        assert info is not None
+        assert info.claimed  # still the run's
+        second.stop()
+    following = with_next(running.element, nominal_of(running.element) + 3600)
+    assert await store.rearm("digest", [("digest", running.token, following, 3600)]) == [True]
+    assert await store.size("digest") == 0
+
+
 async def test_a_declared_schedule_takes_misfire_and_grace_and_the_code_wins_at_start(
     store: MemoryStore, clock: FakeClock
 ) -> None:
