@@ -607,9 +607,18 @@ class Scheduler:
 
     @_needs_the_store
     async def cancel(self, name: str, id: str) -> Any:
-        """Remove a deferred element before it is delivered (PULL); the element, or ``None``."""
-        element, _ = unwrap(await self.store.pull(name, id))
+        """Remove a deferred element before it is delivered (PULL); the element, or ``None``.
+
+        A schedule under ``id`` is removed too, and the element it was given is returned (not
+        the envelope it is stored in); :meth:`unschedule` is the better way there: it lets an
+        occurrence in flight end before the schedule goes (this pulls it from under its worker,
+        whose end then files nothing).
+        """
+        pulled = await self.store.pull(name, id)
         await self._unhold(name, id, give_back=False)
+        if is_envelope(pulled):
+            return pulled.get("element")
+        element, _ = unwrap(pulled)
         return element
 
     @_needs_the_store

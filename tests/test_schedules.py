@@ -508,6 +508,18 @@ async def test_a_removed_schedule_left_unclaimed_is_no_schedule(store: MemorySto
     assert (info.id, info.element, info.next_run) == ("x", "e", T0)
 
 
+async def test_cancel_on_a_schedule_removes_it_and_returns_its_element(store: MemoryStore) -> None:
+    """``cancel`` is for one-shot work, but given a schedule's id it removes the schedule and
+    returns the element it was given, not the envelope it is stored in."""
+    scheduler = Scheduler(store, grace=0)
+    async with scheduler:
+        await scheduler.schedule("n", Every(60), id="s", element={"user": 7})
+        assert await scheduler.cancel("n", "s") == {"user": 7}
+        assert await scheduler.cancel("n", "s") is None
+        assert await scheduler.schedules("n") == []
+        scheduler.stop()
+
+
 class ClaimsMeanwhile(MemoryStore):
     """A store shared with a worker of another process, which claims the schedule's due
     occurrence once ``armed``: just after the scheduler's first read (``moment`` "read") or just
