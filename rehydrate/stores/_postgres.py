@@ -829,12 +829,11 @@ class PostgresStore(StoreBase):
         return removed[0][1] if removed else None
 
     async def replace_unless_held(self, name: str, id: str, element: Any, *, ttl: Seconds) -> bool | None:
-        """See :meth:`Store.replace_unless_held`: one transaction, the row locked from the check
-        to the replace."""
+        """See :meth:`Store.replace_unless_held`: one statement, the row locked from the check to
+        the replace."""
         _name(name)
         _id(id)
         micros = _micros(_validate.seconds(ttl, "ttl"))
-        sql = self._sql
         params = self._params(
             name=name,
             id=id,
@@ -844,40 +843,27 @@ class PostgresStore(StoreBase):
             channel=self._channel,
             note=self._note(name),
         )
-
-        def body(conn: psycopg.Connection[Any]) -> tuple[bool | None, bool]:
-            with conn.transaction():
-                held = conn.execute(sql.held, params, prepare=True).fetchone()
-                if held is None or held[0]:
-                    return (None if held is None else False), False
-                row = conn.execute(sql.push_replace, params, prepare=True).fetchone()
-                return True, row is not None and bool(row[1])
-
-        done, sooner = await self._run(body)
-        if sooner:
+        sql = self._sql.replace_unless_held
+        row = await self._run(lambda conn: conn.execute(sql, params, prepare=True).fetchone())
+        if row is None or row[0] is None:
+            return None
+        if row[2]:
             self._wake(name)
-        return done
+        return bool(row[1])
 
     async def pull_unless_held(self, name: str, id: str) -> bool | None:
-        """See :meth:`Store.pull_unless_held`: one transaction, the row locked from the check to
-        the pull."""
+        """See :meth:`Store.pull_unless_held`: one statement, the row locked from the check to the
+        pull."""
         _name(name)
         _id(id)
-        sql = self._sql
         params = self._params(name=name, id=id, codec=self._codec)
-
-        def body(conn: psycopg.Connection[Any]) -> bool | list[Any] | None:
-            with conn.transaction():
-                held = conn.execute(sql.held, params, prepare=True).fetchone()
-                if held is None or held[0]:
-                    return None if held is None else False
-                return conn.execute(sql.pull, params, prepare=True).fetchall()
-
-        rows = await self._run(body)
-        if not isinstance(rows, list):
-            return rows
-        self._removed(name, rows)  # (raises for another serializer's element, left as it was)
-        return bool(rows) or None
+        sql = self._sql.pull_unless_held
+        row = await self._run(lambda conn: conn.execute(sql, params, prepare=True).fetchone())
+        if row is None:
+            return None
+        if row[2] is not None:
+            raise self._mismatch(name, row[2], row[0])
+        return bool(row[1])
 
     async def poll(self, name: str, *, limit: int | None = None) -> list[Any]:
         _name(name)

@@ -171,10 +171,43 @@ _TEMPLATES: Final = {
         ),
         {_counter("ins", "count(*) FILTER (WHERE inserted)", "-coalesce((SELECT claimed::int FROM old), 0)")}
         SELECT count(*), {_NOTIFY.format(due="(SELECT min(due) FROM ins)")} FROM ins""",
-    # replace_unless_held and pull_unless_held, first in their transaction: whether a worker
-    # holds the element (no row: unknown), which stays locked until the replace or pull.
-    "held": f"""SELECT claimed AND due > {_NOW} FROM {{table}}
-        WHERE name = %(name)s AND id = %(id)s FOR UPDATE""",
+    # replace_unless_held: the element under id rewritten as a new one, as push_replace does, only
+    # if it is there and no worker holds it (claimed, its lease running). Returns whether one
+    # holds it (NULL: unknown), whether it was replaced, and whether that woke the name.
+    "replace_unless_held": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
+        old AS MATERIALIZED (
+            SELECT claimed, (claimed AND due > (SELECT now FROM t)) AS held FROM {{table}}
+            WHERE name = %(name)s AND id = %(id)s FOR UPDATE
+        ),
+        {_HEAD},
+        upd AS (
+            UPDATE {{table}} AS e SET due = t.now + %(ttl)s, seq = nextval('{{seq_name}}'),
+                ttl = %(ttl)s / 1e6, attempt = 0, claimed = false, serializer = %(codec)s,
+                payload = %(payload)s
+            FROM t, old WHERE e.name = %(name)s AND e.id = %(id)s AND NOT old.held
+            RETURNING e.due
+        ),
+        {_counter("upd", "0", "-coalesce((SELECT claimed::int FROM old), 0)")}
+        SELECT (SELECT held FROM old), count(*) > 0,
+            CASE WHEN count(*) = 0 THEN false ELSE {_NOTIFY.format(due="(SELECT min(due) FROM upd)")} END
+        FROM upd""",
+    # pull_unless_held: the element removed unless a worker holds it. Per row: id, whether it
+    # was removed, the serializer of one refused for it (not removed), whether one holds it.
+    "pull_unless_held": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
+        picked AS MATERIALIZED (
+            SELECT ctid AS tid, id, serializer, (claimed AND due > (SELECT now FROM t)) AS held
+            FROM {{table}} WHERE name = %(name)s AND id = %(id)s FOR UPDATE
+        ),
+        bad AS MATERIALIZED (SELECT id, serializer FROM picked WHERE serializer <> %(codec)s AND NOT held),
+        del AS (
+            DELETE FROM {{table}} e USING picked p
+            WHERE e.ctid = p.tid AND e.name = %(name)s AND NOT p.held AND NOT EXISTS (SELECT 1 FROM bad)
+            RETURNING e.id, e.claimed
+        ),
+        {_counter("del", "-count(*)", "-count(*) FILTER (WHERE claimed)")}
+        SELECT id, true, NULL, false FROM del
+        UNION ALL SELECT id, false, serializer, false FROM bad
+        UNION ALL SELECT id, false, NULL, true FROM picked WHERE held""",
     "existing": "SELECT id FROM {table} WHERE name = %(name)s AND id = ANY(%(ids)s::text[]) LIMIT 1",
     "same": (
         "SELECT count(*) FROM {table} e JOIN unnest(%(ids)s::text[], %(payloads)s::bytea[]) AS u(id, payload)"
@@ -480,7 +513,8 @@ class Statements:
     now: str
     push: str
     push_replace: str
-    held: str
+    replace_unless_held: str
+    pull_unless_held: str
     existing: str
     same: str
     pull: str

@@ -253,6 +253,7 @@ class TestVerbs:
         assert (info.attempt, info.claimed, info.ttl) == (0, False, about(2))
         assert await s.look(N, "j") == "new"
         assert await s.ack(N, [("j", dead.token)]) == [False]  # fenced out, as by a replace
+        assert (await s.summary(N)).claimed == 0  # (counted claims, where a store keeps a count)
         async with s.subscribe(N) as subscription:
             await subscription.wait(0)
             # Not claimed: replaced, and due sooner, it wakes the claim loops.
