@@ -840,6 +840,9 @@ class Scheduler:
     ) -> None:
         store = self.store
         offset = spread_offset(id, spread)
+        # First as if no occurrence ran (the common case): the store's replace_unless_held says
+        # whether one does, in the same step as the change; only then is the run looked at.
+        assume_free = True
         while True:
             existing = await store.look(name, id)
             now = wall(store.clock)
@@ -886,12 +889,12 @@ class Scheduler:
                 )
                 if envelope == existing:
                     return  # nothing changed: nothing moves
-                held = await self._held(name, id)
+                held = not assume_free and await self._held(name, id)
                 fenced = True
             else:
                 # (An envelope whose ``next`` is not µs is from before that: filed anew.)
                 fenced = type(existing.get("next")) is int
-                held = fenced and await self._held(name, id)
+                held = fenced and not assume_free and await self._held(name, id)
                 # Held: re-planned in place, from its first occurrence after the one that runs
                 # (never that one: a new ``next`` is what tells the store it was re-planned; a
                 # microsecond after it at the least, as the envelope counts it).
@@ -923,11 +926,12 @@ class Scheduler:
             if not fenced:
                 await store.push(name, envelope, ttl=ttl, id=id, replace=True)
                 return
-            # Nothing ran at the check: replaced unless an occurrence was claimed since (its
-            # next occurrence would come due beside it), in one store step.
+            # Replaced unless an occurrence runs (claimed since the check, or before it on the
+            # first pass): its next occurrence would come due beside it.
             if await store.replace_unless_held(name, id, envelope, ttl=ttl):
                 return
-            continue  # claimed (or removed) since the check: compare again
+            assume_free = False
+            continue  # an occurrence runs (or the schedule was removed): compare again
 
     async def _held(self, name: str, id: str) -> bool:
         """Whether an occurrence of the schedule ``id`` runs now (see :meth:`_holds`)."""
@@ -1041,13 +1045,6 @@ class Scheduler:
             return False
         if bool(existing.get("paused")) == paused:
             return True
-        if await self._held(name, id):
-            # An occurrence runs: paused (or resumed) in the element it holds, so that the next
-            # occurrence is filed so when it ends (paused, it comes due and is filed again
-            # without running, until resumed), and never beside it.
-            if await self._change_held(name, id, existing, with_paused(existing, paused)):
-                return True
-            return await self._set_paused(name, id, paused)  # changed meanwhile: again
         if paused:
             envelope, ttl = with_paused(existing, True), PAUSED_TTL
         else:
@@ -1059,9 +1056,16 @@ class Scheduler:
             upcoming = max(first_run(trigger, anchor_of(existing), now - offset), nominal_of(existing))
             envelope = with_next(with_paused(existing, False), upcoming)
             ttl = ttl_until(upcoming + offset, now)
-        if await store.replace_unless_held(name, id, envelope, ttl=ttl):
+        # As if no occurrence ran; the store says whether one does, in the same step.
+        done = await store.replace_unless_held(name, id, envelope, ttl=ttl)
+        if done:
             return True
-        return await self._set_paused(name, id, paused)  # claimed (or removed) since: again
+        # An occurrence runs: paused (or resumed) in the element it holds, so that the next
+        # occurrence is filed so when it ends (paused, it comes due and is filed again without
+        # running, until resumed), and never beside it.
+        if done is False and await self._change_held(name, id, existing, with_paused(existing, paused)):
+            return True
+        return await self._set_paused(name, id, paused)  # changed or removed meanwhile: again
 
     async def _declare(self) -> None:
         """File the schedules declared with handlers, as declared (an upsert each: see
