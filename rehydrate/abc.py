@@ -286,10 +286,12 @@ class Store(ABC):
         element: ``False`` (nothing done) while it is claimed and its lease runs; ``None``
         (nothing filed) if ``id`` is unknown; ``True`` once replaced.
 
-        The check and the replace are one atomic step: it is how ``Scheduler.schedule`` and
-        ``pause`` change a schedule that no occurrence runs without fencing out one claimed just
-        before (its next occurrence would come due beside it). A claim whose lease ran out does
-        not hold the element (its worker is taken for dead, as by :meth:`claim`): it is replaced.
+        The check and the replace are one atomic step: it is how ``Scheduler.schedule``,
+        ``pause`` and ``resume`` change a schedule, tried first as if no occurrence ran, so that
+        the change never fences out an occurrence claimed just before (its next one would come
+        due beside it); on ``False`` they write the change into the element its worker holds. A
+        claim whose lease ran out does not hold the element (its worker is taken for dead, as by
+        :meth:`claim`): it is replaced.
         This default reads :meth:`info`, then replaces, and is not atomic; the stores of this
         package override it with one script, transaction or statement.
         """
