@@ -40,7 +40,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from rehydrate._batcher import DeferBatcher
 from rehydrate._clock import wall
 from rehydrate._core import _validate
-from rehydrate._core._records import ElementInfo
+from rehydrate._core._records import ElementInfo, is_held
 from rehydrate._core._retry import Retry
 from rehydrate._core._triggers import US, Every, Misfire, Trigger, trigger_from_dict
 from rehydrate._core._validate import Seconds
@@ -939,9 +939,8 @@ class Scheduler:
         return info is not None and self._holds(info)
 
     def _holds(self, info: ElementInfo) -> bool:
-        """Whether a worker holds the element: claimed, its lease running (one that ran out is
-        as good as due: its worker died)."""
-        return info.claimed and info.due > self.store.clock()
+        """Whether a worker holds the element now (see :func:`~rehydrate._core._records.is_held`)."""
+        return is_held(info, self.store.clock())
 
     async def _change_held(self, name: str, id: str, existing: Envelope, envelope: Envelope) -> bool:
         """Change a schedule while one of its occurrences runs: ``envelope`` (``existing``

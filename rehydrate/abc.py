@@ -56,7 +56,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 from rehydrate._core import _validate
-from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord
+from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, is_held
 from rehydrate._core._validate import Seconds
 
 if TYPE_CHECKING:
@@ -298,7 +298,7 @@ class Store(ABC):
         info = await self.info(name, id)
         if info is None:
             return None
-        if info.claimed and info.due > self.clock():
+        if is_held(info, self.clock()):
             return False
         await self.push(name, element, ttl=ttl, id=id, replace=True)
         return True
@@ -315,7 +315,7 @@ class Store(ABC):
         info = await self.info(name, id)
         if info is None:
             return None
-        if info.claimed and info.due > self.clock():
+        if is_held(info, self.clock()):
             return False
         await self.pull(name, id)
         return True

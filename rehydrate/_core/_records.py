@@ -172,6 +172,12 @@ class ElementInfo(_Record):
         _set(self, "claimed", claimed)
 
 
+def is_held(info: ElementInfo, now: float) -> bool:
+    """Whether a worker holds the element at ``now``: claimed, its lease running (one that ran
+    out is as good as due: its worker is taken for dead, as by a claim)."""
+    return info.claimed and info.due > now
+
+
 class Summary(_Record):
     """A dehydrator at a glance (``rehydrate stats``): counts, and the time to the next due element."""
 

@@ -12,7 +12,7 @@ import anyio
 from rehydrate._clock import SystemClock
 from rehydrate._core import _validate, _workers
 from rehydrate._core._dehydrator import Dehydrator
-from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord
+from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, is_held
 from rehydrate._core._validate import Seconds
 from rehydrate._schedules import is_removed
 from rehydrate.abc import Clock, Subscription
@@ -123,7 +123,7 @@ class MemoryStore(StoreBase):
         _validate.seconds(ttl, "ttl")
         if (info := d.info(id)) is None:
             return None
-        if info.claimed and info.due > self.clock():
+        if is_held(info, self.clock()):
             return False
         before = d.next_due()
         d.pull(id)
@@ -136,7 +136,7 @@ class MemoryStore(StoreBase):
         d = self._get(name)
         if (info := d.info(id)) is None:
             return None
-        if info.claimed and info.due > self.clock():
+        if is_held(info, self.clock()):
             return False
         d.pull(id)
         return True

@@ -72,6 +72,11 @@ local function claimed(v)
   return sub(v, 33, 33) == 'l'
 end
 
+-- Whether a worker holds the element whose value is v at ``now``: claimed, its lease running.
+local function held(v, now)
+  return claimed(v) and tonumber(sub(v, 17, 32)) > now
+end
+
 -- The zset member of the element whose value is v.
 local function member(id, v)
   return sub(v, 1, 16) .. id

@@ -7,7 +7,7 @@ local v = redis.call('HGET', E, id)
 if not v then
   return false
 end
-if ARGV[6] == 'u' and claimed(v) and tonumber(sub(v, 17, 32)) > clock() then
+if ARGV[6] == 'u' and held(v, clock()) then
   return 1
 end
 redis.call('ZREM', Z, member(id, v))

@@ -23,7 +23,7 @@ if ARGV[5] == 'u' then
   if not v then
     return {3}
   end
-  if claimed(v) and tonumber(sub(v, 17, 32)) > clock() then
+  if held(v, clock()) then
     return {4}
   end
 end

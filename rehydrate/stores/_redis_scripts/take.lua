@@ -53,7 +53,7 @@ if early > 0 then
     for i = 1, m do
       local v = chunk_values[i]
       local since = max_seq and tonumber(sub(chunk[i], 1, 16)) > max_seq
-      if not since and not (claimed(v) and tonumber(sub(v, 17, 32)) > base) then
+      if not since and not held(v, base) then
         n = n + 1
         members[n], ids[n], values[n] = chunk[i], chunk_ids[i], v
       end
