@@ -548,20 +548,33 @@ class SQLiteStore(StoreBase):
         codec = self._serializer.name
 
         def body(conn: sqlite3.Connection) -> int | None:
-            due = self._now() + seconds
-            head = sql.head(conn, name)
-            if replace:
-                conn.execute(sql.DELETE_ID, (name, key))
-            try:
-                conn.execute(
-                    sql.INSERT, (name, key, _blob(payload), codec, due, sql.next_seq(conn, 1), seconds)
-                )
-            except sqlite3.IntegrityError:
-                raise DuplicateIdError(key) from None
-            return self._bump(conn, name) if head is None or due < head else None
+            return self._file_one(conn, name, key, payload, codec, self._now(), seconds, replace)
 
         self._notify(name, await self._write(body))
         return key
+
+    def _file_one(
+        self,
+        conn: sqlite3.Connection,
+        name: str,
+        key: str,
+        payload: bytes,
+        codec: str,
+        now: float,
+        seconds: float,
+        replace: bool,
+    ) -> int | None:
+        """File one element due ``seconds`` after ``now`` (in place of the one under ``key`` with
+        ``replace``), in the caller's transaction; the name's counter, bumped, if it is due first."""
+        due = now + seconds
+        head = sql.head(conn, name)
+        if replace:
+            conn.execute(sql.DELETE_ID, (name, key))
+        try:
+            conn.execute(sql.INSERT, (name, key, _blob(payload), codec, due, sql.next_seq(conn, 1), seconds))
+        except sqlite3.IntegrityError:
+            raise DuplicateIdError(key) from None
+        return self._bump(conn, name) if head is None or due < head else None
 
     async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
         """See :meth:`Store.push_many`. The ttls count from the call, like :meth:`rearm`'s: not from
@@ -637,11 +650,7 @@ class SQLiteStore(StoreBase):
                 return None, None
             if row[3] and row[0] > now:
                 return False, None
-            due = now + seconds
-            head = sql.head(conn, name)
-            conn.execute(sql.DELETE_ID, (name, id))
-            conn.execute(sql.INSERT, (name, id, _blob(payload), codec, due, sql.next_seq(conn, 1), seconds))
-            return True, self._bump(conn, name) if head is None or due < head else None
+            return True, self._file_one(conn, name, id, payload, codec, now, seconds, True)
 
         done, counter = await self._write(body)
         self._notify(name, counter)
