@@ -86,6 +86,26 @@ class Recorder:
         self.attempts.append(delivery.attempt)
 
 
+class HoldsTheOld:
+    """A handler that records each run (its element, ``scheduled_for``, and how many runs of it
+    were going on then, itself included) and holds the run of the element ``"old"`` open until
+    ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.seen: list[tuple[Any, datetime, int]] = []
+        self.release = anyio.Event()
+
+    async def __call__(self, element: Any) -> None:
+        self.running += 1
+        when = current_delivery().scheduled_for
+        assert when is not None
+        self.seen.append((element, when, self.running))
+        if element == "old":
+            await self.release.wait()
+        self.running -= 1
+
+
 # -- the daylight-saving rule, through the scheduler ------------------------------------------------
 
 #: A lease longer than any step of ``advance`` in the daylight-saving tests (see the first of them).
@@ -315,20 +335,9 @@ async def test_a_new_trigger_during_a_run_waits_for_it(
     that pass during the run are missed meanwhile, not run beside it; once the run ends they
     follow the misfire policy, and the schedule goes on from the new trigger."""
     scheduler = Scheduler(store, grace=0)
-    running = 0
-    seen: list[tuple[Any, datetime, int]] = []
-    release = anyio.Event()
-
-    @scheduler.handler("sync", lease=600)
-    async def sync(element: Any) -> None:
-        nonlocal running
-        running += 1
-        when = current_delivery().scheduled_for
-        assert when is not None
-        seen.append((element, when, running))
-        if element == "old":
-            await release.wait()
-        running -= 1
+    holder = HoldsTheOld()
+    scheduler.handler("sync", lease=600)(holder)
+    seen, release = holder.seen, holder.release
 
     async with scheduler:
         await scheduler.schedule("sync", Every(3600), id="s", element="old")  # runs at once
@@ -407,20 +416,9 @@ async def test_unschedule_during_a_run_and_a_schedule_filed_again_wait_for_it(
     for the run (it used to be filed beside it, its first occurrence running at once): once the
     run ends, its missed occurrences are coalesced into one run, and it goes on."""
     scheduler = Scheduler(store, grace=0)
-    running = 0
-    seen: list[tuple[Any, datetime, int]] = []
-    release = anyio.Event()
-
-    @scheduler.handler("sync", lease=600)
-    async def sync(element: Any) -> None:
-        nonlocal running
-        running += 1
-        when = current_delivery().scheduled_for
-        assert when is not None
-        seen.append((element, when, running))
-        if element == "old":
-            await release.wait()
-        running -= 1
+    holder = HoldsTheOld()
+    scheduler.handler("sync", lease=600)(holder)
+    seen, release = holder.seen, holder.release
 
     async with scheduler:
         await scheduler.schedule("sync", Every(3600), id="s", element="old")  # runs at once
