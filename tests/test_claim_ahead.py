@@ -34,12 +34,14 @@ async def advance(clock: FakeClock, seconds: float) -> None:
 
 async def eventually(read: Callable[[], Awaitable[Any]], ok: Callable[[Any], bool]) -> None:
     """Until ``ok(await read())``: SQLite's work is done in a thread, which the event loop's
-    ``wait_all_tasks_blocked`` does not wait for (short real sleeps, 2 s at most)."""
-    for _ in range(400):
-        if ok(await read()):
-            return
-        await anyio.sleep(0.005)
-    raise AssertionError(f"still {await read()!r}")
+    ``wait_all_tasks_blocked`` does not wait for (short real sleeps). Bounded by real time, not
+    by a count of tries: on a loaded machine the thread's turn can take longer than a count of
+    5 ms naps allows (it failed so once, in a run beside the Redis store tests)."""
+    with anyio.move_on_after(10):
+        while not ok(await read()):
+            await anyio.sleep(0.005)
+        return
+    raise AssertionError(f"still {await read()!r} after 10 s")
 
 
 def recorder(scheduler: Scheduler, clock: FakeClock, **options: Any) -> list[tuple[Any, float, float]]:
