@@ -396,7 +396,12 @@ async def test_batch_ttls_count_from_the_call(url: str, prefix: str) -> None:
 
 async def test_a_large_batch_is_due_from_the_call_not_when_its_script_runs(url: str, prefix: str) -> None:
     """5,000 elements: the client takes milliseconds to encode and send them before the script
-    stamps them; each is due its ttl after the push_many call, to the millisecond."""
+    stamps them; each is due its ttl after the push_many call, to the millisecond.
+
+    Unless the call took longer than the scripts' START_SLACK (0.25 s, a reading that old is taken
+    for a drifted clock): then the batch is due from when its script ran, late, never early. A
+    loaded machine (the whole suite on 2 cores) took 0.26 s once; then that rule is what holds.
+    """
     async with RedisStore.from_url(url, prefix=prefix) as s:
         items = [({"i": i, "pad": "x" * 100}, 10, f"e{i}") for i in range(5000)]
         called = s.clock()
@@ -406,7 +411,11 @@ async def test_a_large_batch_is_due_from_the_call_not_when_its_script_runs(url: 
         for id in ("e0", "e4999"):
             info = await s.info(N, id)
             assert info is not None
-            assert info.due - called == pytest.approx(10, abs=0.001)
+            if stamped - called < 0.25:  # (the script ran before that, so within the slack)
+                assert info.due - called == pytest.approx(10, abs=0.001)
+            else:
+                late = info.due - called
+                assert late == pytest.approx(10, abs=0.001) or late >= 10.25
 
 
 async def test_the_clock_is_measured_again_every_so_often(store: RedisStore) -> None:
