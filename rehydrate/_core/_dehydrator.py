@@ -466,9 +466,20 @@ class Dehydrator:
         head = queue.head
         items = queue.items
         if head < len(items) and items[head] is node:
-            self._first_live(queue)
-            if queue.head > head:
-                self._advance(queue, queue.head)
+            # _first_live then _advance, written out for the common case (the next node lives):
+            # the two calls were a fifth of a one-shot delivery's bytecodes (an ack per delivery).
+            items[head] = _GONE
+            self._left += 1
+            head += 1
+            n = len(items)
+            if head < n and items[head][3] is _DEAD:  # (acked before it: passed over too)
+                queue.head = head
+                self._first_live(queue)
+                head = queue.head
+            if head > _COMPACT_MIN and head * 2 > n:
+                del items[:head]
+                head = 0
+            queue.head = head
 
     def ttn(self) -> float | None:
         """Seconds until the next element is due (TTN): ``0.0`` if one is due now, ``None`` if empty."""
