@@ -13,7 +13,7 @@ that say which element it is, immutability, pickling.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar, Final, NoReturn
 
 __all__ = ["Claim", "ElementInfo", "Summary", "WorkerRecord"]
 
@@ -146,6 +146,18 @@ def new_claim(
 
 
 _new_record = object.__new__
+
+#: The slots' setters of :class:`Claim`, in ``Claim._fields`` order: for a loop that makes claims
+#: and cannot afford a call of :func:`new_claim` each (the memory store's).
+CLAIM_SETTERS: Final = (
+    _claim_id,
+    _claim_element,
+    _claim_attempt,
+    _claim_lease_until,
+    _claim_token,
+    _claim_due,
+    _claim_claimed_at,
+)
 
 
 class ElementInfo(_Record):
