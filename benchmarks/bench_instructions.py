@@ -1,6 +1,7 @@
 """Instructions per element: a schedule's occurrence against a one-shot delivery, counted by callgrind.
 
     python benchmarks/bench_instructions.py [--stores memory,sqlite] [--n 6000] [--base 1000]
+        [--backend asyncio|trio]
 
 Issue #13 asks occurrences/s to reach 0.8x one-shot deliveries/s. On a shared, noisy machine the
 clock cannot settle a few percent either way (a burst's rate moves by 30% between rounds), so
@@ -17,6 +18,10 @@ Each is run again at ``--base`` elements, and the per-element figure is the diff
 differences: ((delivered - filed only) at n - (delivered - filed only) at base) / (n - base), so
 start-up, filing and shutdown cancel out. Python's hash seed is fixed (``PYTHONHASHSEED=0``).
 Needs ``valgrind`` on the PATH; both stores take about two minutes on 2 cores (2026-11-28).
+
+The one-shot column is also issue #18's measure of a delivery's own cost: a burst's last
+element waits for every delivery before it, so its lateness moves with this figure. ``--backend
+trio`` counts it on trio, where that issue's bursts are furthest from their floor.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def child(kind: str, n: int, store_url: str, deliver: bool) -> None:
+def child(kind: str, n: int, store_url: str, deliver: bool, backend: str = "asyncio") -> None:
     """One burst (or only its filing), in this process: what callgrind counts."""
     sys.path.insert(0, str(ROOT))
     import anyio
@@ -74,14 +79,14 @@ def child(kind: str, n: int, store_url: str, deliver: bool) -> None:
                 await anyio.sleep(0.05)
             scheduler.stop()
 
-    anyio.run(main)
+    anyio.run(main, backend=backend)
 
 
-def count(kind: str, n: int, store: str, deliver: bool) -> int:
+def count(kind: str, n: int, store: str, deliver: bool, backend: str) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         url = "memory://" if store == "memory" else f"sqlite:///{tmp}/bench.db"
         argv = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable]
-        argv += [__file__, "--child", kind, str(n), url, "deliver" if deliver else "file"]
+        argv += [__file__, "--child", kind, str(n), url, "deliver" if deliver else "file", backend]
         env = {**os.environ, "PYTHONHASHSEED": "0"}
         done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
     found = re.search(r"Collected : (\d+)", done.stderr)
@@ -90,23 +95,24 @@ def count(kind: str, n: int, store: str, deliver: bool) -> int:
     return int(found.group(1))
 
 
-def per_element(kind: str, store: str, n: int, base: int) -> float:
+def per_element(kind: str, store: str, n: int, base: int, backend: str) -> float:
     runs = [(size, deliver) for size in (n, base) for deliver in (True, False)]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        counted = list(pool.map(lambda run: count(kind, run[0], store, run[1]), runs))
+        counted = list(pool.map(lambda run: count(kind, run[0], store, run[1], backend), runs))
     big, big_filed, small, small_filed = counted
     return ((big - big_filed) - (small - small_filed)) / (n - base)
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        kind, n, url, mode = sys.argv[2:6]
-        child(kind, int(n), url, mode == "deliver")
+        kind, n, url, mode, backend = sys.argv[2:7]
+        child(kind, int(n), url, mode == "deliver", backend)
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stores", default="memory,sqlite")
     parser.add_argument("--n", type=int, default=6000)
     parser.add_argument("--base", type=int, default=1000)
+    parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not on the PATH (Debian: apt-get install valgrind)")
@@ -117,13 +123,14 @@ def main() -> None:
         if store not in ("memory", "sqlite"):
             raise SystemExit(f"unknown store {store!r}: memory or sqlite (Redis's work is in its server)")
     print(
-        f"# {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, n = {args.n}, base = {args.base}, Python {sys.version.split()[0]}"
+        f"# {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, n = {args.n}, base = {args.base}, {args.backend}, "
+        f"Python {sys.version.split()[0]}"
     )
     print("| store | one-shot delivery | occurrence | one-shot / occurrence (aim >= 0.8) |")
     print("| --- | ---: | ---: | ---: |")
     for store in stores:
-        once = per_element("once", store, args.n, args.base)
-        occurrence = per_element("occurrence", store, args.n, args.base)
+        once = per_element("once", store, args.n, args.base, args.backend)
+        occurrence = per_element("occurrence", store, args.n, args.base, args.backend)
         print(f"| {store} | {once:,.0f} | {occurrence:,.0f} | {once / occurrence:.3f} |", flush=True)
 
 
