@@ -37,6 +37,7 @@ from rehydrate._core._retry import Retry
 from rehydrate._core._triggers import US, Every, Trigger, trigger_from_dict, us
 from rehydrate._deliveries import Counters, Delivery, delivery_var
 from rehydrate._retries import Rescheduler
+from rehydrate._schedules import KEY as SCHEDULE_KEY
 from rehydrate._schedules import (
     PAUSED_TTL,
     Envelope,
@@ -190,8 +191,9 @@ class _LeaseKeeper:
         self._queue: deque[tuple[float, int]] = deque()
         #: Per batch, its elements still running: id -> the token of their claim.
         self._batches: dict[int, dict[str, int]] = {}
-        #: Each running element's batch (an id claimed again since belongs to its latest).
-        self._home: dict[str, int] = {}
+        #: Each running element's batch, its dict in ``_batches`` (an id claimed again since
+        #: belongs to its latest).
+        self._home: dict[str, dict[str, int]] = {}
         self._numbers = itertools.count()
         self._wake = anyio.Event()
         #: Shielded: leases are kept while shutdown waits for handler threads, until :meth:`stop`.
@@ -212,16 +214,13 @@ class _LeaseKeeper:
         self._batches[number] = members
         home = self._home
         for id in members:
-            home[id] = number
+            home[id] = members
         self._queue.append((renew_at, number))
         if len(self._queue) == 1:
             self._wake.set()
 
     def discard(self, id: str, token: int) -> None:
-        number = self._home.get(id)
-        if number is None:
-            return
-        members = self._batches.get(number)
+        members = self._home.get(id)
         if members is not None and members.get(id) == token:
             del members[id]
             del self._home[id]
@@ -281,7 +280,7 @@ class _LeaseKeeper:
         for id, token in list(members.items()):
             if members.get(id) != token:
                 continue  # finished meanwhile
-            if home.get(id) != number:
+            if home.get(id) is not members:
                 del members[id]  # claimed again since: its latest claim's batch keeps it
                 continue
             try:
@@ -296,7 +295,7 @@ class _LeaseKeeper:
                 failed[id] = token
                 continue
             if until is None and members.pop(id, None) is not None:
-                if home.get(id) == number:  # (not if claimed again while this call ran)
+                if home.get(id) is members:  # (not if claimed again while this call ran)
                     del home[id]
                 logger.warning(
                     "lease lost: the element was acked, pulled or claimed again elsewhere",
@@ -876,7 +875,8 @@ class Runner:
     async def _deliver(self, claim: Claim) -> None:
         handler, counters = self.handler, self._counters
         occurrence: _Occurrence | None = None
-        if is_envelope(claim.element):
+        # (the key tested first, in place: one-shot work, dicts included, makes no call here)
+        if type(element := claim.element) is dict and SCHEDULE_KEY in element and is_envelope(element):
             try:
                 occurrence = self._occurrence(claim)
                 if occurrence is not None and occurrence.moved:
