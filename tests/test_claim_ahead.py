@@ -38,9 +38,10 @@ async def eventually(read: Callable[[], Awaitable[Any]], ok: Callable[[Any], boo
     by a count of tries: on a loaded machine the thread's turn can take longer than a count of
     5 ms naps allows (it failed so once, in a run beside the Redis store tests)."""
     with anyio.move_on_after(10):
-        while not ok(await read()):
+        while True:
+            if ok(await read()):
+                return
             await anyio.sleep(0.005)
-        return
     raise AssertionError(f"still {await read()!r} after 10 s")
 
 
