@@ -118,6 +118,10 @@ class Claim(_Record):
         return max(0.0, self.claimed_at - self.due)
 
 
+#: The slots' setters of :class:`Claim`, in ``Claim._fields`` order: :func:`new_claim` calls
+#: them, and so does a loop that makes claims and cannot afford a call of it each (the memory
+#: store's).
+CLAIM_SETTERS: Final = tuple(vars(Claim)[name].__set__ for name in Claim._fields)
 (
     _claim_id,
     _claim_element,
@@ -126,7 +130,7 @@ class Claim(_Record):
     _claim_token,
     _claim_due,
     _claim_claimed_at,
-) = (vars(Claim)[name].__set__ for name in Claim._fields)
+) = CLAIM_SETTERS
 
 
 def new_claim(
@@ -146,18 +150,6 @@ def new_claim(
 
 
 _new_record = object.__new__
-
-#: The slots' setters of :class:`Claim`, in ``Claim._fields`` order: for a loop that makes claims
-#: and cannot afford a call of :func:`new_claim` each (the memory store's).
-CLAIM_SETTERS: Final = (
-    _claim_id,
-    _claim_element,
-    _claim_attempt,
-    _claim_lease_until,
-    _claim_token,
-    _claim_due,
-    _claim_claimed_at,
-)
 
 
 class ElementInfo(_Record):
