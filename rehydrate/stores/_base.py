@@ -217,21 +217,21 @@ class StoreBase(Store):
         return payload
 
     def _rearm_payload(
-        self, name: str, id: str, token: int, element: Any
+        self, name: str, id: str, token: int, element: Any, *, rewrite: bool = True
     ) -> tuple[bytes, bytes | None, bytes]:
         """What to file ``element`` with as the claim ``token``'s next occurrence: ``(payload,
         old end, new end)``. When ``element`` is the claimed envelope with other values at its
         end (another ``next``; an extra run's request made its ``last_extra``), the store files
         the bytes it holds with their end ``old`` made ``new`` (so a change written into the
         envelope while its occurrence ran, by ``update``, is kept), or, if they no longer end so,
-        ``payload``: the kept bytes rewritten the same way. Else ``old`` is ``None`` and
-        ``payload`` is the element encoded."""
+        ``payload``: the kept bytes rewritten the same way (empty without ``rewrite``, for a
+        store that never files them: SQLite's rearm rewrites the stored end in its statement).
+        Else ``old`` is ``None`` and ``payload`` is the element encoded."""
         kept = self._next_only(name, id, token, element)
         if kept is not None:
             held, old, new = kept
-            payload = rewritten(held, old, new)
-            if payload is not None:
-                return payload, old, new
+            if old and held.endswith(old):  # (what ``rewritten`` checks)
+                return (held[: -len(old)] + new if rewrite else b""), old, new
         return self._dumps(element), None, b""
 
     def _next_only(

@@ -949,7 +949,7 @@ class SQLiteStore(StoreBase):
             )
             if (type(token) is not int or token < 1) and _validate.token(token) is None:
                 raise InvalidArgumentError("rearm needs each claim's token")
-            batch.append((id, token, self._rearm_payload(name, id, token, element), seconds))
+            batch.append((id, token, self._rearm_payload(name, id, token, element, rewrite=False), seconds))
         if not batch:
             if self._conn is None:
                 raise self._not_open()
