@@ -2,6 +2,7 @@
 
     python benchmarks/bench_scheduler.py [--n 20000] [--spread 2.0] [--repeat 3]
         [--patterns even,uniform,burst] [--backends asyncio,trio] [--claim-ahead 0.02]
+        [--task-floor]
 
 Part 1 (lateness): defer N elements one by one (``await scheduler.defer(..., delay=...)``), all
 before the first is due, to a no-op async handler (concurrency 1000) and record, in the handler,
@@ -13,7 +14,9 @@ The scheduler runs twice, in turn with the floor in each round: with the default
 is due and holds it in the process until its time.
 The floor, in the same process and event loop: the same due times fired by the loop's own timers
 (``loop.call_at`` on asyncio, all armed ahead of time; on trio, one task that sleeps until each due
-time in turn).
+time in turn). ``--task-floor`` adds, on trio, a row for trio's nearest to ``call_at``: a task per
+element sleeping until its due time, all started ahead of time (for reference: the verdicts are
+against the task that walks the due times in order, the stricter of the two).
 
 Part 2 (throughput): N elements all due at once, delivered to a no-op async handler; deliveries
 per second from the first delivery to the last ack. Twice: filed with one ttl (one queue of the
@@ -123,14 +126,34 @@ async def floor_lateness(offsets: list[float], lead: float, backend: str) -> tup
         import trio
 
         # trio has no call_at; a task per element sleeping until its time is no floor (trio's
-        # deadlines for 20,000 tasks in random order cost more than the scheduler). The best a
-        # trio program can do: one task that knows every due time and sleeps until each in turn.
+        # deadlines for 20,000 tasks cost more than the scheduler: see task_floor_lateness). The
+        # best a trio program can do: one task that knows every due time and sleeps until each
+        # in turn.
         start = time.monotonic() + lead
         offset = trio.current_time() - time.monotonic()
         for due in sorted(start + o for o in offsets):
             if due > time.monotonic():
                 await trio.sleep_until(due + offset)
             late.append(time.monotonic() - due)
+    return percentiles(late)
+
+
+async def task_floor_lateness(offsets: list[float], lead: float) -> tuple[float, float, float]:
+    """trio's nearest to ``loop.call_at``: a task per element, each sleeping until its due time,
+    all started ahead of time (trio has no callbacks; its timers wake tasks)."""
+    import trio
+
+    late: list[float] = []
+    start = time.monotonic() + lead
+    offset = trio.current_time() - time.monotonic()
+
+    async def one(due: float) -> None:
+        await trio.sleep_until(due + offset)
+        late.append(time.monotonic() - due)
+
+    async with trio.open_nursery() as nursery:
+        for due in offsets:
+            nursery.start_soon(one, start + due)
     return percentiles(late)
 
 
@@ -164,12 +187,22 @@ async def scheduler_throughput(n: int, distinct: bool = False) -> float:
 
 
 def run(
-    backend: str, pattern: str, n: int, spread: float, lead: float, repeat: int, claim_ahead: float
+    backend: str,
+    pattern: str,
+    n: int,
+    spread: float,
+    lead: float,
+    repeat: int,
+    claim_ahead: float,
+    task_floor: bool = False,
 ) -> dict[str, Any]:
     """Medians of (p50, p99, max) per row, the rows run in turn in each round."""
     rows: dict[str, list[tuple[float, float, float]]] = {"scheduler": [], "floor": []}
     if claim_ahead:
         rows["ahead"] = []
+    task_floor = task_floor and backend == "trio"
+    if task_floor:
+        rows["tasks"] = []
     for r in range(repeat):
         offsets = due_offsets(pattern, n, spread, seed=r)
         gc.collect()
@@ -179,6 +212,9 @@ def run(
             rows["ahead"].append(anyio.run(scheduler_lateness, offsets, lead, claim_ahead, backend=backend))
         gc.collect()
         rows["floor"].append(anyio.run(floor_lateness, offsets, lead, backend, backend=backend))
+        if task_floor:
+            gc.collect()
+            rows["tasks"].append(anyio.run(task_floor_lateness, offsets, lead, backend=backend))
 
     def med(xs: list[tuple[float, float, float]], i: int) -> float:
         return statistics.median(x[i] for x in xs)
@@ -214,6 +250,11 @@ def main() -> int:
         default=0.02,
         help="seconds: also run the scheduler with this claim_ahead (0: not)",
     )
+    parser.add_argument(
+        "--task-floor",
+        action="store_true",
+        help="on trio, also a task per element sleeping until its due time (for reference)",
+    )
     args = parser.parse_args()
     load = os.getloadavg()[0]
     print(f"rehydrate scheduler benchmark: Python {platform.python_version()} on {platform.platform()}")
@@ -228,11 +269,26 @@ def main() -> int:
     for backend in args.backends.split(","):
         floor_name = "loop.call_at" if backend == "asyncio" else "trio.sleep_until, in order"
         for pattern in args.patterns.split(","):
-            result = run(backend, pattern, args.n, args.spread, args.lead, args.repeat, args.claim_ahead)
+            result = run(
+                backend,
+                pattern,
+                args.n,
+                args.spread,
+                args.lead,
+                args.repeat,
+                args.claim_ahead,
+                args.task_floor,
+            )
             f = result["floor"]
             print(
                 f"| {backend} | {pattern} | floor: {floor_name} | {f[0]:.2f} | {f[1]:.2f} | {f[2]:.2f} | | |"
             )
+            if "tasks" in result:
+                t = result["tasks"]
+                print(
+                    f"| {backend} | {pattern} | for reference: a trio task per element, sleep_until "
+                    f"| {t[0]:.2f} | {t[1]:.2f} | {t[2]:.2f} | | |"
+                )
             for key, what in (
                 ("scheduler", "rehydrate Scheduler"),
                 ("ahead", f"rehydrate Scheduler, claim_ahead={args.claim_ahead * 1000:g} ms"),
