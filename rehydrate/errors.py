@@ -8,12 +8,14 @@ from __future__ import annotations
 
 __all__ = [
     "DuplicateIdError",
+    "ElementTooLargeError",
     "InvalidArgumentError",
     "InvalidTypeError",
     "RehydrateError",
     "SchedulerNotRunningError",
     "SerializerMismatchError",
     "StoreNotOpenError",
+    "StoreRefusedError",
     "StoreUnavailableError",
     "UnknownIdError",
     "UnsupportedStoreError",
@@ -35,6 +37,25 @@ class InvalidArgumentError(RehydrateError, ValueError):
 
 class InvalidTypeError(InvalidArgumentError, TypeError):
     """An argument has a type the call cannot accept (an ``int`` id, a ``str`` TTL...)."""
+
+
+class ElementTooLargeError(InvalidArgumentError):
+    """An element, serialized, is larger than the store can hold (or than its
+    ``max_element_bytes``), and was refused before anything was sent or written.
+
+    Each store's limit is in ``docs/stores.md``: Redis's ``proto-max-bulk-len`` (512 MB by
+    default), 500 MiB for PostgreSQL, SQLite's ``SQLITE_MAX_LENGTH`` (10**9 bytes) less room for
+    the row. A batch (``push_many``, ``rearm``) with one such element is refused whole. Large
+    data belongs elsewhere (a file, an object store), with a reference to it in the element.
+    """
+
+    def __init__(self, message: str, *, id: str | None, size: int, limit: int) -> None:
+        super().__init__(message)
+        #: The element's id (``None``: none was given, one would have been generated).
+        self.id = id
+        #: Its size serialized, and the most this store takes, in bytes.
+        self.size = size
+        self.limit = limit
 
 
 class DuplicateIdError(RehydrateError, KeyError):
@@ -63,6 +84,17 @@ class StoreUnavailableError(RehydrateError, ConnectionError):
     """The store's backend could not be reached, even after the store's own retries.
 
     The call may or may not have taken effect; every verb is safe to retry.
+    """
+
+
+class StoreRefusedError(StoreUnavailableError):
+    """The backend answered and refused this store for a reason that waiting will not change: a
+    wrong password, an unknown role or database, no permission to connect, a TLS setting the
+    server does not accept. The message is the server's reason.
+
+    A :class:`StoreUnavailableError` (code that treats every store it cannot use alike keeps
+    working); a caller that waits for a store to come up catches this one first and gives up
+    at once, since retrying only repeats the refusal.
     """
 
 

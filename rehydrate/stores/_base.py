@@ -55,6 +55,7 @@ import anyio
 from rehydrate._schedules import KEY, REMOVED
 from rehydrate.abc import Serializer, Store
 from rehydrate.errors import (
+    ElementTooLargeError,
     InvalidArgumentError,
     InvalidTypeError,
     SerializerMismatchError,
@@ -68,7 +69,9 @@ __all__ = [
     "as_bool",
     "as_float",
     "as_int",
+    "as_size",
     "as_str",
+    "element_bytes",
     "ends",
     "merge_next",
     "rewritten",
@@ -106,6 +109,41 @@ def as_int(text: str) -> int:
         return int(text)
     except ValueError:
         raise ValueError("expected a whole number") from None
+
+
+#: The suffixes ``as_size`` reads: decimal (kB, MB, GB) and binary (KiB, MiB, GiB), any case.
+_SIZE_UNITS: Final = {
+    "": 1,
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+}
+
+
+def as_size(text: str) -> int:
+    """A number of bytes: ``1048576``, ``64KiB``, ``10MB`` (kB, MB, GB are powers of 1000;
+    KiB, MiB, GiB of 1024)."""
+    lowered = text.strip().lower()
+    digits = lowered.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = _SIZE_UNITS.get(lowered[len(digits) :].strip())
+    if unit is None or not digits.strip().isdigit():
+        raise ValueError("expected a number of bytes, optionally with kB, MB, GB, KiB, MiB or GiB")
+    return int(digits) * unit
+
+
+def element_bytes(value: object) -> int | None:
+    """``max_element_bytes`` checked: ``None`` or a positive int."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidTypeError(f"max_element_bytes must be an int (bytes), not {type(value).__name__}")
+    if value < 1:
+        raise InvalidArgumentError(f"max_element_bytes must be positive, got {value!r}")
+    return value
 
 
 def as_float(text: str) -> float:
@@ -164,6 +202,29 @@ class StoreBase(Store):
     _ttn_after: dict[str, float | None] | None = None
     #: ``REMOVED`` as this store's serializer writes it (see :meth:`_removed_payload`).
     _removed_bytes: bytes | None = None
+    #: The most bytes one element may take serialized (``None``: no limit, or not known until
+    #: ``open``), and what sets it, for the error's message (see :meth:`_set_element_limit`).
+    _element_limit: int | None = None
+    _element_limit_why: str = ""
+    #: What the caller asked for (``max_element_bytes``), lowering the backend's own limit.
+    _element_limit_asked: int | None = None
+
+    @property
+    def max_element_bytes(self) -> int | None:
+        """The most bytes one element may take once serialized, beyond which a write is refused
+        with :class:`~rehydrate.errors.ElementTooLargeError` before anything is sent: the
+        backend's limit, or ``max_element_bytes`` if that is lower. ``None`` before ``open`` where
+        the backend's limit is read from the server (Redis)."""
+        return self._element_limit
+
+    def _set_element_limit(self, backend: int | None, why: str) -> None:
+        """Set the limit: ``backend``'s (``why`` says where it comes from), or the caller's
+        ``max_element_bytes`` where that is lower."""
+        asked = self._element_limit_asked
+        if asked is not None and (backend is None or asked <= backend):
+            self._element_limit, self._element_limit_why = asked, "its max_element_bytes"
+        else:
+            self._element_limit, self._element_limit_why = backend, why
 
     async def ttn_after_claim(self, name: str) -> float | None:
         """See :meth:`Store.ttn_after_claim`: what the last claim of ``name`` recorded in
@@ -213,7 +274,7 @@ class StoreBase(Store):
         store writes them: what its ``rearm`` compares the stored bytes (and those given) with."""
         payload = self._removed_bytes
         if payload is None:
-            payload = self._removed_bytes = self._dumps(REMOVED)
+            payload = self._removed_bytes = self._dumps(REMOVED, None)
         return payload
 
     def _rearm_payload(
@@ -231,8 +292,11 @@ class StoreBase(Store):
         if kept is not None:
             held, old, new = kept
             if old and held.endswith(old):  # (what ``rewritten`` checks)
+                # (Its size: the held bytes, less the old end, plus the new one, whether or not
+                # this store files them.)
+                self._check_size(len(held) - len(old) + len(new), name, id, "rearm")
                 return (held[: -len(old)] + new if rewrite else b""), old, new
-        return self._dumps(element), None, b""
+        return self._dumps(element, name, id, "rearm"), None, b""
 
     def _next_only(
         self, name: str, id: str, token: int, element: Any, *, forget: bool = True
@@ -261,29 +325,61 @@ class StoreBase(Store):
             if kept is not None:
                 held, old, new = kept
                 # (A store that rewrites stored bytes itself keeps none: Redis.)
-                payload = rewritten(held, old, new) if held else self._dumps(element)
+                payload = rewritten(held, old, new) if held else self._dumps(element, name, id, "update")
                 if payload is not None:
+                    self._check_size(len(payload), name, id, "update")
                     assert self._kept is not None  # (it held the claim's envelope)
                     self._kept[(name, id)] = (token, element, payload if held else b"")
                     return payload, old, new
             self._forget_envelopes(name, [id])
-        return self._dumps(element), None, b""
+        return self._dumps(element, name, id, "update"), None, b""
 
     def _not_open(self) -> StoreNotOpenError:
         return StoreNotOpenError(
             f"{self!r} is not open: use it as `async with store:` (or `await store.open()` first)"
         )
 
-    def _dumps(self, element: Any) -> bytes:
-        """``element`` as bytes, or a bad-argument error before anything is written."""
+    def _dumps(
+        self,
+        element: Any,
+        name: str | None,
+        id: str | None = None,
+        verb: str = "push",
+        item: int | None = None,
+    ) -> bytes:
+        """``element`` as bytes, or a bad-argument error before anything is written: one the
+        serializer cannot take, or one larger than :attr:`max_element_bytes` (checked when
+        ``name`` is given; ``id``, ``verb`` and the batch's ``item`` index name it)."""
         try:
-            return self._serializer.dumps(element)
+            payload = self._serializer.dumps(element)
         except InvalidArgumentError:
             raise
         except (TypeError, ValueError) as exc:
             raise InvalidTypeError(
                 f"element cannot be serialized by {self._serializer.name!r}: {exc}"
             ) from exc
+        if name is not None:
+            self._check_size(len(payload), name, id, verb, item)
+        return payload
+
+    def _check_size(self, size: int, name: str, id: str | None, verb: str, item: int | None = None) -> None:
+        """Refuse an element of ``size`` bytes (serialized) beyond this store's limit: at once,
+        with the limit named, rather than by the backend after sending it (Redis drops the
+        connection, and the store would send it again at every retry)."""
+        limit = self._element_limit
+        if limit is None or size <= limit:
+            return
+        what = f"element {id!r}" if id is not None else "an element (no id given)"
+        where = f"{verb} to {name!r}" if item is None else f"item {item} of a {verb} to {name!r}"
+        batch = "; nothing of the batch was written" if item is not None else ""
+        raise ElementTooLargeError(
+            f"{what} ({where}) is {size:,} bytes serialized by {self._serializer.name!r}, more than "
+            f"this store takes: {limit:,} bytes ({self._element_limit_why}){batch}. Keep large data "
+            "elsewhere and put a reference to it in the element",
+            id=id,
+            size=size,
+            limit=limit,
+        )
 
     def _mismatch(self, name: str, stored: str, id: str | None = None) -> SerializerMismatchError:
         what = f"element {id!r} of {name!r}" if id is not None else f"dehydrator {name!r}"

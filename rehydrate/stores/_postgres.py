@@ -67,6 +67,7 @@ from rehydrate._core._validate import Seconds
 from rehydrate.abc import Serializer, Subscription
 from rehydrate.errors import (
     DuplicateIdError,
+    ElementTooLargeError,
     InvalidArgumentError,
     InvalidTypeError,
     RehydrateError,
@@ -74,7 +75,16 @@ from rehydrate.errors import (
     UnknownIdError,
     UnsupportedStoreError,
 )
-from rehydrate.stores._base import StoreBase, as_bool, as_float, as_int, as_str, url_options
+from rehydrate.stores._base import (
+    StoreBase,
+    as_bool,
+    as_float,
+    as_int,
+    as_size,
+    as_str,
+    element_bytes,
+    url_options,
+)
 from rehydrate.stores._postgres_sql import SCHEMA_VERSION, Statements
 from rehydrate.stores._subscription import EventSubscription
 
@@ -96,6 +106,14 @@ _MAX_SECONDS: Final = 1e9
 _MAX_NOTE: Final = 4000
 _IDENTIFIER: Final = re.compile(r"[a-z_][a-z0-9_]{0,39}")
 _SYNCHRONOUS_COMMIT: Final = ("on", "off", "local", "remote_write", "remote_apply")
+#: The largest element: a field holds at most 1 GB, and this store reads payloads in
+#: PostgreSQL's text form (hex: two characters a byte, built in one allocation of at most 1 GB
+#: on the server), so half of that, less room for the row's other columns. An element of 600 MB
+#: was written and then could not be read: every claim of its dehydrator failed.
+_MAX_ELEMENT: Final = 500 * 1024 * 1024
+#: The most payload bytes one statement sends (push_many's array of payloads, in binary): the
+#: server takes a message of at most 1 GB.
+_MAX_BATCH_BYTES: Final = 2 * _MAX_ELEMENT
 
 
 def _new_id() -> str:
@@ -188,6 +206,7 @@ _URL_OPTIONS: Final[dict[str, Callable[[str], Any]]] = {
     "retries": as_int,
     "retry_backoff": as_float,
     "create": as_bool,
+    "max_element_bytes": as_size,
 }
 
 
@@ -305,6 +324,10 @@ class PostgresStore(StoreBase):
         retry_backoff: the first pause between retries, doubled each time, at most 2 s.
         create: create the tables on first use (default); with ``False``, a missing or outdated
             schema raises an error saying to run ``rehydrate migrate --store URL``.
+        max_element_bytes: the most bytes one element may take serialized, below the store's own
+            limit of 500 MiB (a field holds 1 GB, read in hex); a larger one raises
+            :class:`~rehydrate.errors.ElementTooLargeError` before anything is sent, and so does
+            a ``push_many`` whose elements together pass 1000 MiB (one statement's parameters).
     """
 
     def __init__(
@@ -320,6 +343,7 @@ class PostgresStore(StoreBase):
         retries: int = 8,
         retry_backoff: Seconds = 0.05,
         create: bool = True,
+        max_element_bytes: int | None = None,
     ) -> None:
         if not isinstance(url, str):
             raise InvalidTypeError(f"url must be a str, not {type(url).__name__}")
@@ -331,6 +355,10 @@ class PostgresStore(StoreBase):
         self._schema = _identifier(schema, "schema")
         self._table = _identifier(table, "table")
         self._set_serializer(serializer)
+        self._element_limit_asked = element_bytes(max_element_bytes)
+        self._set_element_limit(
+            _MAX_ELEMENT, "PostgreSQL's 1 GB a field, read as hex: half, less room for the row"
+        )
         self._codec = self._serializer.name
         if not isinstance(synchronous_commit, str) or synchronous_commit.lower() not in _SYNCHRONOUS_COMMIT:
             raise InvalidArgumentError(
@@ -709,7 +737,7 @@ class PostgresStore(StoreBase):
         _validate.replace(replace, id)
         if id is not None:
             _id(id)
-        payload = self._dumps(element)
+        payload = self._dumps(element, name, id)
         key = _new_id() if id is None else id
         if replace:
             params = self._params(
@@ -807,8 +835,18 @@ class PostgresStore(StoreBase):
                     raise DuplicateIdError(key)
                 given.add(key)
             keys.append(key)
-            payloads.append(self._dumps(element))
+            payloads.append(self._dumps(element, name, id, "push_many", len(payloads)))
             ttls.append(micros)
+        total = sum(map(len, payloads))
+        if total > _MAX_BATCH_BYTES:
+            raise ElementTooLargeError(
+                f"a push_many to {name!r} of {len(payloads)} elements is {total:,} bytes serialized, "
+                f"more than one PostgreSQL statement takes: {_MAX_BATCH_BYTES:,} bytes (the server "
+                "reads a message of at most 1 GB); split the batch. Nothing was written",
+                id=None,
+                size=total,
+                limit=_MAX_BATCH_BYTES,
+            )
         if not keys:
             if self._pool is None:
                 raise self._not_open()
@@ -838,7 +876,7 @@ class PostgresStore(StoreBase):
             name=name,
             id=id,
             ttl=micros,
-            payload=self._dumps(element),
+            payload=self._dumps(element, name, id, "replace"),
             codec=self._codec,
             channel=self._channel,
             note=self._note(name),

@@ -43,11 +43,21 @@ from rehydrate.errors import (
     InvalidArgumentError,
     InvalidTypeError,
     RehydrateError,
-    StoreUnavailableError,
+    StoreRefusedError,
     UnknownIdError,
 )
 from rehydrate.serializers import JSONSerializer
-from rehydrate.stores._base import Converter, StoreBase, as_bool, as_float, as_int, as_str, url_options
+from rehydrate.stores._base import (
+    Converter,
+    StoreBase,
+    as_bool,
+    as_float,
+    as_int,
+    as_size,
+    as_str,
+    element_bytes,
+    url_options,
+)
 from rehydrate.stores._redis_client import SCRIPTS, Backend, RedisRefusedError, SentinelTarget, redact
 from rehydrate.stores._subscription import EventSubscription
 
@@ -61,6 +71,9 @@ _BATCH: Final = 1000
 _MAX_BATCH: Final = 10_000
 #: push_many is one atomic script; bigger batches are refused rather than split.
 _PUSH_MANY_MAX: Final = 10_000
+#: The server's limit on one argument of a command (``proto-max-bulk-len``) unless it says
+#: otherwise: Redis's and Valkey's default, 512 MB. An element is sent as one argument.
+_BULK_DEFAULT: Final = 512 * 1024 * 1024
 
 
 def _local_clock() -> float:
@@ -128,6 +141,7 @@ _URL_OPTIONS: Final[dict[str, Converter]] = {
     "batch_size": as_int,
     "min_replicas": as_int,
     "replica_timeout": as_duration,
+    "max_element_bytes": as_size,
 }
 _TLS_OPTIONS: Final[dict[str, Converter]] = {
     "ssl_ca_certs": as_str,
@@ -225,6 +239,12 @@ class RedisStore(StoreBase):
     :class:`~rehydrate.errors.StoreUnavailableError` otherwise: a write that returned then
     survives a failover to one of those replicas. The write is not undone on the primary.
 
+    An element is sent to the server as one argument of a script call, which the server takes
+    up to its ``proto-max-bulk-len`` (512 MB by default), read at ``open`` (``CONFIG GET``; a
+    server that refuses ``CONFIG``, as managed services do, is taken to have the default). A
+    larger element, or one larger than ``max_element_bytes`` (bytes; a cap of your own, lower),
+    raises :class:`~rehydrate.errors.ElementTooLargeError` before anything is sent.
+
     Elements are stored as bytes by ``serializer`` (a name or a
     :class:`~rehydrate.abc.Serializer`; JSON by default); a dehydrator remembers which serializer
     wrote it and refuses a client that uses another. Keys start with ``prefix``.
@@ -257,6 +277,7 @@ class RedisStore(StoreBase):
         batch_size: int = _BATCH,
         min_replicas: int = 0,
         replica_timeout: float = 0.1,
+        max_element_bytes: int | None = None,
         client_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(url, str):
@@ -265,6 +286,7 @@ class RedisStore(StoreBase):
         if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
             raise InvalidArgumentError(f"prefix must be a non-empty str without braces, not {prefix!r}")
         self._set_serializer(serializer)
+        self._element_limit_asked = element_bytes(max_element_bytes)
         # JSON payloads joined by commas are a JSON array: one script reply, one json.loads.
         self._join = type(self._serializer) is JSONSerializer
         self._join_flag = "1" if self._join else "0"
@@ -314,8 +336,9 @@ class RedisStore(StoreBase):
         """``redis://host:port/db`` or ``rediss://...``; ``options`` are the constructor's keywords.
 
         ``prefix``, ``cluster``, ``serializer``, ``timeout``, ``connect_timeout``, ``retries``,
-        ``retry_backoff``, ``batch_size``, ``min_replicas`` and ``replica_timeout`` (seconds, or
-        ``100ms``) may also be query parameters (``redis://host/0?prefix=billing&cluster=1``), so
+        ``retry_backoff``, ``batch_size``, ``min_replicas``, ``replica_timeout`` (seconds, or
+        ``100ms``) and ``max_element_bytes`` (bytes, or ``10MB``, ``64KiB``) may also be query
+        parameters (``redis://host/0?prefix=billing&cluster=1``), so
         a URL alone (``rehydrate --store``) can say everything; not both ways. ``rediss://`` URLs
         may carry the client's TLS options (``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``,
         ``ssl_cert_reqs``, ``ssl_check_hostname``). Any other option is refused. ``create`` is
@@ -360,13 +383,26 @@ class RedisStore(StoreBase):
             try:
                 await self._set_clock()
             except RedisRefusedError as exc:
-                raise StoreUnavailableError(
+                raise StoreRefusedError(
                     f"Redis at {redact(self._backend.url)} refused to open: {exc}"
                 ) from exc
+            await self._read_element_limit()
         except BaseException:
             # Not shielded: the pool's task group must close in the scope it was opened in.
             await self._backend.aclose()
             raise
+
+    async def _read_element_limit(self) -> None:
+        """The element limit: the server's ``proto-max-bulk-len``, or the default where it will
+        not say (a managed service that renames ``CONFIG``, a user without ``+config``)."""
+        values = await self._backend.config_value("proto-max-bulk-len")
+        if values and all(value.isdigit() and int(value) > 0 for value in values):
+            # (A cluster's nodes may differ: an element must fit the smallest.)
+            self._set_element_limit(min(map(int, values)), "the server's proto-max-bulk-len")
+        else:
+            self._set_element_limit(
+                _BULK_DEFAULT, "the default proto-max-bulk-len: the server would not say its own"
+            )
 
     async def aclose(self) -> None:
         self._ttn_after.clear()  # read from a server this store no longer talks to
@@ -508,7 +544,7 @@ class RedisStore(StoreBase):
         _validate.replace(replace, id)
         if id is not None:
             _validate.element_id(id)
-        payload = self._dumps(element)
+        payload = self._dumps(element, name, id)
         (pushed,) = await self._push(name, [(id, micros, payload)], replace=replace)
         return pushed
 
@@ -523,7 +559,7 @@ class RedisStore(StoreBase):
             micros = _micros(ttl, "ttl")
             if id is not None:
                 _validate.element_id(id)
-            batch.append((id, micros, self._dumps(element)))
+            batch.append((id, micros, self._dumps(element, name, id, "push_many", len(batch))))
         if len(batch) > _PUSH_MANY_MAX:
             raise InvalidArgumentError(
                 f"push_many takes at most {_PUSH_MANY_MAX} items per call on Redis (one atomic script); "
@@ -552,7 +588,7 @@ class RedisStore(StoreBase):
         self._keys(name)
         micros = _micros(ttl, "ttl")
         _validate.element_id(id)
-        args: _Args = ["u", "", id, micros, self._dumps(element)]
+        args: _Args = ["u", "", id, micros, self._dumps(element, name, id, "replace")]
         # (A retry after a lost reply replaces again: the element is then this one, unheld.)
         status = int((await self._eval("push", name, args, retry=args))[0])
         return True if status == 1 else (None if status == 3 else False)
@@ -773,7 +809,7 @@ class RedisStore(StoreBase):
             if kept is not None:
                 payload = kept[1] + b"\n" + kept[2]  # (compact JSON ends: no newline in them)
             else:
-                payload = self._dumps(element)
+                payload = self._dumps(element, name, id, "rearm", len(rewrites))
             flat_items.append((id, micros, _fence_text(token), payload))
             rewrites.append(kept is not None)
         if not flat_items:

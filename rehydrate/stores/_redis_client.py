@@ -27,7 +27,7 @@ import anyio.to_thread
 import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from rehydrate.errors import RehydrateError, StoreNotOpenError, StoreUnavailableError
+from rehydrate.errors import RehydrateError, StoreNotOpenError, StoreRefusedError, StoreUnavailableError
 
 if TYPE_CHECKING:
     import coredis
@@ -613,7 +613,11 @@ class Backend:
         except (ce.RedisError, OSError, TimeoutError) as exc:
             await stack.aclose()
             hint = " (cluster=1 needs a Redis Cluster)" if isinstance(exc, ce.RedisClusterError) else ""
-            raise StoreUnavailableError(
+            # An answer that waiting will not change (a wrong password or database): refused.
+            refused = isinstance(exc, (ce.AuthenticationError, ce.AuthorizationError)) or (
+                isinstance(exc, ce.ResponseError) and not str(exc).startswith(_BUSY_REPLIES)
+            )
+            raise (StoreRefusedError if refused else StoreUnavailableError)(
                 f"Redis at {redact(self.url)} could not be opened{hint}: {type(exc).__name__}: {exc}"
             ) from exc
         self._client, self._stack = client, stack
@@ -661,6 +665,38 @@ class Backend:
     def check_open(self) -> None:
         self._get()
 
+    async def config_value(self, name: str) -> list[str] | None:
+        """The server's setting ``name`` (``CONFIG GET``), one value per primary on a cluster, or
+        ``None`` if a server refuses to say (``CONFIG`` renamed or not permitted, as managed
+        services do) or does not know it."""
+        client = self._get()
+        if not self.cluster:
+            found = await self._config_get(client, name)
+            return None if found is None else [found]
+        values: list[str] = []
+        for node in client.primaries:  # type: ignore[union-attr]
+            async with node:
+                found = await self._config_get(node, name)
+            if found is None:
+                return None
+            values.append(found)
+        return values or None
+
+    async def _config_get(self, client: Any, name: str) -> str | None:
+        attempt = 1
+        while True:
+            try:
+                found = await client.config_get([name])
+            except (*self._transient, self._redis_error) as exc:
+                if not isinstance(exc, self._transient):
+                    return None  # an error reply: an unknown command, NOPERM...
+                attempt = await self._retry(exc, attempt)
+                continue
+            for key, value in found.items():
+                if (key.decode() if isinstance(key, bytes) else key).lower() == name:
+                    return value.decode() if isinstance(value, bytes) else str(value)
+            return None
+
     def _get(self) -> coredis.Redis[bytes] | coredis.RedisCluster[bytes]:
         if self._client is None:
             raise StoreNotOpenError(
@@ -686,7 +722,7 @@ class Backend:
         makes one attempt: a wrong URL fails fast).
         """
         if isinstance(exc, self._refused):
-            raise StoreUnavailableError(f"Redis at {redact(self.url)} refused this client: {exc}") from exc
+            raise StoreRefusedError(f"Redis at {redact(self.url)} refused this client: {exc}") from exc
         if isinstance(exc, self._garbled):
             raise StoreUnavailableError(
                 f"{redact(self.url)} does not answer as a Redis server: {exc}"

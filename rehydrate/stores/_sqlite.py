@@ -29,7 +29,7 @@ from rehydrate.errors import (
 )
 from rehydrate.stores import _sqlite_sql as sql
 from rehydrate.stores import _sqlite_wake as wake
-from rehydrate.stores._base import StoreBase, as_float, as_str, rewritten, url_options
+from rehydrate.stores._base import StoreBase, as_float, as_size, as_str, element_bytes, rewritten, url_options
 from rehydrate.stores._sqlite_wake import Listener
 
 __all__ = ["BlockingSQLiteStore", "SQLiteStore"]
@@ -49,7 +49,17 @@ _NAP: Final = 0.05
 _NAP_WITH_WAKE: Final = 1.0
 
 #: What a ``sqlite://`` URL's query may say, and how to read it.
-_URL_OPTIONS: Final = {"serializer": as_str, "synchronous": as_str, "busy_timeout": as_float, "nap": as_float}
+_URL_OPTIONS: Final = {
+    "serializer": as_str,
+    "synchronous": as_str,
+    "busy_timeout": as_float,
+    "nap": as_float,
+    "max_element_bytes": as_size,
+}
+#: SQLite holds a row of at most ``SQLITE_MAX_LENGTH`` bytes (10**9 unless built otherwise; read
+#: at open): an element may take that less this, left for the row's name, id and other columns.
+_ROW_RESERVE: Final = 64 * 1024
+_DEFAULT_MAX_LENGTH: Final = 1_000_000_000
 
 #: Payload bytes are bound as a ``bytearray`` (the same BLOB, a copy of a hundred bytes): the
 #: ``sqlite3`` module binds ints, floats, strs and bytearrays directly, but looks up an adapter
@@ -70,6 +80,10 @@ def _translated(where: str) -> Iterator[None]:
         yield
     except (sqlite3.ProgrammingError, sqlite3.InterfaceError, sqlite3.IntegrityError):
         raise  # a bug in this module, not an unavailable backend
+    except sqlite3.DataError as exc:
+        # "string or blob too big": a row beyond SQLITE_MAX_LENGTH (elements are refused before,
+        # with the limit named; this is a name and id of hundreds of kilobytes), nothing written.
+        raise InvalidArgumentError(f"SQLite store {where}: {exc}") from exc
     except sqlite3.Error as exc:
         # OperationalError: "database is locked" beyond busy_timeout, cannot open, disk I/O or
         # full, read-only file; DatabaseError: "file is not a database".
@@ -245,6 +259,10 @@ class SQLiteStore(StoreBase):
         create: ``False`` to refuse to create a missing file (or its tables) and raise
             :class:`~rehydrate.errors.StoreUnavailableError` instead, as the command's read-only
             verbs do: a mistyped path must not leave an empty database behind.
+        max_element_bytes: the most bytes one element may take serialized, below SQLite's own
+            limit (a row of ``SQLITE_MAX_LENGTH`` bytes, 10**9 by default, less 64 KiB for the
+            row's other columns); a larger one raises
+            :class:`~rehydrate.errors.ElementTooLargeError` before anything is written.
     """
 
     def __init__(
@@ -257,6 +275,7 @@ class SQLiteStore(StoreBase):
         busy_timeout: Seconds = 5.0,
         nap: Seconds | None = None,
         create: bool = True,
+        max_element_bytes: int | None = None,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise InvalidTypeError(f"path must be a str or a path, not {type(path).__name__}")
@@ -277,6 +296,8 @@ class SQLiteStore(StoreBase):
         self._synchronous = synchronous.upper()
         self._create = _validate.flag(create, "create")
         self._set_serializer(serializer)
+        self._element_limit_asked = element_bytes(max_element_bytes)
+        self._set_row_limit(_DEFAULT_MAX_LENGTH)
         self.clock: Clock = clock if clock is not None else WallClock()
         self._conn: sqlite3.Connection | None = None
         self._limiter: anyio.CapacityLimiter | None = None
@@ -304,11 +325,13 @@ class SQLiteStore(StoreBase):
         busy_timeout: Seconds | None = None,
         nap: Seconds | None = None,
         create: bool = True,
+        max_element_bytes: int | None = None,
     ) -> SQLiteStore:
         """A store for ``sqlite:///relative/file.db``, ``sqlite:////absolute/file.db`` or ``sqlite://:memory:``.
 
-        ``synchronous``, ``busy_timeout``, ``nap`` and ``serializer`` may also be given as query
-        parameters (``sqlite:///jobs.db?synchronous=normal&busy_timeout=10``), but not both ways.
+        ``synchronous``, ``busy_timeout``, ``nap``, ``serializer`` and ``max_element_bytes``
+        (bytes, or ``10MB``, ``64KiB``) may also be given as query parameters
+        (``sqlite:///jobs.db?synchronous=normal&busy_timeout=10``), but not both ways.
         Path characters may be percent-encoded. ``create=False``: see the class.
         """
         if not isinstance(url, str):
@@ -332,6 +355,7 @@ class SQLiteStore(StoreBase):
             "synchronous": synchronous,
             "busy_timeout": busy_timeout,
             "nap": nap,
+            "max_element_bytes": max_element_bytes,
         }
         options: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
         options.update(url_options(url, parts.query, _URL_OPTIONS, given))
@@ -396,7 +420,15 @@ class SQLiteStore(StoreBase):
                 raise
         return conn
 
+    def _set_row_limit(self, max_length: int) -> None:
+        self._set_element_limit(
+            max_length - _ROW_RESERVE,
+            f"SQLite's limit of {max_length:,} bytes a row (SQLITE_MAX_LENGTH), less {_ROW_RESERVE:,} "
+            "for its other columns",
+        )
+
     def _setup(self, conn: sqlite3.Connection) -> None:
+        self._set_row_limit(conn.getlimit(sqlite3.SQLITE_LIMIT_LENGTH))
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
         if not self._create and self._database != ":memory:":
             found = conn.execute(sql.HAS_TABLES).fetchone()
@@ -543,7 +575,7 @@ class SQLiteStore(StoreBase):
         _validate.replace(replace, id)
         if id is not None:
             _validate.element_id(id)
-        payload = self._dumps(element)
+        payload = self._dumps(element, name, id)
         key = _new_id() if id is None else id
         codec = self._serializer.name
 
@@ -593,7 +625,7 @@ class SQLiteStore(StoreBase):
                 if key in given:
                     raise DuplicateIdError(key)
                 given.add(key)
-            batch.append((key, _blob(self._dumps(element)), seconds))
+            batch.append((key, _blob(self._dumps(element, name, id, "push_many", len(batch))), seconds))
         codec = self._serializer.name
 
         def body(conn: sqlite3.Connection) -> int | None:
@@ -640,7 +672,7 @@ class SQLiteStore(StoreBase):
         _validate.element_id(name, "name")
         _validate.element_id(id)
         seconds = _validate.seconds(ttl, "ttl")
-        payload = self._dumps(element)
+        payload = self._dumps(element, name, id, "replace")
         codec = self._serializer.name
 
         def body(conn: sqlite3.Connection) -> tuple[bool | None, int | None]:

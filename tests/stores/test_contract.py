@@ -10,6 +10,7 @@ import pytest
 
 from rehydrate import (
     DuplicateIdError,
+    ElementTooLargeError,
     InvalidArgumentError,
     InvalidTypeError,
     SerializerMismatchError,
@@ -1029,6 +1030,63 @@ class TestBadInput:
             with pytest.raises(InvalidTypeError, match="not JSON-serializable"):
                 await s.push_many(N, [("fine", 0, "a"), (bad, 0, "b")])
         assert await s.ids(N) == []
+
+    async def test_an_element_too_large_is_refused_at_once_and_nothing_is_written(
+        self, harness: Harness
+    ) -> None:
+        """An element larger, serialized, than the store takes (here ``max_element_bytes``, a cap
+        below the backend's own limit) is an ``ElementTooLargeError`` (an ``InvalidArgumentError``)
+        naming its id, its size and the limit, raised before anything is sent: by every verb that
+        writes an element, and a batch with one is refused whole. What was stored stays."""
+        if harness.twin is None or isinstance(harness.store, MemoryStore):
+            pytest.skip("the memory store keeps objects, not bytes: it has no size to limit")
+        big = "é" * 600  # 600 characters, 1,202 bytes as (UTF-8) JSON: its serialized size counts
+        async with harness.twin(max_element_bytes=1000) as s:
+            assert s.max_element_bytes == 1000  # type: ignore[attr-defined]
+            await s.push(N, "x" * 998, ttl=0, id="kept")  # 1,000 bytes: taken
+            with pytest.raises(ElementTooLargeError) as raised:
+                await s.push(N, big, ttl=0, id="big")
+            error = raised.value
+            assert isinstance(error, InvalidArgumentError)
+            assert (error.id, error.size, error.limit) == ("big", 1202, 1000)
+            for said in ("'big'", "1,202 bytes", "1,000 bytes", "max_element_bytes"):
+                assert said in str(error)
+            with pytest.raises(ElementTooLargeError, match="no id given"):
+                await s.push(N, big, ttl=0)
+            with pytest.raises(ElementTooLargeError, match=r"'b'.*item 1 of a push_many.*nothing") as batch:
+                await s.push_many(N, [("a", 0, "a"), (big, 0, "b"), ("c", 0, None)])
+            assert (batch.value.id, batch.value.size) == ("b", 1202)
+            with pytest.raises(ElementTooLargeError, match="'kept'"):
+                await s.push(N, big, ttl=0, id="kept", replace=True)
+            with pytest.raises(ElementTooLargeError, match="'kept'"):
+                await s.replace_unless_held(N, "kept", big, ttl=0)
+            with pytest.raises(ElementTooLargeError, match="'kept'"):
+                await s.update(N, "kept", big)
+            (claim,) = await s.claim(N, lease=30)
+            with pytest.raises(ElementTooLargeError, match="'kept'"):
+                await s.update(N, "kept", big, token=claim.token)
+            with pytest.raises(ElementTooLargeError, match=r"'kept'.*rearm"):
+                await s.rearm(N, [("kept", claim.token, big, 5)])
+            assert await s.ids(N) == ["kept"]
+            assert await s.look(N, "kept") == "x" * 998
+            assert await s.ack(N, [("kept", claim.token)]) == [True]  # the claim is as it was
+            assert await s.ids(N) == []
+
+    async def test_a_cap_is_an_option_of_the_url_and_of_the_constructor(self, harness: Harness) -> None:
+        """``max_element_bytes`` is a positive number of bytes; a bad one is refused when the
+        store is made. The default is the backend's own limit, named in ``docs/stores.md``."""
+        if harness.twin is None or isinstance(harness.store, MemoryStore):
+            pytest.skip("the memory store keeps objects, not bytes: it has no size to limit")
+        for bad in (0, -1):
+            with pytest.raises(InvalidArgumentError, match="max_element_bytes must be positive"):
+                harness.twin(max_element_bytes=bad)
+        for wrong in ("1000", 1.5, True):
+            with pytest.raises(InvalidTypeError, match="max_element_bytes"):
+                harness.twin(max_element_bytes=wrong)
+        limit = harness.store.max_element_bytes  # type: ignore[attr-defined]
+        assert limit in (1_000_000_000 - 65536, 500 * 1024 * 1024, 512 * 1024 * 1024)
+        async with harness.twin(max_element_bytes=10**12) as s:  # above it: the backend's holds
+            assert s.max_element_bytes == limit  # type: ignore[attr-defined]
 
 
 TWIN_NEEDED = "the store's harness must give Harness(twin=...): see tests/stores/harnesses.py"

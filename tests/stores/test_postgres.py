@@ -23,13 +23,14 @@ import pytest
 
 from rehydrate import (
     DuplicateIdError,
+    ElementTooLargeError,
     InvalidArgumentError,
     InvalidTypeError,
     RehydrateError,
     StoreUnavailableError,
     UnsupportedStoreError,
 )
-from rehydrate.stores import PostgresStore, open_store
+from rehydrate.stores import PostgresStore, _postgres, open_store
 from tests.pg_server import PostgresServer, shared_server_url, skip_without_server
 from tests.stores.server_clock import (
     SlowJSON,
@@ -711,3 +712,27 @@ def test_migrate_command_reports_an_unreachable_server(capsys: pytest.CaptureFix
     err = capsys.readouterr().err
     assert err.startswith("rehydrate: error: PostgreSQL at")
     assert err.count("\n") == 1
+
+
+# -- element size ----------------------------------------------------------------------------------
+
+
+async def test_the_element_limit_is_what_can_be_read_back(store: PostgresStore) -> None:
+    """500 MiB: a field holds 1 GB, but the store reads payloads as hex (twice the bytes, in one
+    allocation of at most 1 GB on the server); an element of 600 MB was written, and then every
+    read of it, and every claim of its dehydrator, failed."""
+    assert store.max_element_bytes == 500 * 1024 * 1024
+
+
+async def test_a_batch_beyond_one_statement_is_refused_whole(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """push_many sends its payloads in one statement, which the server takes up to 1 GB: a batch
+    beyond it is refused before anything is sent (the limit lowered here: a real one is 1000 MiB)."""
+    monkeypatch.setattr(_postgres, "_MAX_BATCH_BYTES", 3000)
+    await store.push_many(N, [("x" * 998, 0, f"a{i}") for i in range(3)])  # 3,000 bytes: taken
+    with pytest.raises(ElementTooLargeError, match="split the batch"):
+        await store.push_many(
+            N, [("x" * 998, 0, "b"), ("x" * 998, 0, "c"), ("x" * 998, 0, None), ("", 0, "d")]
+        )
+    assert await store.ids(N) == ["a0", "a1", "a2"]

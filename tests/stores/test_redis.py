@@ -34,11 +34,13 @@ from hypothesis import strategies as st
 
 from rehydrate import (
     DuplicateIdError,
+    ElementTooLargeError,
     InvalidArgumentError,
     RehydrateError,
     Scheduler,
     SerializerMismatchError,
     StoreNotOpenError,
+    StoreRefusedError,
     StoreUnavailableError,
     current_delivery,
 )
@@ -748,7 +750,7 @@ async def test_password_in_the_url(owned_kind: str, prefix: str, breaks_connecti
         async with RedisStore.from_url(f"redis://default:s3cret@127.0.0.1:{server.port}", prefix=prefix) as s:
             assert await s.size(N) == 0
         wrong = RedisStore.from_url(f"redis://:nope@127.0.0.1:{server.port}/0", retries=0)
-        with pytest.raises(StoreUnavailableError) as raised:
+        with pytest.raises(StoreRefusedError) as raised:
             await wrong.open()
         assert "nope" not in str(raised.value)
 
@@ -1089,7 +1091,7 @@ def test_wrong_servers_give_one_line(url: str) -> None:
     assert code == 1
     line = _one_line(stderr)
     assert "DB index is out of range" in line
-    assert "StoreUnavailableError" in line
+    assert "StoreRefusedError" in line  # waiting will not change it (a StoreUnavailableError too)
     code, stderr, _ = _look(f"{base}/0?cluster=1")
     assert code == 1
     assert "cluster=1 needs a Redis Cluster" in _one_line(stderr)
@@ -1198,3 +1200,57 @@ async def test_a_claim_ahead_in_pages_never_takes_its_own_claims_again(
         assert [c.id for c in claims] == [f"e{i}" for i in range(10)]
         assert {c.attempt for c in claims} == {1}
         await check_invariants(raw, prefix, N)
+
+
+# -- element size ----------------------------------------------------------------------------------
+
+
+async def test_the_element_limit_is_the_servers_default_bulk_length(store: RedisStore) -> None:
+    """Read from the server at open: ``proto-max-bulk-len``, 512 MB unless configured."""
+    assert store.max_element_bytes == 512 * 1024 * 1024
+
+
+@tolerate_coredis_leaks
+async def test_an_element_beyond_the_servers_bulk_length_is_refused_before_sending(
+    owned_kind: str, prefix: str, breaks_connections: None
+) -> None:
+    """A server configured with a 1 MB ``proto-max-bulk-len`` drops a command with a larger
+    argument (it was resent at every retry and ended as "unavailable"): the store reads the
+    setting at open and refuses such an element at once, in one line naming the setting. One of
+    exactly the limit goes through, through the lane and through coredis (a replace)."""
+    with RedisServer(owned_kind, extra_args=("--proto-max-bulk-len", "1mb")) as server:
+        async with RedisStore.from_url(server.url, prefix=prefix, retries=2) as s:
+            assert s.max_element_bytes == 1024 * 1024
+            fits = "x" * (1024 * 1024 - 2)  # the JSON string's quotes make it the limit exactly
+            await s.push(N, fits, ttl=0, id="fits")
+            await s.push(N, fits, ttl=0, id="fits", replace=True)
+            assert await s.look(N, "fits") == fits
+            started = time.monotonic()
+            with pytest.raises(ElementTooLargeError) as raised:
+                await s.push(N, fits + "x", ttl=0, id="big")
+            assert time.monotonic() - started < 0.5
+            assert (raised.value.id, raised.value.size, raised.value.limit) == (
+                "big",
+                1024 * 1024 + 1,
+                1024 * 1024,
+            )
+            assert "proto-max-bulk-len" in str(raised.value)
+            with pytest.raises(ElementTooLargeError):
+                await s.push_many(N, [("a", 0, "a"), (fits + "x", 0, "b")])
+            assert await s.ids(N) == ["fits"]
+
+
+@tolerate_coredis_leaks
+async def test_a_server_that_refuses_config_is_taken_to_have_the_default(
+    owned_kind: str, prefix: str, breaks_connections: None
+) -> None:
+    """Managed services rename ``CONFIG`` (and ACLs may forbid it): the limit is then the
+    default, 512 MB, and ``max_element_bytes`` is how to say the server's own."""
+    with RedisServer(owned_kind, extra_args=("--rename-command", "CONFIG", "")) as server:
+        async with RedisStore.from_url(server.url, prefix=prefix) as s:
+            assert s.max_element_bytes == 512 * 1024 * 1024
+            assert "the server would not say" in s._element_limit_why
+        async with RedisStore.from_url(f"{server.url}?max_element_bytes=1MiB", prefix=prefix) as s:
+            assert s.max_element_bytes == 1024 * 1024
+            with pytest.raises(ElementTooLargeError, match="max_element_bytes"):
+                await s.push(N, "x" * (1024 * 1024), ttl=0)

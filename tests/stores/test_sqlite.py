@@ -966,3 +966,21 @@ async def test_a_version_1_file_is_migrated_when_opened(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT value FROM rehydrate_meta WHERE key = 'schema'").fetchone() == (2,)
     conn.close()
+
+
+# -- element size ----------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_element_limit_is_sqlites_row_limit(tmp_path: Path) -> None:
+    """SQLite holds rows of at most SQLITE_MAX_LENGTH bytes (10**9 by default, read from the
+    connection): an element may take that less 64 KiB for the row's other columns. Beyond it,
+    SQLite said "string or blob too big" and the store called itself unavailable; a row too big
+    for its name and id (the element itself was checked) is a bad argument, nothing written."""
+    async with SQLiteStore(tmp_path / "jobs.db") as store:
+        assert store.max_element_bytes == 1_000_000_000 - 65536
+        assert store._conn is not None
+        store._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 100_000)
+        with pytest.raises(InvalidArgumentError, match="too big"):
+            await store.push(N, "x", ttl=0, id="i" * 200_000)
+        assert await store.size(N) == 0

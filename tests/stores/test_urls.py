@@ -8,7 +8,7 @@ import pytest
 
 from rehydrate import InvalidArgumentError, open_store
 from rehydrate.stores import MemoryStore
-from rehydrate.stores._base import as_bool, as_float, as_int, as_str, url_options
+from rehydrate.stores._base import as_bool, as_float, as_int, as_size, as_str, url_options
 
 KNOWN: dict[str, Any] = {"name": as_str, "flag": as_bool, "seconds": as_float, "count": as_int}
 
@@ -57,3 +57,36 @@ def test_every_store_refuses_unknown_options_and_typos(url: str) -> None:
 def test_memory_url() -> None:
     assert isinstance(open_store("memory://"), MemoryStore)
     assert isinstance(open_store("memory:"), MemoryStore)
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("1048576", 1048576), ("64KiB", 65536), ("10MB", 10_000_000), ("2 gib", 2 * 1024**3), ("5kb", 5000)],
+)
+def test_sizes_take_decimal_and_binary_units(text: str, size: int) -> None:
+    assert as_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "MB", "1.5MB", "-1", "10 megabytes", "1e6"])
+def test_a_size_that_is_not_one_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="number of bytes"):
+        as_size(text)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///x.db?max_element_bytes=64KiB",
+        "redis://127.0.0.1:1/0?max_element_bytes=64KiB",
+        "postgresql://localhost/app?max_element_bytes=64KiB",
+    ],
+)
+def test_a_store_url_caps_the_element_size(url: str) -> None:
+    """``max_element_bytes``, in bytes or with a unit; SQLite's and PostgreSQL's own limits are
+    known before ``open`` (Redis's is read from the server then)."""
+    store = open_store(url)
+    if not url.startswith("redis"):
+        assert store.max_element_bytes == 65536  # type: ignore[attr-defined]
+    assert store._element_limit_asked == 65536  # type: ignore[attr-defined]
+    with pytest.raises(InvalidArgumentError, match="invalid max_element_bytes='lots'"):
+        open_store(url.replace("64KiB", "lots"))
