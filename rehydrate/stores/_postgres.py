@@ -71,6 +71,7 @@ from rehydrate.errors import (
     InvalidArgumentError,
     InvalidTypeError,
     RehydrateError,
+    StoreRefusedError,
     StoreUnavailableError,
     UnknownIdError,
     UnsupportedStoreError,
@@ -155,6 +156,35 @@ def _id(value: object) -> str:
 def _line(exc: BaseException) -> str:
     """libpq's message on one line (it spreads hints over several)."""
     return " ".join(str(exc).split())
+
+
+#: What libpq says of a server that answered but cannot take a connection *yet*: worth waiting for.
+_NOT_YET: Final = (
+    "starting up",
+    "shutting down",
+    "in recovery mode",
+    "not yet accepting connections",
+    "too many clients",
+    "connection slots are reserved",
+    "administrator command",
+)
+
+
+def _connect_error(exc: BaseException, shown: str) -> RehydrateError:
+    """The error for a failed connection: :class:`StoreRefusedError` when the server answered
+    and refused (no such database or role, a wrong password, no ``pg_hba.conf`` entry, TLS it
+    does not serve), :class:`InvalidArgumentError` when libpq refused a parameter of the URL
+    (``sslmode=bogus``) before connecting, else :class:`StoreUnavailableError` (refused or timed
+    out connections, a server starting up or full: waiting may help). libpq gives no SQLSTATE for
+    a failed connection: its message is all there is to go by, and is what the error says."""
+    line = _line(exc)
+    if "FATAL:" in line and not any(hint in line for hint in _NOT_YET):
+        return StoreRefusedError(f"PostgreSQL at {shown} refused this store: {line}")
+    if "SSL" in line and ("was required" in line or "does not support" in line):
+        return StoreRefusedError(f"PostgreSQL at {shown} refused this store: {line}")
+    if "connection is bad: invalid" in line or "invalid connection option" in line:
+        return InvalidArgumentError(f"invalid PostgreSQL URL {shown!r}: {line}")
+    return StoreUnavailableError(f"PostgreSQL at {shown} is unavailable: {line}")
 
 
 def _import_driver() -> None:
@@ -467,18 +497,27 @@ class PostgresStore(StoreBase):
             f"-c synchronous_commit={self._synchronous_commit}"
             " -c plan_cache_mode=force_custom_plan -c enable_bitmapscan=off"
         )
+        connect_timeout = max(1, round(self._timeout))
         pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
             conninfo,
             min_size=1,
             max_size=self._pool_size,
             open=False,
             timeout=self._timeout,
-            kwargs={"autocommit": True, "options": options, "connect_timeout": max(1, round(self._timeout))},
+            kwargs={"autocommit": True, "options": options, "connect_timeout": connect_timeout},
             name=f"rehydrate-{self._table}",
         )
         limiter = anyio.CapacityLimiter(self._pool_size)
 
         def start() -> None:
+            # One connection first, alone: the pool would retry a refused one in the background
+            # until its timeout, logging each attempt, and then report only that it timed out.
+            try:
+                psycopg.connect(
+                    conninfo, autocommit=True, options=options, connect_timeout=connect_timeout
+                ).close()
+            except psycopg.Error as exc:
+                raise _connect_error(exc, _redact(self._url)) from None
             try:
                 pool.open(wait=True, timeout=self._timeout)
             except psycopg_pool.PoolTimeout as exc:
@@ -567,7 +606,11 @@ class PostgresStore(StoreBase):
 
         def body() -> _T:
             timeout = max(1, round(self._timeout))
-            with psycopg.connect(conninfo, autocommit=True, connect_timeout=timeout) as conn:
+            try:
+                conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=timeout)
+            except psycopg.Error as exc:
+                raise _connect_error(exc, _redact(self._url)) from None
+            with conn:
                 return fn(conn)
 
         try:

@@ -10,6 +10,8 @@ binaries they skip with one line.
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -17,6 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import pytest
@@ -27,6 +30,7 @@ from rehydrate import (
     InvalidArgumentError,
     InvalidTypeError,
     RehydrateError,
+    StoreRefusedError,
     StoreUnavailableError,
     UnsupportedStoreError,
 )
@@ -736,3 +740,79 @@ async def test_a_batch_beyond_one_statement_is_refused_whole(
             N, [("x" * 998, 0, "b"), ("x" * 998, 0, "c"), ("x" * 998, 0, None), ("", 0, "d")]
         )
     assert await store.ids(N) == ["a0", "a1", "a2"]
+
+
+# -- connection refused ----------------------------------------------------------------------------
+
+
+def _wrong(url: str, what: str) -> tuple[str, type[RehydrateError], str]:
+    """A URL of the test server that it cannot serve, the error it must raise, and what it says."""
+    parts = urlsplit(url)
+    where = parts.netloc.rpartition("@")[2]
+    if what == "database":
+        return (
+            f"postgresql://postgres@{where}/no_such_db",
+            StoreRefusedError,
+            'database "no_such_db" does not exist',
+        )
+    if what == "role":
+        return (
+            f"postgresql://no_such_role@{where}/postgres",
+            StoreRefusedError,
+            'role "no_such_role" does not exist',
+        )
+    return f"{url}?sslmode=bogus", InvalidArgumentError, 'invalid sslmode value: "bogus"'
+
+
+WRONG = ["database", "role", "sslmode"]
+
+
+@pytest.mark.parametrize("what", WRONG)
+async def test_what_waiting_cannot_fix_fails_at_once_with_the_servers_reason(url: str, what: str) -> None:
+    """A missing database, an unknown role, a bad sslmode: the pool retried them in the
+    background until its timeout (5 s) and said only "pool initialization incomplete". Now one
+    connection is made first and its failure raised at once: ``StoreRefusedError`` (the server
+    refused: waiting will not help) or ``InvalidArgumentError`` (libpq refused the URL)."""
+    wrong, error, says = _wrong(url, what)
+    for use in ("open", "migrate"):  # the pool's open, and a connection of its own (the CLI's migrate)
+        store = PostgresStore.from_url(wrong, timeout=5)
+        started = time.monotonic()
+        with pytest.raises(error) as raised:
+            await (store.open() if use == "open" else store.migrate())
+        assert time.monotonic() - started < 1
+        assert says in str(raised.value)
+        assert "\n" not in str(raised.value)
+        await store.aclose()
+
+
+async def test_a_server_that_is_not_there_is_unavailable_at_once() -> None:
+    """A refused connection is worth waiting for (a server restarting): ``StoreUnavailableError``,
+    not the refused kind, and at once rather than after the pool's timeout."""
+    store = PostgresStore.from_url("postgresql://postgres@127.0.0.1:1/postgres", timeout=5)
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailableError, match="Connection refused") as raised:
+        await store.open()
+    assert time.monotonic() - started < 1
+    assert not isinstance(raised.value, StoreRefusedError)
+
+
+@pytest.mark.parametrize("what", WRONG)
+def test_the_command_says_why_in_one_line(url: str, what: str) -> None:
+    """``rehydrate stats``: one line with the server's reason, status 1, no lines of the pool's
+    logger on stderr, and no wait for the pool's timeout."""
+    wrong, error, says = _wrong(url, what)
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "rehydrate", "stats", "--store", wrong],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert time.monotonic() - started < 4  # (the interpreter's start included; it took 5 s and more)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("rehydrate: error: ")
+    assert says in lines[0]
+    assert f"({error.__name__})" in lines[0]
