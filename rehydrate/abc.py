@@ -30,14 +30,18 @@ Rules that hold for every method unless its docstring says otherwise:
   store's included. ``open`` and ``aclose`` are idempotent, and a closed store may be opened again.
 * **Errors.** One class per condition, the same from every store. Bad arguments raise
   :class:`~rehydrate.errors.InvalidArgumentError` (also a ``ValueError``/``TypeError``) before
-  anything changes; ``push(replace=True)`` without an ``id`` is one. An element written by
+  anything changes; ``push(replace=True)`` without an ``id`` is one, and so is an element larger,
+  serialized, than the store takes (:class:`~rehydrate.errors.ElementTooLargeError`, naming the
+  limit; a batch with one is refused whole; ``docs/stores.md`` lists each store's). An element written by
   another serializer than the store's raises :class:`~rehydrate.errors.SerializerMismatchError`
   and is left as it was. An unknown id is not an error except for
   ``update`` (:class:`~rehydrate.errors.UnknownIdError`). ``push`` of an id that is present raises
   :class:`~rehydrate.errors.DuplicateIdError`. A store that cannot reach its backend raises
   :class:`~rehydrate.errors.StoreUnavailableError` after its own retries; the call may or may not
   have taken effect (it is safe to retry: every verb is idempotent or fenced). ``open`` raises it
-  too, at once, for a backend that is not there (``create=False`` and no database, a wrong URL).
+  too, at once, for a backend that is not there (``create=False`` and no database, a wrong URL);
+  :class:`~rehydrate.errors.StoreRefusedError`, a subclass, where the backend answered and refused
+  (a wrong password, an unknown database or role), which waiting will not change.
 * **Cancellation.** A call cancelled while it waits on its backend may or may not have taken
   effect (the same as a lost connection); retrying it is safe.
 * **Workers.** :meth:`Store.heartbeat`, :meth:`Store.deregister_worker` and :meth:`Store.workers`
