@@ -17,7 +17,7 @@ the machine does. Per store, four processes under ``valgrind --tool=callgrind``,
 Each is run again at ``--base`` elements, and the per-element figure is the difference of the
 differences: ((delivered - filed only) at n - (delivered - filed only) at base) / (n - base), so
 start-up, filing and shutdown cancel out. Python's hash seed is fixed (``PYTHONHASHSEED=0``).
-Needs ``valgrind`` on the PATH; both stores take about two minutes on 2 cores (2026-11-28).
+Needs ``valgrind`` on the PATH; both stores take a few minutes on a small machine.
 
 The one-shot column is also issue #18's measure of a delivery's own cost: a burst's last
 element waits for every delivery before it, so its lateness moves with this figure. ``--backend

@@ -82,8 +82,8 @@ class Recorder:
         self.target: int | None = None
         self.reached = anyio.Event()
         #: The last scheduled_for seen and its Unix time: the occurrences of a burst share one
-        #: datetime, and an aware datetime's timestamp() (0.23 µs here) would weigh on the
-        #: occurrences' side of the comparison, where a one-shot's lateness is a subtraction.
+        #: datetime, and an aware datetime's timestamp() would weigh on the occurrences' side of
+        #: the comparison, where a one-shot's lateness is a subtraction.
         self._when: datetime | None = None
         self._when_ts = 0.0
 

@@ -77,13 +77,15 @@ _STALL_FRACTION: Final = 0.25
 #: How long one batch of acks may take before it is given up (the leases bring the elements back).
 _ACK_TIMEOUT: Final = 10.0
 #: A worker checkpoints after this many elements in a row without waiting for work: a loop turn
-#: for the timers and other tasks, and another worker woken. 128 no-op handlers take 0.3 to 0.5
-#: ms; at 32 the turns cost a burst's handlers 1,300 instructions each (2026-11-28).
+#: for the timers and other tasks, and another worker woken. This many no-op handlers run well
+#: within a millisecond, so timers are not held up; a smaller stride makes the turns cost a
+#: burst's handlers more than the timers gain (docs/benchmarks.md, "Measurements behind the code").
 _STRIDE: Final = 128
 #: While claims wait for a worker, acks (and rearms) wait this long at most for them to start
 #: (and an eighth of the lease at most, so as never to endanger it): bookkeeping after the
-#: handlers' starts, in batches. Longer than a burst of a thousand takes to start (5 to 10 ms
-#: on 2026-11-28), so that its acks do not stop the loop half-way through it.
+#: handlers' starts, in batches. Longer than a burst of a thousand takes to start (see
+#: docs/benchmarks.md, "Measurements behind the code"), so that its acks do not stop the loop
+#: half-way through it.
 _BOOKKEEPING_DELAY: Final = 0.05
 #: An occurrence claimed more than this long (a second, in microseconds) before its nominal time
 #: (its due time, for a spread schedule) was made due early: it is filed for its time instead of
@@ -139,7 +141,7 @@ class _Occurrence:
     nominal time planned), and that time (Unix seconds).
 
     A plain slotted class: one is made per occurrence delivered, and a frozen attrs class costs
-    twice as much to make (``benchmarks/bench_schedules.py``). Never changed once made.
+    markedly more to make (``benchmarks/bench_schedules.py``). Never changed once made.
     """
 
     __slots__ = ("envelope", "following", "moved", "nominal", "offset", "trigger")
@@ -1025,8 +1027,8 @@ class Runner:
         # the envelope keeps them: a first delivery of a schedule neither paused nor spread nor
         # ``skip``, with no later occurrence missed yet, and not early (below). Now in whole
         # microseconds too (floored: the same answers against whole numbers), for comparisons
-        # of ints: an int of more than 48 bits against a float takes CPython's slow path (51 ns
-        # against 11 for two ints, timeit, 2026-11-28).
+        # of ints: an int of more than 48 bits against a float takes CPython's slow path, several
+        # times the cost of comparing two ints (docs/benchmarks.md, "Measurements behind the code").
         now_us = int(now * US)
         nominal_us = envelope["next"]
         if (
@@ -1041,8 +1043,8 @@ class Runner:
             if not isinstance(trigger, Every):
                 following = us(trigger.after(nominal_us / US))
             elif type(anchor := envelope.get("anchor")) is int:
-                # ``trigger.after_us(nominal_us, anchor)``, written out: the call was a tenth of
-                # an occurrence's own work (``bench_instructions.py``).
+                # ``trigger.after_us(nominal_us, anchor)``, written out: the call was a large part
+                # of an occurrence's own work (``bench_instructions.py``).
                 step = trigger._step
                 k = (nominal_us - anchor) // step + 1
                 following = anchor + k * step if k > 0 else anchor
@@ -1151,7 +1153,8 @@ class Runner:
             upcoming = us(next_run(occurrence.envelope, occurrence.trigger))
         # ``next`` keeps its place, the last (with_next's copy, without its check: every envelope
         # is written so). A copy, then the one key set: ``{**envelope, "next": ...}`` builds two
-        # dicts and merges them, 2,500 instructions more an occurrence (``bench_instructions.py``).
+        # dicts and merges them, which counts as a measurable share of an occurrence
+        # (``bench_instructions.py``).
         envelope = occurrence.envelope.copy()
         envelope["next"] = upcoming
         self._rearmer.add(claim.id, claim.token, envelope, upcoming / US + occurrence.offset, True)
@@ -1291,9 +1294,10 @@ async def release(store: Store, name: str, id: str, token: int, ttl: float = 0.0
 
 def event_type() -> Callable[[], anyio.Event]:
     """The running backend's event class. ``anyio.Event()`` looks the backend up at each call
-    (sniffio, then the backend's factory): 1.24 µs a new event on trio against 0.45 µs for its
-    class called directly (1.06 against 0.68 on asyncio). A worker makes one each time it goes
-    idle, and the hand-over of a burst spread over a millisecond makes several per element."""
+    (sniffio, then the backend's factory), which costs more than calling its class directly, on
+    trio most (docs/benchmarks.md, "Measurements behind the code"). A worker makes one each time
+    it goes idle, and the hand-over of a burst spread over a millisecond makes several per
+    element."""
     return type(anyio.Event())
 
 

@@ -779,7 +779,7 @@ async def handle(element):
 def test_the_worker_freezes_what_start_up_left_before_its_first_claim(tmp_path: Path) -> None:
     """Start-up's objects (modules, the event loop's, the store's client) are collected once and
     frozen before serving: the collector never walks them again, so no full collection stops the
-    loop a few seconds into serving (a 20-45 ms pause in a Redis worker on trio)."""
+    loop a few seconds into serving (a pause of tens of milliseconds in a Redis worker on trio)."""
     log = tmp_path / "frozen.log"
     (tmp_path / "fapp.py").write_text(textwrap.dedent(FROZEN_APP.format(log=str(log))))
     url = f"sqlite:///{tmp_path / 'f.db'}"

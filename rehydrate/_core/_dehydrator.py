@@ -82,8 +82,9 @@ _BULK_MIN = 8
 #: ones go into the heap. Bounds the slots, hence the memory of slots holding one node each.
 _HORIZON = 64.0
 #: Slots per second: a slot's nodes are sorted in one go when the heap's top reaches it, so a slot
-#: is short enough for that sort to be no pause (a 64th of a second holds 156 nodes at 10,000
-#: deliveries a second: 20 µs) and long enough to hold a burst whole.
+#: is short enough for that sort to be no pause (a 64th of a second holds about 156 nodes at
+#: 10,000 deliveries a second, a sort far shorter than a timer's precision) and long enough to
+#: hold a burst whole.
 _SLOTS_PER_SECOND = 64
 #: An opened slot with fewer live nodes than this files them loose in the heap, not as a run.
 _RUN_MIN = 3
@@ -277,7 +278,7 @@ class Dehydrator:
             due = now + seconds
             node = index[id] = [due, seq, id, element, 0, seconds]
             # _file_loose, written out but for a new slot: a call per push costs as much as the
-            # filing (a distinct-TTL push was 15% slower through it).
+            # filing (a distinct-TTL push was measurably slower through it).
             if seconds < _HORIZON and (slot := due * _SLOTS_PER_SECOND // 1.0) > self._opened:
                 nodes = self._later.get(slot)
                 if nodes is None:

@@ -6,7 +6,7 @@ snapshot, never a handle on the element.
 
 Plain slotted classes, not attrs classes as elsewhere: every store imports these, and so does
 each ``rehydrate`` command that touches one, where importing attrs and generating the classes'
-methods was a third of a one-shot verb's start-up (``benchmarks/bench_cli.py``). What attrs gave
+methods was a large share of a one-shot verb's start-up (``benchmarks/bench_cli.py``). What attrs gave
 them is here by hand: keyword-only ``__init__``, a ``repr``, equality and hashing on the fields
 that say which element it is, immutability, pickling.
 """

@@ -191,8 +191,8 @@ def settle_heap() -> None:
     thousands of objects the collector tracks (about 60,000 in a Redis worker) and has never
     examined as old: more than the quarter of the old generation that lets a full collection
     run, so one runs as soon as the middle generation has been collected ten times more, a few
-    seconds into serving, and stops the event loop while it walks them all (20 to 45 ms on 2
-    cores; every element due meanwhile waits). Collected and frozen here, they are never walked
+    seconds into serving, and stops the event loop while it walks them all (tens of
+    milliseconds; every element due meanwhile waits). Collected and frozen here, they are never walked
     again, and no full collection is due until a quarter as many objects again have survived.
     """
     gc.collect()

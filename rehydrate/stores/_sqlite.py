@@ -53,8 +53,9 @@ _URL_OPTIONS: Final = {"serializer": as_str, "synchronous": as_str, "busy_timeou
 
 #: Payload bytes are bound as a ``bytearray`` (the same BLOB, a copy of a hundred bytes): the
 #: ``sqlite3`` module binds ints, floats, strs and bytearrays directly, but looks up an adapter
-#: for ``bytes`` first, and the failed lookups (two attribute errors made and cleared) cost about
-#: 3,300 instructions a parameter, three per occurrence a rearm files (counted with callgrind).
+#: for ``bytes`` first, and the failed lookups (two attribute errors made and cleared) cost more
+#: than binding the value, three times per occurrence a rearm files (counted with callgrind: see
+#: docs/benchmarks.md, "Recurring schedules").
 _blob: Final = bytearray
 
 
