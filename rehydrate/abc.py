@@ -43,8 +43,8 @@ Rules that hold for every method unless its docstring says otherwise:
 * **Workers.** :meth:`Store.heartbeat`, :meth:`Store.deregister_worker` and :meth:`Store.workers`
   keep a small registry of running workers beside the dehydrators (not in any of them), so any
   process can see which workers are alive. Its data is JSON whatever the store's serializer.
-* **Elements** are what the store's serializer accepts (any object for the memory store, JSON data
-  by default for SQLite and Redis).
+* **Elements** are what the store's serializer accepts (any object for the memory store without
+  one, JSON data by default for SQLite, Redis and PostgreSQL), and come back as it reads them.
 """
 
 from __future__ import annotations

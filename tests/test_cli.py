@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Generator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +30,7 @@ from rehydrate.abc import Store
 from rehydrate.cli._common import duration
 from rehydrate.cli._main import run
 from rehydrate.stores import MemoryStore, open_store
+from tests import no_sniffio
 from tests.redis_server import shared_server_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -955,3 +957,31 @@ def test_drive_refuses_a_coroutine_that_suspends() -> None:
 
     with pytest.raises(RuntimeError, match="needs an event loop"):
         drive(needs_a_loop())
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+@pytest.mark.parametrize("verb", ["pull", "xack"])
+def test_put_back_without_sniffio(
+    request: pytest.FixtureRequest, tmp_path: Path, kind: str, verb: str
+) -> None:
+    """As on a plain ``pip install 'rehydrate[redis,web]'`` (no sniffio: ``tests/no_sniffio.py``),
+    an element printed into a closed pipe is put back, without an event loop (SQLite's one-shot
+    verbs) and in one (Redis): it was lost, the put-back failing on ``import sniffio``."""
+    if kind == "sqlite":
+        url = _sqlite_url(tmp_path)
+    else:
+        url = shared_server_url(request.config) + f"?prefix=cli-{uuid.uuid4().hex[:12]}"
+    anyio.run(_fill, url, "bp", [("big", "x" * 200_000)])
+    process = subprocess.Popen(
+        no_sniffio.rehydrate(verb, "bp", "big", "--store", url),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    assert process.stdout.read(20)
+    process.stdout.close()
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 141, err.decode()
+    assert "Traceback" not in err.decode()
+    assert anyio.run(_summary, url, "bp") == (1, 0, ["big"])
