@@ -374,6 +374,35 @@ def test_mistakes_print_one_line(
     assert "Traceback" not in err
 
 
+def test_a_worker_refuses_a_handler_that_cannot_take_the_element(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It served, and every delivery failed with TypeError, was retried and dead-lettered: now
+    the worker does not start, and says which handler in one line."""
+    (tmp_path / "noargs_tasks.py").write_text(
+        textwrap.dedent(
+            """
+            from rehydrate import Scheduler
+
+            scheduler = Scheduler()
+
+            @scheduler.handler("emails")
+            async def send():
+                pass
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "noargs_tasks", raising=False)
+    assert run(["worker", "noargs_tasks:scheduler", "--store", "memory://"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        "rehydrate: error: importing 'noargs_tasks' failed: InvalidTypeError: the handler of 'emails' "
+        "must take one positional argument, the element: noargs_tasks.send() cannot (too many "
+        "positional arguments)"
+    )
+
+
 def test_no_store(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("REHYDRATE_STORE", raising=False)
     assert run(["ttn", "jobs"]) == 1
