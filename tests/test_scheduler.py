@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import socket
@@ -23,6 +24,7 @@ from rehydrate import (
     Delivery,
     DuplicateIdError,
     InvalidArgumentError,
+    InvalidTypeError,
     Retry,
     Scheduler,
     _runner,
@@ -1187,3 +1189,96 @@ async def test_a_store_that_cannot_subscribe_yet_is_retried() -> None:
     failures = [log for log in logs if log["event"] == "store call failed, retrying"]
     assert len(failures) == 2
     assert store.failures == 0
+
+
+# -- handler signatures ----------------------------------------------------------------------------
+
+
+class _Mailer:
+    """Handlers that are not plain functions: a callable object and a bound method."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[str, Any]] = []
+
+    async def __call__(self, element: Any) -> None:
+        self.got.append(("call", element))
+
+    def send(self, element: Any, urgent: bool = False) -> None:  # a plain def: run in a thread
+        self.got.append(("send", element))
+
+    async def nothing(self) -> None:
+        pass
+
+
+async def _two(prefix: Any, element: Any) -> None:
+    pass
+
+
+class _NoArgs:
+    def __call__(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("func", "shown", "why"),
+    [
+        (_two, "tests.test_scheduler._two(prefix, element)", "missing a required argument: 'element'"),
+        (_Mailer().nothing, "tests.test_scheduler._Mailer.nothing()", "too many positional arguments"),
+        (functools.partial(_two, 1, 2), "functools.partial()", "too many positional arguments"),
+        (_NoArgs(), "tests.test_scheduler._NoArgs()", "too many positional arguments"),
+        (lambda *, element: None, "<lambda>(*, element)", "too many positional arguments"),
+    ],
+)
+def test_a_handler_that_cannot_take_the_element_is_refused(func: Any, shown: str, why: str) -> None:
+    """Registered, it failed every delivery with TypeError, each retried and dead-lettered."""
+    scheduler = Scheduler()
+    with pytest.raises(InvalidTypeError) as raised:
+        scheduler.handler("jobs")(func)
+    message = str(raised.value)
+    assert message.startswith("the handler of 'jobs' must take one positional argument, the element: ")
+    assert shown in message
+    assert message.endswith(f"cannot ({why})")
+    assert "\n" not in message
+    assert scheduler.handlers == []  # nothing half-registered: a corrected handler may follow
+
+
+def test_a_handler_without_parameters_is_refused_by_mypy_too() -> None:
+    """The ``type: ignore`` below is mypy's refusal: with ``warn_unused_ignores`` (strict), the
+    project's mypy run fails if the decorator ever accepts a handler that takes nothing."""
+    scheduler = Scheduler()
+    with pytest.raises(InvalidTypeError, match=r"noargs\(\) cannot"):
+
+        @scheduler.handler("jobs")  # type: ignore[type-var]
+        async def noargs() -> None:
+            pass
+
+    with pytest.raises(InvalidTypeError, match="must be callable, not int"):
+        scheduler.handler("jobs")(3)  # type: ignore[type-var]
+
+
+async def test_every_kind_of_handler_that_takes_the_element_is_served(
+    scheduler: Scheduler, clock: FakeClock
+) -> None:
+    """Bound methods, partials, callable objects, ``*args`` and defaulted extra parameters,
+    ``async def`` or plain ``def``: each can be called with the element, so each is served."""
+    mailer = _Mailer()
+    got: list[tuple[str, Any]] = []
+
+    async def tagged(tag: str, element: Any) -> None:
+        got.append((tag, element))
+
+    def star(*args: Any) -> None:
+        got.append(("star", args))
+
+    scheduler.handler("object")(mailer)
+    scheduler.handler("method")(mailer.send)
+    scheduler.handler("partial")(functools.partial(tagged, "partial"))
+    scheduler.handler("star")(star)
+    scheduler.handler("builtin")(print)  # a signature that cannot be read is accepted
+    async with scheduler:
+        for name in ("object", "method", "partial", "star"):
+            await scheduler.defer(name, name)
+        await advance(clock, 0)
+    assert sorted(mailer.got) == [("call", "object"), ("send", "method")]
+    assert sorted(got) == [("partial", "partial"), ("star", ("star",))]
+    assert scheduler.stats().acked == 4

@@ -716,8 +716,8 @@ def _reset_logging() -> Iterator[None]:
     [
         (["--host", "0.0.0.0"], 1, "refusing to serve the dashboard on 0.0.0.0 without a token"),
         (["--host", "192.0.2.1"], 1, "give --token or set REHYDRATE_DASHBOARD_TOKEN"),
-        (["--port", "70000"], 2, "invalid port '70000': it must be from 1 to 65535"),
-        (["--port", "web"], 2, "invalid port 'web': expected a whole number"),
+        (["--port", "70000"], 1, "--port: invalid port '70000': it must be from 1 to 65535"),
+        (["--port", "web"], 1, "--port: invalid port 'web': expected a whole number"),
     ],
 )
 def test_dashboard_mistakes_print_one_line(

@@ -12,7 +12,7 @@ import os
 from typing import Final
 
 from rehydrate.cli import _common
-from rehydrate.cli._common import CLIError
+from rehydrate.cli._common import BadValue, CLIError
 
 __all__ = ["TOKEN_ENV", "port", "run"]
 
@@ -25,9 +25,9 @@ def port(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid port {text!r}: expected a whole number") from None
+        raise BadValue(f"invalid port {text!r}: expected a whole number") from None
     if not 0 < value < 65536:
-        raise argparse.ArgumentTypeError(f"invalid port {text!r}: it must be from 1 to 65535")
+        raise BadValue(f"invalid port {text!r}: it must be from 1 to 65535")
     return value
 
 
