@@ -208,7 +208,6 @@ async def _serve(
 ) -> int:
     log = logger.bind(pid=os.getpid())
     signals_seen: list[int] = []
-    metrics_stop = anyio.Event()
 
     async def watch(signals: Any) -> None:
         # Linux sends one SIGTERM when the supervisor dies: after a signal it forwarded, that
@@ -252,15 +251,16 @@ async def _serve(
                 async with scheduler.store:
                     settle_heap()
                     await scheduler.run(task_status=task_status)
-                metrics_stop.set()
-                tg.cancel_scope.cancel()  # stopped: the watchers (and the metrics server) are done too
+                # Stopped: the watchers are done too, and the metrics server, which shuts down
+                # gracefully when cancelled (a scraper's open connection closed, not cut).
+                tg.cancel_scope.cancel()
 
             tg.start_soon(watch, signals)
             if listener is not None:
                 from rehydrate.web._worker_metrics import serve as serve_metrics
 
                 host, port = listener.getsockname()[:2]
-                tg.start_soon(serve_metrics, scheduler, listener, metrics_stop, backend)
+                tg.start_soon(serve_metrics, scheduler, listener, backend)
                 shown = f"[{host}]" if ":" in host else host
                 log.info("metrics listening", url=f"http://{shown}:{port}/metrics")
             await tg.start(serve)  # raises if the store cannot be opened

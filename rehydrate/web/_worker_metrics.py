@@ -8,7 +8,8 @@ own (nothing global, so several schedulers in one process or one test never coll
 prometheus_client writes the exposition format.
 
 It is served by a bare ASGI app under Hypercorn inside the worker's task group, on asyncio or
-trio as the worker runs, so it stops with the worker: no thread to leak. With ``--processes N``
+trio as the worker runs, so it stops with the worker (gracefully: see :func:`serve`): no thread
+to leak. With ``--processes N``
 each child serves its own port (``N + slot``): counters are per process, and Prometheus sums them
 (``sum by (name, outcome) (rate(rehydrate_deliveries_total[5m]))``) as it does for any fleet,
 which prometheus_client's multiprocess mode (files in a shared directory, wiped on restart by
@@ -135,8 +136,17 @@ def listen(host: str, port: int) -> socket.socket:
     return socket.create_server((host, port), family=family)
 
 
-async def serve(scheduler: Scheduler, listener: socket.socket, stop: anyio.Event, backend: str) -> None:
-    """Serve the metrics on ``listener`` until ``stop`` is set (Hypercorn, on ``backend``)."""
+async def serve(scheduler: Scheduler, listener: socket.socket, backend: str) -> None:
+    """Serve the metrics on ``listener`` (Hypercorn, on ``backend``) until cancelled.
+
+    Cancelling this task is how it stops, and it stops gracefully: Hypercorn itself must not be
+    cancelled. Its shutdown awaits its connections (a scraper's keep-alive connection, idle
+    between scrapes, is closed then; a scrape in flight is answered), and a cancel scope that
+    interrupts those awaits leaves it in a state it does not expect: on asyncio it raises
+    ``InvalidStateError`` from every connection's task. So Hypercorn runs shielded, told to
+    shut down by an event this task sets when cancelled; its ``graceful_timeout`` bounds how
+    long the shield can hold the caller.
+    """
     from hypercorn.config import Config
 
     scheduler._keep_histograms()
@@ -145,11 +155,22 @@ async def serve(scheduler: Scheduler, listener: socket.socket, stop: anyio.Event
     config.accesslog = None
     config.loglevel = "WARNING"
     config.graceful_timeout = 1.0
-    if backend == "trio":
-        from hypercorn.trio import serve as serve_trio
+    shutdown = anyio.Event()
 
-        await serve_trio(app(scheduler), config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
-    else:
-        from hypercorn.asyncio import serve as serve_asyncio
+    async def run() -> None:
+        with anyio.CancelScope(shield=True):
+            if backend == "trio":
+                from hypercorn.trio import serve as serve_trio
 
-        await serve_asyncio(app(scheduler), config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+                await serve_trio(app(scheduler), config, shutdown_trigger=shutdown.wait)  # type: ignore[arg-type]
+            else:
+                from hypercorn.asyncio import serve as serve_asyncio
+
+                await serve_asyncio(app(scheduler), config, shutdown_trigger=shutdown.wait)  # type: ignore[arg-type]
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        try:
+            await anyio.sleep_forever()
+        finally:
+            shutdown.set()  # cancelled (or Hypercorn failed): the shielded server winds down
