@@ -22,7 +22,6 @@ import socket
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any, Final
 
-import anyio
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -139,15 +138,12 @@ def listen(host: str, port: int) -> socket.socket:
 async def serve(scheduler: Scheduler, listener: socket.socket, backend: str) -> None:
     """Serve the metrics on ``listener`` (Hypercorn, on ``backend``) until cancelled.
 
-    Cancelling this task is how it stops, and it stops gracefully: Hypercorn itself must not be
-    cancelled. Its shutdown awaits its connections (a scraper's keep-alive connection, idle
-    between scrapes, is closed then; a scrape in flight is answered), and a cancel scope that
-    interrupts those awaits leaves it in a state it does not expect: on asyncio it raises
-    ``InvalidStateError`` from every connection's task. So Hypercorn runs shielded, told to
-    shut down by an event this task sets when cancelled; its ``graceful_timeout`` bounds how
-    long the shield can hold the caller.
+    Cancelling it is how it stops, gracefully (``rehydrate.web._hypercorn.serve``): a
+    scraper's keep-alive connection is closed, not cut under Hypercorn's own shutdown.
     """
     from hypercorn.config import Config
+
+    from rehydrate.web._hypercorn import serve as serve_hypercorn
 
     scheduler._keep_histograms()
     config = Config()
@@ -155,22 +151,4 @@ async def serve(scheduler: Scheduler, listener: socket.socket, backend: str) -> 
     config.accesslog = None
     config.loglevel = "WARNING"
     config.graceful_timeout = 1.0
-    shutdown = anyio.Event()
-
-    async def run() -> None:
-        with anyio.CancelScope(shield=True):
-            if backend == "trio":
-                from hypercorn.trio import serve as serve_trio
-
-                await serve_trio(app(scheduler), config, shutdown_trigger=shutdown.wait)  # type: ignore[arg-type]
-            else:
-                from hypercorn.asyncio import serve as serve_asyncio
-
-                await serve_asyncio(app(scheduler), config, shutdown_trigger=shutdown.wait)  # type: ignore[arg-type]
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(run)
-        try:
-            await anyio.sleep_forever()
-        finally:
-            shutdown.set()  # cancelled (or Hypercorn failed): the shielded server winds down
+    await serve_hypercorn(app(scheduler), config, backend)
