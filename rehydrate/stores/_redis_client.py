@@ -614,7 +614,10 @@ class Backend:
             await stack.aclose()
             hint = " (cluster=1 needs a Redis Cluster)" if isinstance(exc, ce.RedisClusterError) else ""
             raise StoreUnavailableError(
-                f"Redis at {redact(self.url)} could not be opened{hint}: {type(exc).__name__}: {exc}"
+                f"Redis at {redact(self.url)} could not be opened{hint}: {type(exc).__name__}: {exc}",
+                # Not reached (a server restarting, say): another try may succeed. Anything else
+                # it answered, or a configuration the client refused, stays as it is.
+                transient=isinstance(exc, (ce.ConnectionError, OSError, TimeoutError)),
             ) from exc
         self._client, self._stack = client, stack
 
@@ -675,7 +678,7 @@ class Backend:
     def _unavailable(self, exc: BaseException, attempts: int) -> StoreUnavailableError:
         tries = "after 1 attempt" if attempts == 1 else f"after {attempts} attempts"
         return StoreUnavailableError(
-            f"Redis at {redact(self.url)} is unavailable {tries}: {type(exc).__name__}: {exc}"
+            f"Redis at {redact(self.url)} is unavailable {tries}: {type(exc).__name__}: {exc}", transient=True
         )
 
     async def _retry(self, exc: BaseException, attempt: int, retries: int | None = None) -> int:
