@@ -257,6 +257,16 @@ def build_parser(*, store_verb: bool = False, only: str | None = None) -> argpar
         help="seconds between heartbeats to the store (default: the scheduler's, 5s); expires after 3",
     )
     worker.add_argument(
+        "--wait",
+        type=duration,
+        # A store restarted beside its workers (a compose file, a rolling deploy) is back within
+        # a minute; a worker that exited at once would only be restarted into the same failure.
+        default=60.0,
+        metavar="DURATION",
+        help="at start-up, wait this long for a store that cannot be reached, trying again with "
+        "backoff (default 1m; 0: fail at once)",
+    )
+    worker.add_argument(
         "--metrics-port",
         type=port,
         metavar="N",

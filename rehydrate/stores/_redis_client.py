@@ -658,7 +658,12 @@ class Backend:
             hint = " (cluster=1 needs a Redis Cluster)" if isinstance(exc, ce.RedisClusterError) else ""
             raise StoreUnavailableError(
                 f"Redis at {redact(self.url)} could not be opened{hint}: "
-                f"{_failure(exc, self.url, self._connect_timeout)}"
+                f"{_failure(exc, self.url, self._connect_timeout)}",
+                # Not reached (a server restarting, say): another try may succeed. Anything else
+                # it answered, a failed TLS handshake or a configuration the client refused,
+                # stays as it is.
+                transient=isinstance(exc, (ce.ConnectionError, OSError, TimeoutError))
+                and _tls_error(exc) is None,
             ) from exc
         self._client, self._stack = client, stack
 
@@ -720,7 +725,8 @@ class Backend:
         tries = "after 1 attempt" if attempts == 1 else f"after {attempts} attempts"
         return StoreUnavailableError(
             f"Redis at {redact(self.url)} is unavailable {tries}: "
-            f"{_failure(exc, self.url, self._connect_timeout)}"
+            f"{_failure(exc, self.url, self._connect_timeout)}",
+            transient=True,
         )
 
     async def _retry(self, exc: BaseException, attempt: int, retries: int | None = None) -> int:
