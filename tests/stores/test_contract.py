@@ -687,9 +687,9 @@ class TestLeases:
             with pytest.raises(InvalidArgumentError):
                 await s.hand_back(N, items)
         with pytest.raises(InvalidTypeError):
-            await s.hand_back(N, "ab")
+            await s.hand_back(N, cast(Any, "ab"))
         with pytest.raises(InvalidArgumentError, match="hand_back needs each claim's token"):
-            await s.hand_back(N, [("a", None, 1)])
+            await s.hand_back(N, [("a", cast(int, None), 1)])
         info = await s.info(N, "a")
         assert info is not None
         assert (info.claimed, info.attempt) == (True, 1)  # nothing was done
