@@ -670,6 +670,19 @@ class TestLeases:
         assert [(c.id, c.attempt) for c in again] == [("x", 1), ("y", 1)]
         assert await s.ack(N, [(c.id, c.token) for c in again]) == [True, True]
 
+    async def test_hand_back_by_default_is_reschedule_many(self, harness: Harness) -> None:
+        """The contract's own hand_back (what a store written before it gets) still gives the
+        claim back, checked as the stores' own is, but cannot undo its attempt."""
+        s = harness.store
+        await s.push(N, "e", ttl=0, id="a")
+        (c,) = await s.claim(N, lease=60)
+        with pytest.raises(InvalidArgumentError, match="hand_back needs each claim's token"):
+            await Store.hand_back(s, N, [("a", cast(int, None), 0)])
+        assert await Store.hand_back(s, N, [("a", c.token, 0), ("b", c.token, 0)]) == [True, False]
+        info = await s.info(N, "a")
+        assert info is not None
+        assert (info.claimed, info.attempt) == (False, 1)
+
     async def test_hand_back_checks_every_item_first(self, harness: Harness) -> None:
         s = harness.store
         await s.push(N, "e", ttl=0, id="a")
