@@ -64,6 +64,7 @@ __all__ = [
     "feed_channel",
     "handler_label",
     "release",
+    "release_many",
 ]
 
 logger = structlog.get_logger("rehydrate")
@@ -91,6 +92,8 @@ _BOOKKEEPING_DELAY: Final = 0.05
 #: (its due time, for a spread schedule) was made due early: it is filed for its time instead of
 #: run (a wall clock read a little behind the store's is not that).
 _EARLY_US: Final = 1_000_000
+#: A stopping runner hands its claims back this many to a store call, each call given 2 s.
+_RELEASE_BATCH: Final = 1000
 #: Claims held (``claim_ahead``) and due within this long of the last release are the same burst:
 #: bookkeeping keeps waiting for them.
 _HELD_SOON: Final = 0.002
@@ -780,13 +783,15 @@ class Runner:
             with anyio.CancelScope(shield=True):
                 await acker.flush()
                 await self._rearmer.flush()
+                back: list[tuple[str, int, float]] = []
                 for claim in workers.drain():
                     self._done()
-                    await release(store, self.handler.name, claim.id, claim.token)
+                    back.append((claim.id, claim.token, 0.0))
+                now = store.clock()
                 for claim in self._unreleased:
                     # Due again when it was due (not at once: that would be early).
-                    ttl = max(0.0, claim.due - store.clock())
-                    await release(store, self.handler.name, claim.id, claim.token, ttl)
+                    back.append((claim.id, claim.token, max(0.0, claim.due - now)))
+                await release_many(store, self.handler.name, back)
 
     def _done(self) -> None:
         """One element less in flight: wake the claim loop (a free slot) and shutdown (idle)."""
@@ -1274,8 +1279,7 @@ async def feed_channel(
                 except BaseException as exc:
                     # The consumer left: hand back this claim and the rest of the batch.
                     with anyio.CancelScope(shield=True):
-                        for left in claims[i:]:
-                            await release(store, name, left.id, left.token)
+                        await release_many(store, name, [(left.id, left.token, 0.0) for left in claims[i:]])
                     if isinstance(exc, (anyio.BrokenResourceError, anyio.ClosedResourceError)):
                         return
                     raise
@@ -1286,10 +1290,17 @@ async def feed_channel(
 
 
 async def release(store: Store, name: str, id: str, token: int, ttl: float = 0.0) -> None:
-    """Hand a claimed element back, due in ``ttl`` (at once by default); if that fails its lease
-    brings it back."""
-    with anyio.move_on_after(2.0), contextlib.suppress(RehydrateError):
-        await store.reschedule(name, id, ttl=ttl, token=token)
+    """Hand a claimed element back unrun, due in ``ttl`` (at once by default), its attempt
+    undone (:meth:`Store.hand_back`); if that fails its lease brings it back (and counts it)."""
+    await release_many(store, name, [(id, token, ttl)])
+
+
+async def release_many(store: Store, name: str, items: list[tuple[str, int, float]]) -> None:
+    """:func:`release` for each ``(id, token, ttl)``, a store batch at a time (what a stopping
+    runner holds may be a burst claimed ahead)."""
+    for start in range(0, len(items), _RELEASE_BATCH):
+        with anyio.move_on_after(2.0), contextlib.suppress(RehydrateError):
+            await store.hand_back(name, items[start : start + _RELEASE_BATCH])
 
 
 def event_type() -> Callable[[], anyio.Event]:

@@ -46,7 +46,16 @@ from rehydrate._core._triggers import US, Every, Misfire, Trigger, trigger_from_
 from rehydrate._core._validate import Seconds
 from rehydrate._deliveries import Counters, DeadLetter, Delivery, Stats, current_delivery, stats_of
 from rehydrate._heartbeat import Heartbeat, new_worker_id
-from rehydrate._runner import DEAD_SUFFIX, HandlerSpec, Runner, Settings, feed_channel, handler_label, release
+from rehydrate._runner import (
+    DEAD_SUFFIX,
+    HandlerSpec,
+    Runner,
+    Settings,
+    feed_channel,
+    handler_label,
+    release,
+    release_many,
+)
 from rehydrate._schedules import (
     PAUSED_TTL,
     REMOVED,
@@ -1234,12 +1243,14 @@ class Scheduler:
             # The feeder has ended (handing back what it held): hand back what it had buffered
             # for the consumer. Draining earlier would wake the feeder to claim more.
             with anyio.CancelScope(shield=True):
+                buffered: list[tuple[str, int, float]] = []
                 while True:
                     try:
                         delivery = receive.receive_nowait()
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
-                    await release(self.store, name, delivery.id, delivery.token)
+                    buffered.append((delivery.id, delivery.token, 0.0))
+                await release_many(self.store, name, buffered)
 
     # -- running ---------------------------------------------------------------------------------
 

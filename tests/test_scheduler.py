@@ -608,6 +608,73 @@ class TestAtLeastOnce:
             assert attempts[-1] == 1
             assert await scheduler.dead_letters("jobs") == []
 
+    async def test_a_graceful_stop_uses_up_no_attempt(self, store: MemoryStore, clock: FakeClock) -> None:
+        """Two deploys during a long job: each graceful stop cuts the run short and hands the
+        element back, which is no attempt. With ``Retry(attempts=2)``, the run after them that
+        fails is attempt 1 and is retried; only the retry's failure dead-letters it."""
+        await store.push("jobs", "long", ttl=0, id="j")
+        runs: list[int] = []
+
+        def deploy() -> Scheduler:
+            scheduler = Scheduler(store=store, grace=0)
+
+            @scheduler.handler("jobs", retry=Retry(attempts=2, backoff=NO_JITTER))
+            async def job(element: str) -> None:
+                runs.append(current_delivery().attempt)
+                if len(runs) <= 2:
+                    await anyio.sleep_forever()  # the long job, cut short by the stop
+                raise ValueError("boom")
+
+            return scheduler
+
+        for n in (1, 2):
+            async with deploy():  # leaving it stops the scheduler, as SIGTERM does a worker's
+                await settle()
+                assert runs == [1] * n
+            info = await store.info("jobs", "j")
+            assert info is not None
+            assert (info.claimed, info.attempt, info.due) == (False, 0, clock())  # due again at once
+        scheduler = deploy()
+        with capture_logs() as logs:
+            async with scheduler:
+                await settle()
+                assert runs == [1, 1, 1]  # the third delivery fails once...
+                assert await scheduler.dead_letters("jobs") == []
+                info = await store.info("jobs", "j")
+                assert info is not None
+                assert (info.claimed, info.attempt) == (False, 1)  # ... and is retried in 1 s
+                await advance(clock, 1)
+                assert runs == [1, 1, 1, 2]
+                (letter,) = await scheduler.dead_letters("jobs")
+        assert letter.attempts == 2
+        failures = [e for e in logs if e["event"].startswith("handler failed")]
+        assert [(e["event"], e["attempt"], e.get("reason")) for e in failures] == [
+            ("handler failed, will retry", 1, None),
+            ("handler failed: dead-lettered", 2, "last attempt"),
+        ]
+
+    async def test_a_lost_lease_still_counts_as_an_attempt(
+        self, scheduler: Scheduler, store: MemoryStore, clock: FakeClock
+    ) -> None:
+        """A worker that dies mid-run cannot hand its element back: once its lease runs out the
+        store cannot tell that from a failed run, and the redelivery counts it. With
+        ``Retry(attempts=2)`` the next failure is the last attempt."""
+        await store.push("jobs", "x", ttl=0, id="j")
+        (lost,) = await store.claim("jobs", lease=30)  # ... and the worker dies here
+        assert lost.attempt == 1
+        runs: list[int] = []
+
+        @scheduler.handler("jobs", retry=Retry(attempts=2, backoff=NO_JITTER))
+        async def job(element: str) -> None:
+            runs.append(current_delivery().attempt)
+            raise ValueError("boom")
+
+        async with scheduler:
+            await advance(clock, 30)
+            assert runs == [2]
+            (letter,) = await scheduler.dead_letters("jobs")
+            assert letter.attempts == 2
+
     async def test_failures_are_logged_with_their_traceback(
         self, scheduler: Scheduler, clock: FakeClock
     ) -> None:

@@ -642,6 +642,25 @@ class Dehydrator:
         self._move(node, self.now() + seconds, seconds, lease=False)
         return True
 
+    def hand_back(self, id: str, *, token: int, ttl: Seconds = 0.0) -> bool:
+        """Give back the claim ``token`` on ``id`` unrun: due again at ``now + ttl``, unclaimed,
+        and the claim's attempt undone (see :meth:`Store.hand_back`).
+
+        ``False`` (nothing done) if the element is gone, not claimed, or no longer under that
+        claim. The stamp left is the token less one (the same claim number, one attempt fewer):
+        a second hand-back, or any other fenced call, with that token then does nothing.
+        """
+        seconds = _validate.seconds(ttl, "ttl")
+        node = self._checked_get(id)
+        if _validate.token(token) is None:
+            raise InvalidArgumentError("hand_back needs the claim's token")
+        if node is None or node[4] != token or not _is_claimed(node):
+            return False
+        if token & _ATTEMPTS:
+            node[4] = token - 1
+        self._move(node, self.now() + seconds, seconds, lease=False)
+        return True
+
     def rearm(self, id: str, element: Any, *, ttl: Seconds, token: int) -> bool:
         """End the claim ``token`` on ``id`` and file it anew as ``element``, due at ``now + ttl``.
 

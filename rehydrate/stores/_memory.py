@@ -332,6 +332,15 @@ class MemoryStore(StoreBase):
         self._notify_if_sooner(name, d, before)
         return done
 
+    async def hand_back(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
+        await anyio.lowlevel.checkpoint()
+        batch = _validate.reschedules(items, "hand_back")
+        d = self._get(name)
+        before = d.next_due()
+        done = [d.hand_back(id, token=token, ttl=ttl) for id, token, ttl in batch]
+        self._notify_if_sooner(name, d, before)
+        return done
+
     async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
         await anyio.lowlevel.checkpoint()
         batch = list(items)

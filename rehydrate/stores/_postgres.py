@@ -1049,6 +1049,14 @@ class PostgresStore(StoreBase):
         self._forget_envelopes(name, (id for id, _, _ in batch))
         return await self._fenced(name, self._sql.reschedule_many, ("ids", "tokens", "ttls"), batch)
 
+    async def hand_back(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
+        """See :meth:`Store.hand_back`: one statement per 1,000 items, each atomic."""
+        _name(name)
+        checked = _validate.reschedules(items, "hand_back")
+        batch = [(_id(id), token, _micros(ttl)) for id, token, ttl in checked]
+        self._forget_envelopes(name, (id for id, _, _ in batch))
+        return await self._fenced(name, self._sql.hand_back, ("ids", "tokens", "ttls"), batch)
+
     async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
         """See :meth:`Store.rearm`: one statement per 1,000 items, each atomic; the ttls count
         from the call (a schedule's next occurrence is due at its nominal time, not after the
@@ -1082,9 +1090,10 @@ class PostgresStore(StoreBase):
         batch: Sequence[tuple[Any, ...]],
         **more: Any,
     ) -> list[bool]:
-        """Run a fenced batch statement (``rearm``, ``reschedule_many``) on ``batch``, 1,000 items
-        a statement, each item's values passed as arrays named by ``columns``; whether each was
-        done (the statement returns the 1-based position of each item it did)."""
+        """Run a fenced batch statement (``rearm``, ``reschedule_many``, ``hand_back``) on
+        ``batch``, 1,000 items a statement, each item's values passed as arrays named by
+        ``columns``; whether each was done (the statement returns the 1-based position of each
+        item it did)."""
         if not batch:
             if self._pool is None:
                 raise self._not_open()
