@@ -1,7 +1,11 @@
 """Instructions per element: a schedule's occurrence against a one-shot delivery, counted by callgrind.
 
     python benchmarks/bench_instructions.py [--stores memory,sqlite] [--n 6000] [--base 1000]
-        [--backend asyncio|trio]
+        [--backend asyncio|trio] [--write-docs]
+
+``--write-docs`` also writes the table, the command line and the run's conditions into
+``docs/benchmarks.md``, between its ``<!-- table: instructions -->`` markers
+(``instructions-trio`` with ``--backend trio``; see ``doctables.py``).
 
 Issue #13 asks occurrences/s to reach 0.8x one-shot deliveries/s. On a shared, noisy machine the
 clock cannot settle a few percent either way (a burst's rate moves by 30% between rounds), so
@@ -17,7 +21,7 @@ the machine does. Per store, four processes under ``valgrind --tool=callgrind``,
 Each is run again at ``--base`` elements, and the per-element figure is the difference of the
 differences: ((delivered - filed only) at n - (delivered - filed only) at base) / (n - base), so
 start-up, filing and shutdown cancel out. Python's hash seed is fixed (``PYTHONHASHSEED=0``).
-Needs ``valgrind`` on the PATH; both stores take about two minutes on 2 cores (2026-11-28).
+Needs ``valgrind`` on the PATH; both stores take a few minutes on a small machine.
 
 The one-shot column is also issue #18's measure of a delivery's own cost: a burst's last
 element waits for every delivery before it, so its lateness moves with this figure. ``--backend
@@ -39,6 +43,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from doctables import check_table, write_table  # noqa: E402
 
 
 def child(kind: str, n: int, store_url: str, deliver: bool, backend: str = "asyncio") -> None:
@@ -113,25 +120,41 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=6000)
     parser.add_argument("--base", type=int, default=1000)
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    parser.add_argument(
+        "--write-docs",
+        action="store_true",
+        help="also write the table into docs/benchmarks.md (between <!-- table: instructions --> markers)",
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not on the PATH (Debian: apt-get install valgrind)")
     if not 0 < args.base < args.n:
         raise SystemExit("--base must be positive and less than --n")
+    # One table per backend: a trio count never overwrites the asyncio one.
+    table_name = "instructions" if args.backend == "asyncio" else f"instructions-{args.backend}"
+    if args.write_docs:
+        check_table(table_name)
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     for store in stores:
         if store not in ("memory", "sqlite"):
             raise SystemExit(f"unknown store {store!r}: memory or sqlite (Redis's work is in its server)")
+    load_before = os.getloadavg()[0]
     print(
         f"# {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, n = {args.n}, base = {args.base}, {args.backend}, "
         f"Python {sys.version.split()[0]}"
     )
-    print("| store | one-shot delivery | occurrence | one-shot / occurrence (aim >= 0.8) |")
-    print("| --- | ---: | ---: | ---: |")
+    rows = [
+        f"| store ({args.backend}) | one-shot delivery | occurrence | one-shot / occurrence (aim >= 0.8) |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    print("\n".join(rows))
     for store in stores:
         once = per_element("once", store, args.n, args.base, args.backend)
         occurrence = per_element("occurrence", store, args.n, args.base, args.backend)
-        print(f"| {store} | {once:,.0f} | {occurrence:,.0f} | {once / occurrence:.3f} |", flush=True)
+        rows.append(f"| {store} | {once:,.0f} | {occurrence:,.0f} | {once / occurrence:.3f} |")
+        print(rows[-1], flush=True)
+    if args.write_docs:
+        write_table(table_name, rows, load_before=load_before)
 
 
 if __name__ == "__main__":

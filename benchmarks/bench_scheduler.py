@@ -2,7 +2,7 @@
 
     python benchmarks/bench_scheduler.py [--n 20000] [--spread 2.0] [--repeat 3]
         [--patterns even,uniform,burst] [--backends asyncio,trio] [--claim-ahead 0.02]
-        [--task-floor]
+        [--task-floor] [--write-docs]
 
 Part 1 (lateness): defer N elements one by one (``await scheduler.defer(..., delay=...)``), all
 before the first is due, to a no-op async handler (concurrency 1000) and record, in the handler,
@@ -26,6 +26,8 @@ with a heap pop, which is what a burst costs beyond the first case.
 
 Runs on asyncio and trio; prints medians of ``--repeat`` runs of p50, p99 and max, the gaps to the
 floor, and whether they meet issue #18's bar (p99 within 2 ms of the floor's, max within 5 ms).
+``--write-docs`` also writes the table, the verdicts, the command line and the run's conditions
+into ``docs/benchmarks.md``, between its ``<!-- table: scheduler -->`` markers (``doctables.py``).
 """
 
 from __future__ import annotations
@@ -255,15 +257,30 @@ def main() -> int:
         action="store_true",
         help="on trio, also a task per element sleeping until its due time (for reference)",
     )
+    parser.add_argument(
+        "--write-docs",
+        action="store_true",
+        help="also write the table into docs/benchmarks.md (between <!-- table: scheduler --> markers)",
+    )
     args = parser.parse_args()
+    if args.write_docs:
+        from doctables import check_table
+
+        check_table("scheduler")
     load = os.getloadavg()[0]
     print(f"rehydrate scheduler benchmark: Python {platform.python_version()} on {platform.platform()}")
     print(
         f"{args.n:,} elements deferred one by one, due over {args.spread} s, no-op async handler "
         f"(concurrency 1000), memory store; medians of {args.repeat}; load average {load:.2f}\n"
     )
-    print("| backend | pattern | what | p50 ms | p99 ms | max ms | p99 - floor | max - floor |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    rows: list[str] = []
+
+    def emit(row: str) -> None:
+        rows.append(row)
+        print(row, flush=True)
+
+    emit("| backend | pattern | what | p50 ms | p99 ms | max ms | p99 - floor | max - floor |")
+    emit("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
     ok = True
     verdicts = []
     for backend in args.backends.split(","):
@@ -280,12 +297,12 @@ def main() -> int:
                 args.task_floor,
             )
             f = result["floor"]
-            print(
+            emit(
                 f"| {backend} | {pattern} | floor: {floor_name} | {f[0]:.2f} | {f[1]:.2f} | {f[2]:.2f} | | |"
             )
             if "tasks" in result:
                 t = result["tasks"]
-                print(
+                emit(
                     f"| {backend} | {pattern} | for reference: a trio task per element, sleep_until "
                     f"| {t[0]:.2f} | {t[1]:.2f} | {t[2]:.2f} | | |"
                 )
@@ -297,7 +314,7 @@ def main() -> int:
                     continue
                 s = result[key]
                 gap_p99, gap_max = s[1] - f[1], s[2] - f[2]
-                print(
+                emit(
                     f"| {backend} | {pattern} | {what} | {s[0]:.2f} | {s[1]:.2f} | {s[2]:.2f} "
                     f"| {gap_p99:+.2f} | {gap_max:+.2f} |"
                 )
@@ -308,14 +325,22 @@ def main() -> int:
                     f"max within 5 ms ({gap_max:+.2f}) -> {'PASS' if passed else 'FAIL'}"
                 )
         rate, spread_rate = throughput(backend, args.n, args.repeat)
-        print(f"| {backend} | all due at once | deliveries/s | {rate:,.0f} | | | | |")
-        print(
+        emit(f"| {backend} | all due at once | deliveries/s | {rate:,.0f} | | | | |")
+        emit(
             f"| {backend} | all due at once, distinct due times | deliveries/s | {spread_rate:,.0f} "
             f"({spread_rate / rate:.2f}x) | | | | |"
         )
     print()
     print("\n".join(verdicts))
     print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+    if args.write_docs:
+        from doctables import write_table
+
+        method = (
+            f"{args.n:,} elements deferred one by one, due over {args.spread:g} s, no-op async handler "
+            f"(concurrency 1000), memory store; medians of {args.repeat}; times in ms."
+        )
+        write_table("scheduler", rows, [method, "\n".join(f"- {v}" for v in verdicts)], load_before=load)
     return 0 if ok else 1
 
 

@@ -1,7 +1,7 @@
 """Recurring schedules against one-shot deliveries, on the same store in the same run.
 
     python benchmarks/bench_schedules.py [--stores memory,sqlite,redis] [--n 100000]
-                                         [--period 60] [--seconds 180] [--quick]
+                                         [--period 60] [--seconds 180] [--quick] [--write-docs]
 
 For each store, one process with one ``Scheduler`` (a no-op async handler, concurrency 500,
 claim batch 200):
@@ -31,7 +31,9 @@ of the one-shot path.
 
 The full run (the default: 100,000 schedules, ``Every(60 s)``, 3 minutes of firing) takes about
 7 minutes a store plus the APScheduler runs; ``--quick`` is a smoke test (5,000, ``Every(10 s)``,
-20 s).
+20 s). ``--write-docs`` also writes the table, the bursts round by round, the verdicts, the
+command line and the run's conditions into ``docs/benchmarks.md``, between its
+``<!-- table: schedules -->`` markers (``doctables.py``).
 """
 
 from __future__ import annotations
@@ -82,8 +84,8 @@ class Recorder:
         self.target: int | None = None
         self.reached = anyio.Event()
         #: The last scheduled_for seen and its Unix time: the occurrences of a burst share one
-        #: datetime, and an aware datetime's timestamp() (0.23 µs here) would weigh on the
-        #: occurrences' side of the comparison, where a one-shot's lateness is a subtraction.
+        #: datetime, and an aware datetime's timestamp() would weigh on the occurrences' side of
+        #: the comparison, where a one-shot's lateness is a subtraction.
         self._when: datetime | None = None
         self._when_ts = 0.0
 
@@ -265,7 +267,19 @@ def main() -> None:
         action="store_true",
         help="n=5000, period=10 s, 20 s of firing; APScheduler at 5,000",
     )
+    parser.add_argument(
+        "--write-docs",
+        action="store_true",
+        help="also write the table into docs/benchmarks.md (between <!-- table: schedules --> markers)",
+    )
     args = parser.parse_args()
+    if args.write_docs and args.quick:
+        parser.error("--write-docs with --quick: a smoke test's figures do not belong in the docs")
+    if args.write_docs:
+        from doctables import check_table
+
+        check_table("schedules")
+    load_before = os.getloadavg()[0]
     # The library never configures logging; this script keeps its info lines (a schedule pulled
     # while an occurrence ran, when the fire phase is cleared) off the table.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
@@ -298,15 +312,17 @@ def main() -> None:
             print(f"APScheduler {store} {n}: done", file=sys.stderr)
     print(f"# load average at end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print()
-    print(
+    rows = [
         "| system | schedules | create/s | fire occ/s (offered) | p50 late | p99 late | "
         "one-shot p50 / p99, same rate | p99 diff | burst occ/s | burst one-shot/s | ratio | "
-        "cron burst occ/s | ratio |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        "cron burst occ/s | ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    print("\n".join(rows))
+    notes: list[str] = []
     offered = args.n / args.period
     for kind, r in results.items():
-        print(
+        rows.append(
             f"| rehydrate {kind} | {args.n:,} | {r['create_per_s']:,.0f} | "
             f"{r['sched_rate']:,.0f} ({offered:,.0f}) | {r['sched_p50']:.1f} ms | {r['sched_p99']:.1f} ms | "
             f"{r['once_p50']:.1f} / {r['once_p99']:.1f} ms | {r['sched_p99'] - r['once_p99']:+.1f} ms | "
@@ -314,33 +330,42 @@ def main() -> None:
             f"{r['burst-s_rate'] / r['burst-o_rate']:.2f} | {r['burst-c_rate']:,.0f} | "
             f"{r['burst-c_rate'] / r['burst-o_rate']:.2f} |"
         )
+        print(rows[-1])
     print()
     for kind, r in results.items():
         rounds = ", ".join(
             f"{o:,.0f} / {s_:,.0f} / {c:,.0f}"
             for o, s_, c in zip(r["burst-o_rates"], r["burst-s_rates"], r["burst-c_rates"], strict=True)
         )
-        print(f"* {kind} bursts, one-shot / Every / cron per second, round by round: {rounds}")
+        notes.append(f"* {kind} bursts, one-shot / Every / cron per second, round by round: {rounds}")
+        print(notes[-1])
     # The verdict per store against both aims of issue #13, so no reader has to work it out.
     print()
     for kind, r in results.items():
         ratio = r["burst-s_rate"] / r["burst-o_rate"]
         diff = r["sched_p99"] - r["once_p99"]
-        print(
+        notes.append(
             f"* {kind}: occurrences/s {ratio:.2f}x one-shot (aim >= {RATIO_AIM}x): "
             f"{'met' if ratio >= RATIO_AIM else 'NOT met'}; p99 lateness {diff:+.1f} ms against "
             f"one-shot (aim <= +{P99_AIM_MS:g} ms): {'met' if diff <= P99_AIM_MS else 'NOT met'}"
         )
+        print(notes[-1])
     for label, p in peers.items():
         if "error" in p:
-            print(f"| {label} | | | {p['error']} | | | | | | | |")
+            rows.append(f"| {label} | | | {p['error']} | | | | | | | |")
+            print(rows[-1])
             continue
         n = int(label.rsplit(" ", 1)[1].replace(",", ""))
-        print(
+        rows.append(
             f"| {label.rsplit(' ', 1)[0]} | {n:,} | {p['create_per_s']:,.0f} | "
             f"{p['sched_rate']:,.0f} ({n / args.period:,.0f}) | {p['sched_p50']:.1f} ms | "
             f"{p['sched_p99']:.1f} ms | | | | | |"
         )
+        print(rows[-1])
+    if args.write_docs:
+        from doctables import write_table
+
+        write_table("schedules", rows, ["\n".join(notes)] if notes else [], load_before=load_before)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,8 @@ class Delivery:
     name: str
     id: str
     element: Any
-    #: 1 on first delivery; counts every claim.
+    #: 1 on first delivery; one more after each run that failed, was retried or lost its lease
+    #: (a worker that died); a delivery handed back unrun (a graceful stop) does not count.
     attempt: int
     #: When it was due and when it was claimed, in the store's clock. (With ``claim_ahead``, the
     #: claim comes before the due time: ``claimed_at`` is then when it was handed to the handler,

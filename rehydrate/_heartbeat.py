@@ -27,6 +27,7 @@ import anyio
 import anyio.abc
 import structlog
 
+from rehydrate._backend import running_backend
 from rehydrate._clock import SystemClock, wall
 from rehydrate._deliveries import Counters, Stats
 from rehydrate._version import __version__
@@ -50,13 +51,9 @@ def new_worker_id() -> str:
 
 
 def backend_name() -> str:
-    """The event loop running this task (``asyncio``, ``trio``)."""
-    try:
-        import sniffio
-
-        return str(sniffio.current_async_library())
-    except Exception:  # no sniffio, or a loop it does not know: say so rather than fail
-        return "unknown"
+    """The event loop running this task (``asyncio``, ``trio``; see :mod:`rehydrate._backend`),
+    or ``"unknown"`` outside one."""
+    return running_backend() or "unknown"
 
 
 def _numbers(stats: Stats) -> dict[str, Any]:

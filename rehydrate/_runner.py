@@ -64,6 +64,7 @@ __all__ = [
     "feed_channel",
     "handler_label",
     "release",
+    "release_many",
 ]
 
 logger = structlog.get_logger("rehydrate")
@@ -77,18 +78,22 @@ _STALL_FRACTION: Final = 0.25
 #: How long one batch of acks may take before it is given up (the leases bring the elements back).
 _ACK_TIMEOUT: Final = 10.0
 #: A worker checkpoints after this many elements in a row without waiting for work: a loop turn
-#: for the timers and other tasks, and another worker woken. 128 no-op handlers take 0.3 to 0.5
-#: ms; at 32 the turns cost a burst's handlers 1,300 instructions each (2026-11-28).
+#: for the timers and other tasks, and another worker woken. This many no-op handlers run well
+#: within a millisecond, so timers are not held up; a smaller stride makes the turns cost a
+#: burst's handlers more than the timers gain (docs/benchmarks.md, "Measurements behind the code").
 _STRIDE: Final = 128
 #: While claims wait for a worker, acks (and rearms) wait this long at most for them to start
 #: (and an eighth of the lease at most, so as never to endanger it): bookkeeping after the
-#: handlers' starts, in batches. Longer than a burst of a thousand takes to start (5 to 10 ms
-#: on 2026-11-28), so that its acks do not stop the loop half-way through it.
+#: handlers' starts, in batches. Longer than a burst of a thousand takes to start (see
+#: docs/benchmarks.md, "Measurements behind the code"), so that its acks do not stop the loop
+#: half-way through it.
 _BOOKKEEPING_DELAY: Final = 0.05
 #: An occurrence claimed more than this long (a second, in microseconds) before its nominal time
 #: (its due time, for a spread schedule) was made due early: it is filed for its time instead of
 #: run (a wall clock read a little behind the store's is not that).
 _EARLY_US: Final = 1_000_000
+#: A stopping runner hands its claims back this many to a store call, each call given 2 s.
+_RELEASE_BATCH: Final = 1000
 #: Claims held (``claim_ahead``) and due within this long of the last release are the same burst:
 #: bookkeeping keeps waiting for them.
 _HELD_SOON: Final = 0.002
@@ -139,7 +144,7 @@ class _Occurrence:
     nominal time planned), and that time (Unix seconds).
 
     A plain slotted class: one is made per occurrence delivered, and a frozen attrs class costs
-    twice as much to make (``benchmarks/bench_schedules.py``). Never changed once made.
+    markedly more to make (``benchmarks/bench_schedules.py``). Never changed once made.
     """
 
     __slots__ = ("envelope", "following", "moved", "nominal", "offset", "trigger")
@@ -778,13 +783,15 @@ class Runner:
             with anyio.CancelScope(shield=True):
                 await acker.flush()
                 await self._rearmer.flush()
+                back: list[tuple[str, int, float]] = []
                 for claim in workers.drain():
                     self._done()
-                    await release(store, self.handler.name, claim.id, claim.token)
+                    back.append((claim.id, claim.token, 0.0))
+                now = store.clock()
                 for claim in self._unreleased:
                     # Due again when it was due (not at once: that would be early).
-                    ttl = max(0.0, claim.due - store.clock())
-                    await release(store, self.handler.name, claim.id, claim.token, ttl)
+                    back.append((claim.id, claim.token, max(0.0, claim.due - now)))
+                await release_many(store, self.handler.name, back)
 
     def _done(self) -> None:
         """One element less in flight: wake the claim loop (a free slot) and shutdown (idle)."""
@@ -1025,8 +1032,8 @@ class Runner:
         # the envelope keeps them: a first delivery of a schedule neither paused nor spread nor
         # ``skip``, with no later occurrence missed yet, and not early (below). Now in whole
         # microseconds too (floored: the same answers against whole numbers), for comparisons
-        # of ints: an int of more than 48 bits against a float takes CPython's slow path (51 ns
-        # against 11 for two ints, timeit, 2026-11-28).
+        # of ints: an int of more than 48 bits against a float takes CPython's slow path, several
+        # times the cost of comparing two ints (docs/benchmarks.md, "Measurements behind the code").
         now_us = int(now * US)
         nominal_us = envelope["next"]
         if (
@@ -1041,8 +1048,8 @@ class Runner:
             if not isinstance(trigger, Every):
                 following = us(trigger.after(nominal_us / US))
             elif type(anchor := envelope.get("anchor")) is int:
-                # ``trigger.after_us(nominal_us, anchor)``, written out: the call was a tenth of
-                # an occurrence's own work (``bench_instructions.py``).
+                # ``trigger.after_us(nominal_us, anchor)``, written out: the call was a large part
+                # of an occurrence's own work (``bench_instructions.py``).
                 step = trigger._step
                 k = (nominal_us - anchor) // step + 1
                 following = anchor + k * step if k > 0 else anchor
@@ -1151,7 +1158,8 @@ class Runner:
             upcoming = us(next_run(occurrence.envelope, occurrence.trigger))
         # ``next`` keeps its place, the last (with_next's copy, without its check: every envelope
         # is written so). A copy, then the one key set: ``{**envelope, "next": ...}`` builds two
-        # dicts and merges them, 2,500 instructions more an occurrence (``bench_instructions.py``).
+        # dicts and merges them, which counts as a measurable share of an occurrence
+        # (``bench_instructions.py``).
         envelope = occurrence.envelope.copy()
         envelope["next"] = upcoming
         self._rearmer.add(claim.id, claim.token, envelope, upcoming / US + occurrence.offset, True)
@@ -1271,8 +1279,7 @@ async def feed_channel(
                 except BaseException as exc:
                     # The consumer left: hand back this claim and the rest of the batch.
                     with anyio.CancelScope(shield=True):
-                        for left in claims[i:]:
-                            await release(store, name, left.id, left.token)
+                        await release_many(store, name, [(left.id, left.token, 0.0) for left in claims[i:]])
                     if isinstance(exc, (anyio.BrokenResourceError, anyio.ClosedResourceError)):
                         return
                     raise
@@ -1283,17 +1290,25 @@ async def feed_channel(
 
 
 async def release(store: Store, name: str, id: str, token: int, ttl: float = 0.0) -> None:
-    """Hand a claimed element back, due in ``ttl`` (at once by default); if that fails its lease
-    brings it back."""
-    with anyio.move_on_after(2.0), contextlib.suppress(RehydrateError):
-        await store.reschedule(name, id, ttl=ttl, token=token)
+    """Hand a claimed element back unrun, due in ``ttl`` (at once by default), its attempt
+    undone (:meth:`Store.hand_back`); if that fails its lease brings it back (and counts it)."""
+    await release_many(store, name, [(id, token, ttl)])
+
+
+async def release_many(store: Store, name: str, items: list[tuple[str, int, float]]) -> None:
+    """:func:`release` for each ``(id, token, ttl)``, a store batch at a time (what a stopping
+    runner holds may be a burst claimed ahead)."""
+    for start in range(0, len(items), _RELEASE_BATCH):
+        with anyio.move_on_after(2.0), contextlib.suppress(RehydrateError):
+            await store.hand_back(name, items[start : start + _RELEASE_BATCH])
 
 
 def event_type() -> Callable[[], anyio.Event]:
     """The running backend's event class. ``anyio.Event()`` looks the backend up at each call
-    (sniffio, then the backend's factory): 1.24 µs a new event on trio against 0.45 µs for its
-    class called directly (1.06 against 0.68 on asyncio). A worker makes one each time it goes
-    idle, and the hand-over of a burst spread over a millisecond makes several per element."""
+    (sniffio, then the backend's factory), which costs more than calling its class directly, on
+    trio most (docs/benchmarks.md, "Measurements behind the code"). A worker makes one each time
+    it goes idle, and the hand-over of a burst spread over a millisecond makes several per
+    element."""
     return type(anyio.Event())
 
 

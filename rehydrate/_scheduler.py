@@ -46,7 +46,16 @@ from rehydrate._core._triggers import US, Every, Misfire, Trigger, trigger_from_
 from rehydrate._core._validate import Seconds
 from rehydrate._deliveries import Counters, DeadLetter, Delivery, Stats, current_delivery, stats_of
 from rehydrate._heartbeat import Heartbeat, new_worker_id
-from rehydrate._runner import DEAD_SUFFIX, HandlerSpec, Runner, Settings, feed_channel, handler_label, release
+from rehydrate._runner import (
+    DEAD_SUFFIX,
+    HandlerSpec,
+    Runner,
+    Settings,
+    feed_channel,
+    handler_label,
+    release,
+    release_many,
+)
 from rehydrate._schedules import (
     PAUSED_TTL,
     REMOVED,
@@ -105,7 +114,9 @@ logger = structlog.get_logger("rehydrate")
 #: (no such element, a worker holds it, a paused schedule, or claimed or removed meanwhile).
 RunNow: TypeAlias = Literal["schedule", "one-shot", "unknown", "held", "paused", "changed"]
 
-Handler = TypeVar("Handler", bound=Callable[..., Any])
+#: A handler: called with one argument, the element (``async def`` or plain ``def``). Bound so
+#: that a type checker refuses ``async def handle()`` where registration would refuse it.
+Handler = TypeVar("Handler", bound=Callable[[Any], object])
 
 
 def _claims_ahead(store: Store) -> bool:
@@ -144,6 +155,31 @@ def _only(group: BaseExceptionGroup[BaseException], exc: BaseException) -> bool:
         else:
             leaves.append(item)
     return leaves == [exc]
+
+
+def _check_handler(func: object, name: str) -> None:
+    """Refuse, at registration, a handler that cannot be called with the element alone.
+
+    Otherwise it registers, and every delivery fails with ``TypeError``, is retried and ends as a
+    dead letter. A signature that cannot be read (some builtins) is given the benefit of the doubt.
+    """
+    if not callable(func):
+        raise InvalidTypeError(f"the handler of {name!r} must be callable, not {type(func).__name__}")
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None)
+    except TypeError as exc:
+        bare = signature.replace(  # the parameters as a person reads them: no annotations
+            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+            return_annotation=signature.empty,
+        )
+        raise InvalidTypeError(
+            f"the handler of {name!r} must take one positional argument, the element: "
+            f"{handler_label(func)}{bare} cannot ({exc})"
+        ) from None
 
 
 def _positive_int(value: object, name: str) -> int:
@@ -467,9 +503,11 @@ class Scheduler:
     ) -> Callable[[Handler], Handler]:
         """Register the decorated function as the handler of dehydrator ``name``.
 
-        It is called with each due element; an ``async def`` runs in the event loop (it must not
-        block it: a stall past a quarter of the lease is logged, as the lease may run out), a
-        plain function in a worker thread (which shutdown waits for: see ``sync_grace``).
+        It is called with each due element, its one positional argument (a callable that cannot
+        take it, such as ``async def handle()``, raises ``InvalidTypeError`` here rather than
+        fail every delivery); an ``async def`` runs in the event loop (it must not block it: a
+        stall past a quarter of the lease is logged, as the lease may run out), a plain function
+        in a worker thread (which shutdown waits for: see ``sync_grace``).
         Returning means done (the element is acked); raising means failed (retried per
         ``retry``, then dead-lettered). At most ``concurrency`` elements run at once; they are
         claimed ``batch`` at a time (default: ``min(concurrency, 100)``). Each runs under a
@@ -524,8 +562,7 @@ class Scheduler:
             )
 
         def register(func: Handler) -> Handler:
-            if not callable(func):
-                raise InvalidTypeError("a handler must be callable")
+            _check_handler(func, name)
             handler = HandlerSpec(
                 name=name,
                 func=func,
@@ -1206,12 +1243,14 @@ class Scheduler:
             # The feeder has ended (handing back what it held): hand back what it had buffered
             # for the consumer. Draining earlier would wake the feeder to claim more.
             with anyio.CancelScope(shield=True):
+                buffered: list[tuple[str, int, float]] = []
                 while True:
                     try:
                         delivery = receive.receive_nowait()
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
-                    await release(self.store, name, delivery.id, delivery.token)
+                    buffered.append((delivery.id, delivery.token, 0.0))
+                await release_many(self.store, name, buffered)
 
     # -- running ---------------------------------------------------------------------------------
 

@@ -62,7 +62,8 @@ def wrap(element: Any, carrier: object) -> Any:
 def _propagate() -> Any:
     """The ``opentelemetry.propagate`` module (the application's propagators: W3C by default).
 
-    Imported on first use only, once the application has imported OpenTelemetry (about 8 ms).
+    Imported on first use only, once the application has imported OpenTelemetry: the import is
+    slow enough to matter to a command's start-up.
     """
     module = sys.modules.get("opentelemetry.propagate")
     if module is None:

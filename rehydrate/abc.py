@@ -18,8 +18,9 @@ Rules that hold for every method unless its docstring says otherwise:
   (:attr:`Store.clock`): monotonic for the memory store, Unix time for SQLite, the Redis server's
   ``TIME`` for Redis. Compare them with each other, not with another clock.
 * **Leases and fencing.** ``claim`` files each element anew at ``now + lease`` and adds one to its
-  attempt; until then nobody else can claim it, after that it is due again (redelivery). Each claim
-  carries a ``token``, never reused in the store. Calls that take ``token`` do nothing unless the
+  attempt; until then nobody else can claim it, after that it is due again (redelivery).
+  :meth:`Store.hand_back` takes that one back (a claim returned unrun is no attempt). Each
+  claim carries a ``token``, never reused in the store. Calls that take ``token`` do nothing unless the
   element is still under that very claim: a worker whose lease ran out cannot ack, extend or move
   a newer claim, nor a new element pushed under the same id. (``attempt`` fencing, as in ReDe's
   XACK, compares only the attempt count, which starts again at 1 for a new element.)
@@ -47,8 +48,8 @@ Rules that hold for every method unless its docstring says otherwise:
 * **Workers.** :meth:`Store.heartbeat`, :meth:`Store.deregister_worker` and :meth:`Store.workers`
   keep a small registry of running workers beside the dehydrators (not in any of them), so any
   process can see which workers are alive. Its data is JSON whatever the store's serializer.
-* **Elements** are what the store's serializer accepts (any object for the memory store, JSON data
-  by default for SQLite and Redis).
+* **Elements** are what the store's serializer accepts (any object for the memory store without
+  one, JSON data by default for SQLite, Redis and PostgreSQL), and come back as it reads them.
 """
 
 from __future__ import annotations
@@ -382,6 +383,25 @@ class Store(ABC):
         """
         batch = _validate.reschedules(items)
         return [await self.reschedule(name, id, ttl=ttl, token=token) for id, token, ttl in batch]
+
+    async def hand_back(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
+        """Give claims back unrun: for each ``(id, token, ttl)`` still claimed under ``token``,
+        file the element anew at ``now + ttl``, unclaimed, and undo that claim's attempt (its
+        attempt is what it was before the claim). Returns, per item, whether it did.
+
+        It is how a scheduler returns what it claimed and will not finish: a handler cancelled by
+        a graceful stop, claims taken ahead (``claim_ahead``) or buffered for a channel that
+        nobody started. Nothing failed, so nothing counts against ``Retry(attempts=...)``; a
+        worker that dies instead leaves its claim to run out, which does count (the store cannot
+        tell a dead worker from a failed run). Fenced like :meth:`ack`: ``False`` (nothing done)
+        for an element gone, not claimed (a second hand-back under the same token included), or
+        under another claim. Each item is atomic, one round trip per batch (a store may split a
+        large batch into atomic parts); every item is checked first, as by
+        :meth:`reschedule_many`. This default calls :meth:`reschedule_many`, which keeps the
+        attempt and does not check that the element is claimed; the stores of this package
+        implement it.
+        """
+        return await self.reschedule_many(name, _validate.reschedules(items, "hand_back"))
 
     async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
         """Fenced batch rearm: for each ``(id, token, element, ttl)``, end the claim ``token`` on

@@ -83,8 +83,18 @@ class UnknownIdError(RehydrateError, KeyError):
 class StoreUnavailableError(RehydrateError, ConnectionError):
     """The store's backend could not be reached, even after the store's own retries.
 
-    The call may or may not have taken effect; every verb is safe to retry.
+    The call may or may not have taken effect; every verb is safe to retry. :attr:`transient`
+    tells a backend that did not answer (retrying later may succeed) from one that answered and
+    refused (a password, a database that does not exist: :class:`StoreRefusedError`, never
+    transient), which only a change of configuration fixes.
     """
+
+    def __init__(self, *args: object, transient: bool = False) -> None:
+        super().__init__(*args)
+        #: True when the backend could not be reached at all (refused or timed-out connections,
+        #: a server restarting): the same call may succeed later, so ``rehydrate worker`` waits
+        #: for such a store at start-up. False when waiting cannot help.
+        self.transient = transient
 
 
 class StoreRefusedError(StoreUnavailableError):

@@ -27,8 +27,8 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii
 def _c_encoder() -> Callable[[Any], str]:
     """``_ENCODER.encode`` without its per-call set-up, where the C accelerator exists.
 
-    ``JSONEncoder.encode`` builds the C encoder anew for every call (and a dict to detect cycles):
-    about 0.7 µs of every element's ``dumps``, as much as encoding a small element. This one is
+    ``JSONEncoder.encode`` builds the C encoder anew for every call (and a dict to detect cycles),
+    which costs as much as encoding a small element. This one is
     built once, with the same options, and without the cycle check: a cyclic element ends in a
     ``RecursionError`` instead of a ``ValueError`` (``dumps`` refuses both alike), and a failed
     call leaves nothing behind that a later one could trip on.
@@ -62,8 +62,8 @@ def _c_scanner() -> Callable[[str, int], tuple[Any, int]] | None:
     """The C scanner behind ``json.loads``, called directly where it exists.
 
     ``json.loads`` of bytes first guesses their encoding, decodes them, and matches a regular
-    expression for whitespace on each side: about 1.5 µs, more than reading a small element's
-    JSON (0.3 µs for ``{"i":1}``, 1.3 µs for a schedule's envelope). What this package writes is
+    expression for whitespace on each side, which costs more than reading a small element's JSON
+    (docs/benchmarks.md, "Measurements behind the code"). What this package writes is
     UTF-8 with no whitespace around it, so the scanner is asked first; anything else (a BOM,
     another encoding, whitespace, bad JSON) goes to ``json.loads``, which answers as always.
     """

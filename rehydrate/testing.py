@@ -1,4 +1,22 @@
-"""Helpers for testing code that uses rehydrate: move time forward instead of sleeping."""
+"""Helpers for testing code that uses rehydrate: move time forward instead of sleeping.
+
+Test on a memory store with production's serializer: ``MemoryStore(clock=clock,
+serializer="json")``, or ``open_store("memory://?serializer=json", clock=clock)`` (``"msgpack"``
+if production uses it). Without one, the memory store hands a handler the very object deferred,
+so a test passes with a datetime or a set that every durable store refuses, or a tuple that it
+hands back as a list. With one, the test fails where production would: the element is refused at
+the ``defer`` with the durable stores' :class:`~rehydrate.errors.InvalidTypeError`, and every
+handler, dead letter and read gets the element as they would give it.
+
+>>> import anyio
+>>> from rehydrate import open_store
+>>> async def main() -> object:
+...     async with open_store("memory://?serializer=json") as store:
+...         await store.push("jobs", ("a", 1), ttl=0, id="x")
+...         return await store.look("jobs", "x")
+>>> anyio.run(main)
+['a', 1]
+"""
 
 from __future__ import annotations
 

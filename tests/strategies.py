@@ -43,6 +43,7 @@ store_programs = st.lists(
         st.tuples(st.just("reschedule"), _pids, _pttls, _pattempts),
         st.tuples(st.just("reschedule_token"), _pids, _pttls, _picks),
         st.tuples(st.just("extend"), _pids, _pleases, _picks),
+        st.tuples(st.just("hand_back"), st.lists(st.tuples(_pids, _picks, _pttls), max_size=3)),
         st.tuples(st.just("update"), _pids),
         st.tuples(st.just("look"), _pids),
         st.tuples(st.just("info"), _pids),

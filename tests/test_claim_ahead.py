@@ -124,6 +124,8 @@ class TestClaimAhead:
         assert ran == []
         assert (await store.summary("jobs")).claimed == 0
         assert await store.ttn("jobs") == pytest.approx(0.9)  # a: still due at 10, not at once
+        # Never run: the claims handed back are no attempt.
+        assert [(await store.info("jobs", id)).attempt for id in "ab"] == [0, 0]  # type: ignore[union-attr]
         # Another scheduler, without claim_ahead, delivers them on time.
         after = Scheduler(store, grace=0.5)
         again = recorder(after, clock)

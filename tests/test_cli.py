@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Generator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +30,7 @@ from rehydrate.abc import Store
 from rehydrate.cli._common import duration
 from rehydrate.cli._main import run
 from rehydrate.stores import MemoryStore, open_store
+from tests import no_sniffio
 from tests.redis_server import shared_server_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,11 +150,32 @@ def test_verbs_round_trip(cli: CLI) -> None:
 
 def test_push_at_and_stdin(cli: CLI, monkeypatch: pytest.MonkeyPatch) -> None:
     assert cli.json("push", "jobs", "1", "--id", "past", "--at", "2001-01-01T00:00:00+00:00")["ttl"] == 0.0
-    ttl = cli.json("push", "jobs", "2", "--id", "future", "--at", "2050-01-01T00:00:00")["ttl"]
+    ttl = cli.json("push", "jobs", "2", "--id", "future", "--at", "2050-01-01T00:00:00Z")["ttl"]
     assert ttl > 20 * 365 * 86400
     monkeypatch.setattr(sys, "stdin", __import__("io").StringIO('{"from": "stdin"}'))
     cli.json("push", "jobs", "-", "--id", "piped")
     assert cli.json("look", "jobs", "piped") == {"from": "stdin"}
+
+
+def test_a_time_or_duration_the_api_refuses_is_refused_and_nothing_is_pushed(cli: CLI) -> None:
+    """``--at`` without an offset was taken as UTC where ``defer(at=naive)`` is refused, and
+    ``--delay -5s`` was "expected one argument": each is now the API's refusal, exit status 1."""
+    for argv, says in [
+        (["--at", "2026-12-24T18:00:00"], "--at: invalid time '2026-12-24T18:00:00': add a UTC offset or Z"),
+        (["--at", "2026-12-24 18:00"], "--at: invalid time '2026-12-24 18:00': add a UTC offset or Z"),
+        (["--delay", "-5s"], "--delay: invalid duration '-5s': it must not be negative"),
+        (["--delay=-5s"], "--delay: invalid duration '-5s': it must not be negative"),
+        (["--delay", "-.5"], "--delay: invalid duration '-.5': it must not be negative"),
+        (["--delay", "5x"], "--delay: invalid duration '5x': use a number of seconds or e.g. 1500ms"),
+    ]:
+        code, out, err = cli("push", "jobs", "1", "--id", "a", *argv)
+        assert (code, out) == (1, ""), err
+        (line,) = err.splitlines()
+        assert line.startswith(f"rehydrate: error: {says}")
+    assert cli("look", "jobs", "a")[0] == 1  # nothing was pushed
+    for at in ("2026-12-24T18:00:00Z", "2026-12-24T18:00:00+01:00", "2026-12-24T18:00:00-05:00"):
+        assert cli("push", "jobs", "1", "--at", at)[0] == 0
+    assert cli.json("push", "jobs", "1", "--id", "now", "--delay", "-0s")["ttl"] == 0.0
 
 
 def test_missing_elements_exit_1(cli: CLI) -> None:
@@ -311,14 +334,17 @@ def test_stats_watch(cli: CLI) -> None:
 
 
 def test_stats_watch_interval_has_a_minimum(capsys: pytest.CaptureFixture[str]) -> None:
-    """``--interval 0`` redrew 1,000 times a second: below 100ms is a malformed command line."""
-    with pytest.raises(SystemExit) as exit:
-        run(["--store", "memory://", "stats", "--watch", "--interval", "0", "--count", "3"])
-    assert exit.value.code == 2
-    assert "it must be at least 100ms" in capsys.readouterr().err
+    """``--interval 0`` redrew 1,000 times a second: below 100ms is refused, as any bad value is."""
+    assert run(["--store", "memory://", "stats", "--watch", "--interval", "0", "--count", "3"]) == 1
+    assert "--interval: invalid interval '0': it must be at least 100ms" in capsys.readouterr().err
 
 
 # -- mistakes: one line, non-zero ----------------------------------------------------------------
+
+#: What a bad duration's line says it accepts.
+SYNTAX = "use a number of seconds or e.g. 1500ms, 5s, 2m, 1h, 1m30s"
+#: What a time without a UTC offset is told.
+NAIVE = "add a UTC offset or Z, e.g. 2026-12-24T18:00:00+01:00 or 2026-12-24T18:00:00Z"
 
 
 @pytest.mark.parametrize(
@@ -332,12 +358,36 @@ def test_stats_watch_interval_has_a_minimum(capsys: pytest.CaptureFixture[str]) 
         (["push", "jobs", '"\\ud800"'], 1, "a string in the JSON payload is not Unicode text"),
         (["push", "jobs", '{"\\udfff": 1}'], 1, "a string in the JSON payload is not Unicode text"),
         (["push", "jobs", "1", "--id", "a\udcff"], 1, "the id 'a\\udcff' is not Unicode text"),
-        (["stats", "--watch", "--interval", "10ms"], 2, "it must be at least 100ms"),
-        (["push", "jobs", "1", "--delay", "5x"], 2, "invalid duration '5x'"),
-        (["push", "jobs", "1", "--at", "tomorrow"], 2, "invalid time 'tomorrow'"),
+        (["stats", "--watch", "--interval", "10ms"], 1, "--interval: invalid interval '10ms'"),
+        (["push", "jobs", "1", "--delay", "5x"], 1, f"--delay: invalid duration '5x': {SYNTAX}"),
+        (
+            ["push", "jobs", "1", "--delay", "-5s"],
+            1,
+            "--delay: invalid duration '-5s': it must not be negative",
+        ),
+        (["push", "jobs", "1", "--delay=-5s"], 1, "--delay: invalid duration '-5s': it must not be negative"),
+        (["push", "jobs", "1", "--delay", "-1m30s"], 1, "invalid duration '-1m30s': it must not be negative"),
+        (["push", "jobs", "1", "--delay", "nan"], 1, "--delay: invalid duration 'nan': it must be finite"),
+        (["push", "jobs", "1", "--at", "tomorrow"], 1, "--at: invalid time 'tomorrow': use ISO 8601"),
+        (
+            ["push", "jobs", "1", "--at", "2026-12-24T18:00:00"],
+            1,
+            f"--at: invalid time '2026-12-24T18:00:00': {NAIVE}",
+        ),
+        (["push", "jobs", "1", "--delay", "5s", "--at", "2026-12-24T18:00Z"], 2, "not allowed with argument"),
+        (["push", "jobs", "1", "--delay"], 2, "argument --delay: expected one argument"),
+        (
+            ["requeue", "jobs", "--delay", "-1m"],
+            1,
+            "--delay: invalid duration '-1m': it must not be negative",
+        ),
+        (["worker", "json:loads", "--grace", "5x"], 1, f"--grace: invalid duration '5x': {SYNTAX}"),
+        (["worker", "json:loads", "--heartbeat", "-5s"], 1, "--heartbeat: invalid duration '-5s'"),
+        (["worker", "json:loads", "--concurrency", "0"], 1, "--concurrency: invalid number '0'"),
+        (["demo", "--seconds", "soon"], 1, f"--seconds: invalid duration 'soon': {SYNTAX}"),
         (["--store", "ftp://host", "ttn", "jobs"], 1, "unsupported store URL 'ftp://host'"),
         (["ttn", "jobs", "--store", "ftp://host"], 1, "unsupported store URL 'ftp://host'"),
-        (["poll", "jobs", "--limit", "0"], 2, "it must be at least 1"),
+        (["poll", "jobs", "--limit", "0"], 1, "--limit: invalid number '0': it must be at least 1"),
         (["push", "", "1"], 1, "name must not be empty (InvalidArgumentError)"),
         (["frobnicate"], 2, "invalid choice: 'frobnicate'"),
         (["worker", "no_such_module_here:scheduler"], 1, "module 'no_such_module_here' not found"),
@@ -354,7 +404,7 @@ def test_mistakes_print_one_line(
 ) -> None:
     full = (
         argv
-        if "--store" in argv or argv[0] in ("worker", "bench", "frobnicate")
+        if "--store" in argv or argv[0] in ("worker", "bench", "frobnicate", "demo")
         else [
             "--store",
             f"sqlite:///{tmp_path / 'x.db'}",
@@ -372,6 +422,35 @@ def test_mistakes_print_one_line(
     assert len(err.strip().splitlines()) == 1, err
     assert message in err
     assert "Traceback" not in err
+
+
+def test_a_worker_refuses_a_handler_that_cannot_take_the_element(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It served, and every delivery failed with TypeError, was retried and dead-lettered: now
+    the worker does not start, and says which handler in one line."""
+    (tmp_path / "noargs_tasks.py").write_text(
+        textwrap.dedent(
+            """
+            from rehydrate import Scheduler
+
+            scheduler = Scheduler()
+
+            @scheduler.handler("emails")
+            async def send():
+                pass
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "noargs_tasks", raising=False)
+    assert run(["worker", "noargs_tasks:scheduler", "--store", "memory://"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        "rehydrate: error: importing 'noargs_tasks' failed: InvalidTypeError: the handler of 'emails' "
+        "must take one positional argument, the element: noargs_tasks.send() cannot (too many "
+        "positional arguments)"
+    )
 
 
 def test_no_store(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -675,10 +754,12 @@ def test_error_line_is_json_with_log_format_json(tmp_path: Path, capsys: pytest.
         assert record["level"] == "error"
         assert record["event"].startswith("invalid JSON payload '{bad'")
         assert datetime.fromisoformat(record["timestamp"]).tzinfo is not None
-    with pytest.raises(SystemExit) as exit:
-        run(["--log-format", "json", "push", "jobs", "1", "--delay", "5x"])
+    assert run(["--log-format", "json", "push", "jobs", "1", "--delay", "5x"]) == 1
+    assert json.loads(capsys.readouterr().err)["event"].startswith("--delay: invalid duration '5x'")
+    with pytest.raises(SystemExit) as exit:  # a command line that does not parse: still a JSON line
+        run(["--log-format", "json", "push", "jobs", "1", "--delay"])
     assert exit.value.code == 2
-    assert "invalid duration '5x'" in json.loads(capsys.readouterr().err)["event"]
+    assert "expected one argument" in json.loads(capsys.readouterr().err)["event"]
 
 
 def test_common_options_on_both_sides(cli: CLI) -> None:
@@ -955,3 +1036,31 @@ def test_drive_refuses_a_coroutine_that_suspends() -> None:
 
     with pytest.raises(RuntimeError, match="needs an event loop"):
         drive(needs_a_loop())
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+@pytest.mark.parametrize("verb", ["pull", "xack"])
+def test_put_back_without_sniffio(
+    request: pytest.FixtureRequest, tmp_path: Path, kind: str, verb: str
+) -> None:
+    """As on a plain ``pip install 'rehydrate[redis,web]'`` (no sniffio: ``tests/no_sniffio.py``),
+    an element printed into a closed pipe is put back, without an event loop (SQLite's one-shot
+    verbs) and in one (Redis): it was lost, the put-back failing on ``import sniffio``."""
+    if kind == "sqlite":
+        url = _sqlite_url(tmp_path)
+    else:
+        url = shared_server_url(request.config) + f"?prefix=cli-{uuid.uuid4().hex[:12]}"
+    anyio.run(_fill, url, "bp", [("big", "x" * 200_000)])
+    process = subprocess.Popen(
+        no_sniffio.rehydrate(verb, "bp", "big", "--store", url),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    assert process.stdout.read(20)
+    process.stdout.close()
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 141, err.decode()
+    assert "Traceback" not in err.decode()
+    assert anyio.run(_summary, url, "bp") == (1, 0, ["big"])

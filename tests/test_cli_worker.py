@@ -684,6 +684,8 @@ def test_help_says_where_the_store_comes_from_how_it_stops_and_its_exit_statuses
     assert "SIGTERM, SIGINT or SIGHUP" in text
     assert "3 times in a row and no other child serves, the parent gives up: exit 1" in text
     assert "exit status: 0 stopped by a signal; 1 an error" in text
+    assert "for up to --wait (default 1m; --wait 0 fails at once)" in text
+    assert "--wait DURATION" in text
 
 
 SLOW_OPENING_APP = """
@@ -779,7 +781,7 @@ async def handle(element):
 def test_the_worker_freezes_what_start_up_left_before_its_first_claim(tmp_path: Path) -> None:
     """Start-up's objects (modules, the event loop's, the store's client) are collected once and
     frozen before serving: the collector never walks them again, so no full collection stops the
-    loop a few seconds into serving (a 20-45 ms pause in a Redis worker on trio)."""
+    loop a few seconds into serving (a pause of tens of milliseconds in a Redis worker on trio)."""
     log = tmp_path / "frozen.log"
     (tmp_path / "fapp.py").write_text(textwrap.dedent(FROZEN_APP.format(log=str(log))))
     url = f"sqlite:///{tmp_path / 'f.db'}"
@@ -793,3 +795,141 @@ def test_the_worker_freezes_what_start_up_left_before_its_first_claim(tmp_path: 
     assert code == 0
     (frozen,) = complete_lines(log)
     assert int(frozen) > 10_000  # the imports and the open store, at least
+
+
+# -- --wait: a store that is not up yet ------------------------------------------------------------
+
+
+def _free_port() -> int:
+    """A loopback port where nothing listens (yet)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_wait_0_fails_at_once_on_a_store_nobody_serves(
+    app: Callable[..., Path], tmp_path: Path, backend: str
+) -> None:
+    app()
+    url = f"redis://127.0.0.1:{_free_port()}/0"
+    worker = start(tmp_path, "wapp:scheduler", "--store", url, "--wait", "0", "--backend", backend)
+    _, err = worker.communicate(timeout=30)
+    assert worker.returncode == 1
+    (line,) = err.strip().splitlines()  # one line: the error, no warning about waiting
+    assert "is unavailable" in json.loads(line)["event"]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_worker_waits_for_a_redis_that_comes_up_later(
+    app: Callable[..., Path], tmp_path: Path, backend: str
+) -> None:
+    """Started before its Redis (a compose file, a rollout): it says so once per attempt, with
+    backoff, and serves once the server is up, rather than exit and be restarted into a loop."""
+    from tests.redis_server import RedisServer
+
+    log = app(grace=1)
+    port = _free_port()
+    url = f"redis://127.0.0.1:{port}/0?prefix=wait-{os.urandom(4).hex()}"
+    err_path = tmp_path / "worker.err"
+    with err_path.open("w") as err_out:
+        worker = start(
+            tmp_path, "wapp:scheduler", "--store", url, "--wait", "30s", "--backend", backend, stderr=err_out
+        )
+    try:
+
+        def warnings() -> list[dict[str, Any]]:
+            logs = _json_lines(err_path.read_text())
+            return [e for e in logs if e["event"] == "store unavailable; retrying"]
+
+        wait_for(lambda: len(warnings()) >= 2, worker, "two attempts")
+        with RedisServer(port=port):
+            push(url, 1, {})
+            wait_for(lambda: len(entries(log)) == 1, worker, "a delivery")
+            worker.send_signal(signal.SIGTERM)
+            worker.communicate(timeout=20)
+            code = worker.returncode
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate()
+    logs = _json_lines(err_path.read_text())
+    assert code == 0, err_path.read_text()
+    assert all(line.startswith("{") for line in err_path.read_text().splitlines())
+    waited = [e for e in logs if e["event"] == "store unavailable; retrying"]
+    assert [e["attempt"] for e in waited] == list(range(1, len(waited) + 1))  # one line per attempt
+    assert all(e["level"] == "warning" and "is unavailable" in e["error"] for e in waited)
+    assert all(0 < e["retry_in"] <= 5 and e["gives_up_in"] <= 30 for e in waited)
+    assert [e["retry_in"] for e in waited[:3]] == sorted(e["retry_in"] for e in waited[:3])  # backoff
+    events = [e["event"] for e in logs]
+    assert events.index("store available") < events.index("worker ready") < events.index("worker stopped")
+
+
+def test_waiting_cannot_fix_a_refused_password_an_unknown_database_or_scheme(
+    app: Callable[..., Path], tmp_path: Path
+) -> None:
+    """The server answered and said no (or the URL names no store): exit 1 at once, in one line,
+    however long --wait is."""
+    from tests.redis_server import RedisServer
+
+    app()
+    with RedisServer(extra_args=("--requirepass", "right")) as server:
+        urls = {
+            f"redis://:wrong@127.0.0.1:{server.port}/0": "refused this client",
+            f"redis://:right@127.0.0.1:{server.port}/99": "DB index is out of range",
+            "redis-nope://127.0.0.1/0": "unsupported store URL",
+        }
+        workers = {url: start(tmp_path, "wapp:scheduler", "--store", url, "--wait", "1h") for url in urls}
+        for url, worker in workers.items():
+            _, err = worker.communicate(timeout=30)  # well before an hour
+            assert worker.returncode == 1, err
+            (line,) = err.strip().splitlines()
+            assert urls[url] in json.loads(line)["event"]
+            assert "wrong" not in err  # the password stays out of the logs
+
+
+def test_a_worker_gives_up_waiting_after_wait(app: Callable[..., Path], tmp_path: Path) -> None:
+    app()
+    url = f"redis://127.0.0.1:{_free_port()}/0"
+    started = time.monotonic()
+    worker = start(tmp_path, "wapp:scheduler", "--store", url, "--wait", "1s")
+    _, err = worker.communicate(timeout=30)
+    assert worker.returncode == 1
+    *warnings, last = _json_lines(err)
+    assert warnings
+    assert all(e["event"] == "store unavailable; retrying" for e in warnings)
+    assert "still unavailable after waiting 1.0s: --wait sets how long" in last["event"]
+    assert time.monotonic() - started > 1.0
+
+
+def test_a_signal_ends_the_wait_for_the_store(app: Callable[..., Path], tmp_path: Path) -> None:
+    app()
+    url = f"redis://127.0.0.1:{_free_port()}/0"
+    err_path = tmp_path / "worker.err"
+    with err_path.open("w") as err_out:
+        worker = start(tmp_path, "wapp:scheduler", "--store", url, "--wait", "1h", stderr=err_out)
+    try:
+        wait_for(lambda: "store unavailable" in err_path.read_text(), worker, "a first attempt")
+        worker.send_signal(signal.SIGTERM)
+        worker.communicate(timeout=10)
+        code = worker.returncode
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate()
+    assert code == 0
+    assert _json_lines(err_path.read_text())[-1]["event"] == "stopped before the store could be opened"
+
+
+def test_a_malformed_wait_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    shown = cli(tmp_path, "worker", "wapp:scheduler", "--wait", "soon", env={})
+    assert shown.returncode == 1
+    (line,) = shown.stderr.strip().splitlines()
+    assert line.startswith("rehydrate: error: --wait: invalid duration 'soon'")

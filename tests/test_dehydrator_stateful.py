@@ -183,6 +183,20 @@ class DehydratorMachine(RuleBasedStateMachine):
             self.model.schedule(id, ttl, claimed=False)
         assert self.d.reschedule(id, ttl=ttl, attempt=attempt, token=fence) is ok
 
+    @rule(id=s.ids, ttl=s.ttls, token=st.integers(0, 1000))
+    def hand_back(self, id: str, ttl: float, token: int) -> None:
+        """A claim given back unrun: released with its attempt undone, and its token (no other
+        token either) matching nothing since."""
+        fence = self.pick(token)
+        assert fence is not None
+        entry = self.model.entries.get(id)
+        ok = self.fenced(entry, None, fence) and entry is not None and entry.claimed
+        if ok:
+            assert entry is not None
+            entry.attempt, entry.token = entry.attempt - 1, None
+            self.model.schedule(id, ttl, claimed=False)
+        assert self.d.hand_back(id, token=fence, ttl=ttl) is ok
+
     @rule(
         items=st.lists(st.tuples(s.ids, st.integers(0, 1000), s.elements), max_size=6),
         ttls=st.lists(s.ttls, min_size=1, max_size=2),

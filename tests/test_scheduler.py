@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import socket
@@ -23,6 +24,7 @@ from rehydrate import (
     Delivery,
     DuplicateIdError,
     InvalidArgumentError,
+    InvalidTypeError,
     Retry,
     Scheduler,
     _runner,
@@ -606,6 +608,73 @@ class TestAtLeastOnce:
             assert attempts[-1] == 1
             assert await scheduler.dead_letters("jobs") == []
 
+    async def test_a_graceful_stop_uses_up_no_attempt(self, store: MemoryStore, clock: FakeClock) -> None:
+        """Two deploys during a long job: each graceful stop cuts the run short and hands the
+        element back, which is no attempt. With ``Retry(attempts=2)``, the run after them that
+        fails is attempt 1 and is retried; only the retry's failure dead-letters it."""
+        await store.push("jobs", "long", ttl=0, id="j")
+        runs: list[int] = []
+
+        def deploy() -> Scheduler:
+            scheduler = Scheduler(store=store, grace=0)
+
+            @scheduler.handler("jobs", retry=Retry(attempts=2, backoff=NO_JITTER))
+            async def job(element: str) -> None:
+                runs.append(current_delivery().attempt)
+                if len(runs) <= 2:
+                    await anyio.sleep_forever()  # the long job, cut short by the stop
+                raise ValueError("boom")
+
+            return scheduler
+
+        for n in (1, 2):
+            async with deploy():  # leaving it stops the scheduler, as SIGTERM does a worker's
+                await settle()
+                assert runs == [1] * n
+            info = await store.info("jobs", "j")
+            assert info is not None
+            assert (info.claimed, info.attempt, info.due) == (False, 0, clock())  # due again at once
+        scheduler = deploy()
+        with capture_logs() as logs:
+            async with scheduler:
+                await settle()
+                assert runs == [1, 1, 1]  # the third delivery fails once...
+                assert await scheduler.dead_letters("jobs") == []
+                info = await store.info("jobs", "j")
+                assert info is not None
+                assert (info.claimed, info.attempt) == (False, 1)  # ... and is retried in 1 s
+                await advance(clock, 1)
+                assert runs == [1, 1, 1, 2]
+                (letter,) = await scheduler.dead_letters("jobs")
+        assert letter.attempts == 2
+        failures = [e for e in logs if e["event"].startswith("handler failed")]
+        assert [(e["event"], e["attempt"], e.get("reason")) for e in failures] == [
+            ("handler failed, will retry", 1, None),
+            ("handler failed: dead-lettered", 2, "last attempt"),
+        ]
+
+    async def test_a_lost_lease_still_counts_as_an_attempt(
+        self, scheduler: Scheduler, store: MemoryStore, clock: FakeClock
+    ) -> None:
+        """A worker that dies mid-run cannot hand its element back: once its lease runs out the
+        store cannot tell that from a failed run, and the redelivery counts it. With
+        ``Retry(attempts=2)`` the next failure is the last attempt."""
+        await store.push("jobs", "x", ttl=0, id="j")
+        (lost,) = await store.claim("jobs", lease=30)  # ... and the worker dies here
+        assert lost.attempt == 1
+        runs: list[int] = []
+
+        @scheduler.handler("jobs", retry=Retry(attempts=2, backoff=NO_JITTER))
+        async def job(element: str) -> None:
+            runs.append(current_delivery().attempt)
+            raise ValueError("boom")
+
+        async with scheduler:
+            await advance(clock, 30)
+            assert runs == [2]
+            (letter,) = await scheduler.dead_letters("jobs")
+            assert letter.attempts == 2
+
     async def test_failures_are_logged_with_their_traceback(
         self, scheduler: Scheduler, clock: FakeClock
     ) -> None:
@@ -1187,3 +1256,96 @@ async def test_a_store_that_cannot_subscribe_yet_is_retried() -> None:
     failures = [log for log in logs if log["event"] == "store call failed, retrying"]
     assert len(failures) == 2
     assert store.failures == 0
+
+
+# -- handler signatures ----------------------------------------------------------------------------
+
+
+class _Mailer:
+    """Handlers that are not plain functions: a callable object and a bound method."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[str, Any]] = []
+
+    async def __call__(self, element: Any) -> None:
+        self.got.append(("call", element))
+
+    def send(self, element: Any, urgent: bool = False) -> None:  # a plain def: run in a thread
+        self.got.append(("send", element))
+
+    async def nothing(self) -> None:
+        pass
+
+
+async def _two(prefix: Any, element: Any) -> None:
+    pass
+
+
+class _NoArgs:
+    def __call__(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("func", "shown", "why"),
+    [
+        (_two, "tests.test_scheduler._two(prefix, element)", "missing a required argument: 'element'"),
+        (_Mailer().nothing, "tests.test_scheduler._Mailer.nothing()", "too many positional arguments"),
+        (functools.partial(_two, 1, 2), "functools.partial()", "too many positional arguments"),
+        (_NoArgs(), "tests.test_scheduler._NoArgs()", "too many positional arguments"),
+        (lambda *, element: None, "<lambda>(*, element)", "too many positional arguments"),
+    ],
+)
+def test_a_handler_that_cannot_take_the_element_is_refused(func: Any, shown: str, why: str) -> None:
+    """Registered, it failed every delivery with TypeError, each retried and dead-lettered."""
+    scheduler = Scheduler()
+    with pytest.raises(InvalidTypeError) as raised:
+        scheduler.handler("jobs")(func)
+    message = str(raised.value)
+    assert message.startswith("the handler of 'jobs' must take one positional argument, the element: ")
+    assert shown in message
+    assert message.endswith(f"cannot ({why})")
+    assert "\n" not in message
+    assert scheduler.handlers == []  # nothing half-registered: a corrected handler may follow
+
+
+def test_a_handler_without_parameters_is_refused_by_mypy_too() -> None:
+    """The ``type: ignore`` below is mypy's refusal: with ``warn_unused_ignores`` (strict), the
+    project's mypy run fails if the decorator ever accepts a handler that takes nothing."""
+    scheduler = Scheduler()
+    with pytest.raises(InvalidTypeError, match=r"noargs\(\) cannot"):
+
+        @scheduler.handler("jobs")  # type: ignore[type-var]
+        async def noargs() -> None:
+            pass
+
+    with pytest.raises(InvalidTypeError, match="must be callable, not int"):
+        scheduler.handler("jobs")(3)  # type: ignore[type-var]
+
+
+async def test_every_kind_of_handler_that_takes_the_element_is_served(
+    scheduler: Scheduler, clock: FakeClock
+) -> None:
+    """Bound methods, partials, callable objects, ``*args`` and defaulted extra parameters,
+    ``async def`` or plain ``def``: each can be called with the element, so each is served."""
+    mailer = _Mailer()
+    got: list[tuple[str, Any]] = []
+
+    async def tagged(tag: str, element: Any) -> None:
+        got.append((tag, element))
+
+    def star(*args: Any) -> None:
+        got.append(("star", args))
+
+    scheduler.handler("object")(mailer)
+    scheduler.handler("method")(mailer.send)
+    scheduler.handler("partial")(functools.partial(tagged, "partial"))
+    scheduler.handler("star")(star)
+    scheduler.handler("builtin")(print)  # a signature that cannot be read is accepted
+    async with scheduler:
+        for name in ("object", "method", "partial", "star"):
+            await scheduler.defer(name, name)
+        await advance(clock, 0)
+    assert sorted(mailer.got) == [("call", "object"), ("send", "method")]
+    assert sorted(got) == [("partial", "partial"), ("star", ("star",))]
+    assert scheduler.stats().acked == 4

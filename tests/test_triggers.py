@@ -239,7 +239,7 @@ def test_cron_after_is_strictly_after_and_before_is_at_or_before() -> None:
 
 def test_cron_after_remembers_recent_answers_within_a_bound() -> None:
     """Schedules of one cron minute ask the shared ``Cron`` for the same occurrence: the answer
-    is kept (a walk of cronsim costs about 20 µs), is the same as a fresh walk's, and the memory
+    is kept (a walk of cronsim costs many times a look-up), is the same as a fresh walk's, and the memory
     of answers stays bounded however many times are asked about."""
     from rehydrate._core import _triggers
 

@@ -6,6 +6,7 @@ through the ASGI interface itself) and ``/metrics`` parsed with prometheus_clien
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
@@ -28,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from rehydrate import Every, Retry, Scheduler
+from rehydrate import Every, Retry, Scheduler, open_store
 from rehydrate._clock import wall
 from rehydrate.abc import Store
 from rehydrate.cli._main import run
@@ -716,8 +717,8 @@ def _reset_logging() -> Iterator[None]:
     [
         (["--host", "0.0.0.0"], 1, "refusing to serve the dashboard on 0.0.0.0 without a token"),
         (["--host", "192.0.2.1"], 1, "give --token or set REHYDRATE_DASHBOARD_TOKEN"),
-        (["--port", "70000"], 2, "invalid port '70000': it must be from 1 to 65535"),
-        (["--port", "web"], 2, "invalid port 'web': expected a whole number"),
+        (["--port", "70000"], 1, "--port: invalid port '70000': it must be from 1 to 65535"),
+        (["--port", "web"], 1, "--port: invalid port 'web': expected a whole number"),
     ],
 )
 def test_dashboard_mistakes_print_one_line(
@@ -748,7 +749,10 @@ def _free_port() -> int:
         return port
 
 
-def _serve(db: Path, port: int, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+def _serve(
+    store: Path | str, port: int, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """``rehydrate dashboard`` on ``store`` (a SQLite file, or a store URL) in a process."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -756,7 +760,7 @@ def _serve(db: Path, port: int, *extra: str, env: dict[str, str] | None = None) 
             "rehydrate",
             "dashboard",
             "--store",
-            f"sqlite:///{db}",
+            store if isinstance(store, str) else f"sqlite:///{store}",
             "--port",
             str(port),
             *extra,
@@ -768,12 +772,12 @@ def _serve(db: Path, port: int, *extra: str, env: dict[str, str] | None = None) 
     )
 
 
-def _get(url: str, **kwargs: Any) -> httpx.Response:
-    """GET, retried while the server is still starting (bounded)."""
+def _get(url: str, http: httpx.Client | None = None, **kwargs: Any) -> httpx.Response:
+    """GET (with ``http`` if given), retried while the server is still starting (bounded)."""
     deadline = time.monotonic() + 20
     while True:
         try:
-            return httpx.get(url, timeout=5, **kwargs)
+            return http.get(url, **kwargs) if http is not None else httpx.get(url, timeout=5, **kwargs)
         except httpx.ConnectError:
             if time.monotonic() > deadline:
                 raise
@@ -805,6 +809,112 @@ def test_dashboard_serves_with_the_token_from_the_environment_until_sigterm(
     assert f"http://127.0.0.1:{port}/" in err
     assert "token=required" in err
     assert "dashboard stopped" in err
+
+
+@asynccontextmanager
+async def dashboard_store(kind: str, config: pytest.Config, tmp_path: Path) -> AsyncIterator[str]:
+    """A store URL of ``kind`` for dashboard processes, with one element in it."""
+    if kind == "sqlite":
+        url = f"sqlite:///{tmp_path / 's.db'}"
+    elif kind == "redis":
+        url = f"{redis_url(config)}?prefix=rhdash-{os.urandom(6).hex()}"
+    else:
+        skip_without_server()
+        url = f"{pg_url(config)}?table=rhdash_{os.urandom(6).hex()}"
+    async with open_store(url) as store:
+        await store.push("jobs", "x", ttl=60)
+        try:
+            yield url
+        finally:
+            if isinstance(store, RedisStore):
+                await drop_prefix(redis_url(config), url.rpartition("prefix=")[2])
+            elif isinstance(store, PostgresStore):
+                await store._drop_for_tests()
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("kind", ["sqlite", "redis", "postgresql"])
+def test_dashboard_stops_cleanly_on_sigterm_and_sigint(
+    kind: str, backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Two dashboards on one store, each scraped over a kept-alive connection, one stopped by
+    SIGTERM and one by SIGINT (Ctrl-C): both exit 0 with no traceback. Hypercorn on asyncio left
+    its task marked as cancelled, and the Redis store's close in that task raised it."""
+
+    async def body() -> None:
+        async with dashboard_store(kind, request.config, tmp_path) as url:
+            await anyio.to_thread.run_sync(check, url)
+
+    def check(url: str) -> None:
+        ports = [_free_port(), _free_port()]
+        servers = [_serve(url, port, "--backend", backend) for port in ports]  # both starting at once
+        try:
+            for server, port, sig in zip(servers, ports, (signal.SIGTERM, signal.SIGINT), strict=True):
+                metrics = f"http://127.0.0.1:{port}/metrics"
+                with httpx.Client(timeout=5) as http:  # one connection, kept alive between requests
+                    assert "rehydrate_store_up 1.0" in _get(metrics, http).text
+                    assert 'rehydrate_size{name="jobs"} 1.0' in http.get(metrics).text
+                    server.send_signal(sig)  # the connection still open
+                    _, err = server.communicate(timeout=20)
+                assert server.returncode == 0, err
+                assert "Traceback" not in err, err
+                assert err.strip().splitlines()[-1].endswith("dashboard stopped"), err
+        finally:
+            for server in servers:
+                if server.poll() is None:
+                    server.kill()
+                    server.communicate()
+
+    anyio.run(body)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_live_page_holds_the_stop_until_the_graceful_timeout_or_a_second_signal(
+    tmp_path: Path, backend: str
+) -> None:
+    """A live page's event stream never ends by itself. One dashboard gets SIGTERM with one open:
+    it ends the stream after the graceful timeout (2 s) and exits 0 without a traceback (asyncio
+    logged one when Hypercorn cut the connection). Another gets a second Ctrl-C meanwhile: it exits
+    at once, 128 + SIGINT, with a line rather than a KeyboardInterrupt traceback."""
+
+    async def fill() -> None:
+        async with SQLiteStore(tmp_path / "s.db") as store:
+            await store.push("jobs", "x", ttl=60)
+
+    anyio.run(fill)
+    ports = [_free_port(), _free_port()]
+    servers = [_serve(tmp_path / "s.db", port, "--backend", backend) for port in ports]
+    try:
+        with contextlib.ExitStack() as streams:
+            readers = []  # kept: a line iterator collected closes its stream
+            for port in ports:
+                _get(f"http://127.0.0.1:{port}/metrics")  # serving
+                url = f"http://127.0.0.1:{port}/events"
+                readers.append(streams.enter_context(httpx.stream("GET", url, timeout=5)).iter_lines())
+                while not next(readers[-1]).startswith("data:"):  # open, its first event read
+                    pass
+            graceful, hurried = servers
+            graceful.send_signal(signal.SIGTERM)
+            hurried.send_signal(signal.SIGINT)
+            time.sleep(0.2)  # stopping, gracefully: the streams are still open
+            hurried.send_signal(signal.SIGINT)
+            _, hurried_err = hurried.communicate(timeout=1.5)  # sooner than the graceful timeout
+            assert graceful.poll() is None  # still waiting for its stream
+            stopped = time.monotonic()
+            _, graceful_err = graceful.communicate(timeout=10)
+            waited = time.monotonic() - stopped
+    finally:
+        for server in servers:
+            if server.poll() is None:
+                server.kill()
+                server.communicate()
+    assert hurried.returncode == 128 + signal.SIGINT, hurried_err
+    assert "Traceback" not in hurried_err, hurried_err
+    assert "exiting at once" in hurried_err.strip().splitlines()[-1], hurried_err
+    assert graceful.returncode == 0, graceful_err
+    assert "Traceback" not in graceful_err, graceful_err
+    assert graceful_err.strip().splitlines()[-1].endswith("dashboard stopped"), graceful_err
+    assert waited < 2.0 + 1.0  # ended by the graceful timeout, not Hypercorn's backstop after it
 
 
 def test_dashboard_on_a_busy_port_says_so(tmp_path: Path) -> None:

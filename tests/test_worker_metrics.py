@@ -4,6 +4,7 @@ in the store, and its record expiring within the heartbeat's TTL once it is SIGK
 
 from __future__ import annotations
 
+import http.client
 import json
 import signal
 import socket
@@ -247,3 +248,47 @@ def test_each_process_serves_its_own_port_and_stops_cleanly(tmp_path: Path) -> N
     assert workers(url) == []  # both deregistered
     with pytest.raises(urllib.error.URLError, match="refused"):
         scrape(port)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_sigterm_after_a_keep_alive_scrape_exits_0(backend: str, tmp_path: Path) -> None:
+    """Prometheus keeps its connection open between scrapes: SIGTERM with that connection idle
+    stops the server gracefully (the connection closed by the server, exit 0, JSON log lines
+    only) rather than cancelling Hypercorn mid-shutdown (on asyncio: a traceback per task and
+    exit 1)."""
+    (tmp_path / "hbapp.py").write_text(APP)
+    url = f"sqlite:///{tmp_path / 'hb.db'}"
+    port = free_port()
+    worker = start(
+        tmp_path, "hbapp:scheduler", "--store", url, "--metrics-port", str(port), "--backend", backend
+    )
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+
+        def scraped() -> bool:
+            try:
+                connection.request("GET", "/metrics")
+            except OSError:
+                connection.close()  # not listening yet: try again on a new connection
+                return False
+            response = connection.getresponse()
+            body = response.read().decode()
+            assert response.status == 200
+            assert not response.will_close  # HTTP/1.1: the connection stays open for the next
+            return "rehydrate_worker_info" in body
+
+        until(scraped, worker, "a scrape")
+        until(lambda: any(w.alive for w in workers(url)), worker, "the worker serving")
+        assert scraped()  # again, on the same connection: it is kept alive
+        assert connection.sock is not None
+        kept = connection.sock
+        worker.send_signal(signal.SIGTERM)
+        code, logs = finish(worker)
+        assert kept.recv(1) == b""  # the server closed the idle connection on its way out
+    finally:
+        connection.close()
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate()
+    assert code == 0
+    assert [entry["event"] for entry in logs][-2:] == ["stopping", "worker stopped"]

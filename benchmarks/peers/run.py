@@ -1,6 +1,7 @@
 """rehydrate side by side with arq, SAQ, APScheduler 4 and Celery: one method, one sitting, one table.
 
     .venv/bin/python benchmarks/peers/run.py [--quick] [--systems arq,saq,...] [--repeat 3]
+        [--write-docs]
 
 Run it with the project's environment (rehydrate and the test extra installed). It installs each
 peer into its own virtual environment under ``benchmarks/peers/.venvs/`` from the pinned
@@ -15,6 +16,8 @@ time before the enqueue call + delay); 10,000 jobs due at one instant for jobs/s
 last job's start - that instant), the same 10,000 defers timed for enqueue/s. Workers run in a
 separate process where the library has workers. Every job writes its start to a file of stamps.
 ``--quick``: 200 and 1,000 jobs, one round (a smoke test; its figures mean little).
+``--write-docs``: also write the table, the command line and the run's conditions into
+``docs/benchmarks.md``, between its ``<!-- table: peers -->`` markers (``../doctables.py``).
 """
 
 from __future__ import annotations
@@ -230,7 +233,19 @@ def main() -> int:
     parser.add_argument("--server", choices=["redis", "valkey", "auto"], default="auto")
     parser.add_argument("--reinstall", action="store_true", help="make the peers' environments anew")
     parser.add_argument("--json", metavar="FILE", help="also write every run's figures to FILE")
+    parser.add_argument(
+        "--write-docs",
+        action="store_true",
+        help="also write the table into docs/benchmarks.md (between <!-- table: peers --> markers)",
+    )
     args = parser.parse_args()
+    if args.write_docs and args.quick:
+        parser.error("--write-docs with --quick: a smoke test's figures do not belong in the docs")
+    if args.write_docs:
+        sys.path.insert(0, str(HERE.parent))
+        from doctables import check_table
+
+        check_table("peers")
     chosen = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in SYSTEMS]
     if unknown or not chosen:
@@ -299,14 +314,25 @@ def main() -> int:
         f"{load_after[0]:.1f} after; server {server_version(binary)} ({kind}), a new one per run"
     )
     print("versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
-    print(
+    method = (
         f"{args.n_late:,} jobs with delays uniform over 0-{args.spread:g} s for lateness; {args.n_tp:,} due at "
         f"one instant for jobs/s and enqueue/s; medians of {args.repeat} round(s)"
         + (f"; (ratios) to {BASELINE}" if BASELINE in medians_of(results) else "")
-        + "\n"
     )
-    for row in table(results, chosen, args.n_tp):
+    print(method + "\n")
+    rows = table(results, chosen, args.n_tp)
+    for row in rows:
         print(row)
+    if args.write_docs:
+        from doctables import write_table
+
+        notes = [
+            method + ".",
+            f"Server {server_version(binary)} ({kind}), a new one per run; "
+            + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
+            + ".",
+        ]
+        write_table("peers", rows, notes, load_before=load_before[0])
     if args.json:
         Path(args.json).write_text(
             json.dumps({"command": sys.argv, "started": started.isoformat(), "runs": results})

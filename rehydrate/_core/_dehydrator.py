@@ -82,8 +82,9 @@ _BULK_MIN = 8
 #: ones go into the heap. Bounds the slots, hence the memory of slots holding one node each.
 _HORIZON = 64.0
 #: Slots per second: a slot's nodes are sorted in one go when the heap's top reaches it, so a slot
-#: is short enough for that sort to be no pause (a 64th of a second holds 156 nodes at 10,000
-#: deliveries a second: 20 µs) and long enough to hold a burst whole.
+#: is short enough for that sort to be no pause (a 64th of a second holds about 156 nodes at
+#: 10,000 deliveries a second, a sort far shorter than a timer's precision) and long enough to
+#: hold a burst whole.
 _SLOTS_PER_SECOND = 64
 #: An opened slot with fewer live nodes than this files them loose in the heap, not as a run.
 _RUN_MIN = 3
@@ -277,7 +278,7 @@ class Dehydrator:
             due = now + seconds
             node = index[id] = [due, seq, id, element, 0, seconds]
             # _file_loose, written out but for a new slot: a call per push costs as much as the
-            # filing (a distinct-TTL push was 15% slower through it).
+            # filing (a distinct-TTL push was measurably slower through it).
             if seconds < _HORIZON and (slot := due * _SLOTS_PER_SECOND // 1.0) > self._opened:
                 nodes = self._later.get(slot)
                 if nodes is None:
@@ -638,6 +639,25 @@ class Dehydrator:
             or (token is not None and node[4] != token)
         ):
             return False
+        self._move(node, self.now() + seconds, seconds, lease=False)
+        return True
+
+    def hand_back(self, id: str, *, token: int, ttl: Seconds = 0.0) -> bool:
+        """Give back the claim ``token`` on ``id`` unrun: due again at ``now + ttl``, unclaimed,
+        and the claim's attempt undone (see :meth:`Store.hand_back`).
+
+        ``False`` (nothing done) if the element is gone, not claimed, or no longer under that
+        claim. The stamp left is the token less one (the same claim number, one attempt fewer):
+        a second hand-back, or any other fenced call, with that token then does nothing.
+        """
+        seconds = _validate.seconds(ttl, "ttl")
+        node = self._checked_get(id)
+        if _validate.token(token) is None:
+            raise InvalidArgumentError("hand_back needs the claim's token")
+        if node is None or node[4] != token or not _is_claimed(node):
+            return False
+        if token & _ATTEMPTS:
+            node[4] = token - 1
         self._move(node, self.now() + seconds, seconds, lease=False)
         return True
 

@@ -6,7 +6,7 @@ snapshot, never a handle on the element.
 
 Plain slotted classes, not attrs classes as elsewhere: every store imports these, and so does
 each ``rehydrate`` command that touches one, where importing attrs and generating the classes'
-methods was a third of a one-shot verb's start-up (``benchmarks/bench_cli.py``). What attrs gave
+methods was a large share of a one-shot verb's start-up (``benchmarks/bench_cli.py``). What attrs gave
 them is here by hand: keyword-only ``__init__``, a ``repr``, equality and hashing on the fields
 that say which element it is, immutability, pickling.
 """
@@ -67,7 +67,9 @@ _set = object.__setattr__
 class Claim(_Record):
     """One element taken by :meth:`Dehydrator.claim`, leased to the claimer until ``lease_until``.
 
-    ``attempt`` is 1 on first delivery and counts every claim since. ``token`` identifies this very
+    ``attempt`` is 1 on first delivery and one more with every claim since, except the claims
+    handed back unrun (``Store.hand_back``: a graceful stop, ``claim_ahead``): this claim, plus
+    each earlier one that failed, was retried, or lost its lease. ``token`` identifies this very
     claim: pass it back to ``ack``, ``extend``, ``reschedule`` or ``xack`` to fence them. Once the
     lease runs out and someone else claims the element, or the element is pulled and a new one
     pushed under its id, a stale claimer's fenced calls do nothing. (Fencing with ``attempt`` alone,
@@ -163,7 +165,7 @@ class ElementInfo(_Record):
     due: float
     #: The TTL (or lease) it was last scheduled with, in seconds.
     ttl: float
-    #: How many times it has been claimed.
+    #: How many times it has been claimed, less the claims handed back unrun (see :class:`Claim`).
     attempt: int
     #: Whether it is under a claim that has not been acked or rescheduled (its lease may have run out).
     claimed: bool

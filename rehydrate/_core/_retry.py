@@ -57,11 +57,13 @@ def _as_tuple(value: object) -> tuple[type[BaseException], ...]:
 class Retry(Exception):
     """How a handler's failures are retried, and a way for a handler to ask for a retry.
 
-    As a policy (``@scheduler.handler(..., retry=Retry(attempts=5))``): an element is delivered at
-    most ``attempts`` times; after each failure it is rescheduled ``backoff(attempt)`` seconds
-    later; after the last one it goes to the dead letters. Only the exceptions in ``on`` (every
-    ``Exception`` by default) are retried: with ``on=(TimeoutError, ConnectionError)``, a
-    ``ValueError`` (a payload that will never parse) goes to the dead letters at once.
+    As a policy (``@scheduler.handler(..., retry=Retry(attempts=5))``): an element gets at most
+    ``attempts`` attempts; after each failure it is rescheduled ``backoff(attempt)`` seconds
+    later; after the last one it goes to the dead letters. A run whose lease ran out (its worker
+    died) counts as an attempt; one handed back unfinished (a graceful stop) does not. Only the
+    exceptions in ``on`` (every ``Exception`` by default) are retried: with
+    ``on=(TimeoutError, ConnectionError)``, a ``ValueError`` (a payload that will never parse)
+    goes to the dead letters at once.
 
     Raised from a handler (``raise Retry(delay=30)``): retry this element after ``delay`` seconds
     instead of the backoff (it still counts as an attempt; ``attempts`` here is ignored).

@@ -6,8 +6,8 @@ the scheduler maps them to and from the store's clock (``rehydrate._clock.wall``
 Cron expressions are parsed and walked by ``cronsim`` (not a parser of our own). It was chosen
 over ``croniter`` because croniter runs ``30 2 * * *`` twice on the day clocks go back in
 Europe/Paris (croniter 7.0.0), which breaks the daylight-saving rule below, and because building
-an iterator and taking one occurrence, which is what filing the next occurrence costs, took
-4.6-5.2x less time with cronsim (``benchmarks/bench_cron.py``, its figures in
+an iterator and taking one occurrence, which is what filing the next occurrence costs, takes
+several times less time with cronsim (``benchmarks/bench_cron.py``, its figures in
 ``docs/benchmarks.md``). Both are maintained.
 
 **The daylight-saving rule** (``Cron`` with a ``tz``): an expression names local (wall-clock) times.
@@ -129,7 +129,7 @@ class Cron:
     #: :meth:`after`'s recent answers. One ``Cron`` serves every schedule of its expression and
     #: zone (``trigger_from_dict`` caches them), and the schedules of one cron minute (a reminder
     #: at 08:00 for each of 100,000 users) all ask for the occurrence after the same time: a walk
-    #: of cronsim costs about 20 µs, a look here a tenth of one.
+    #: of cronsim costs many times a dictionary look-up here.
     _after_memo: dict[float, float] = attrs.field(init=False, eq=False, repr=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:

@@ -164,9 +164,10 @@ def id_list(ids: object) -> list[str]:
     return out
 
 
-def reschedules(items: object) -> list[tuple[str, int, float]]:
-    """The ``(id, token, ttl)`` items of a ``reschedule_many``, all checked before any is acted upon:
-    each a triple with a valid id, a claim's token and a duration, and no id twice."""
+def reschedules(items: object, verb: str = "reschedule_many") -> list[tuple[str, int, float]]:
+    """The ``(id, token, ttl)`` items of a ``reschedule_many`` (or a ``hand_back``: ``verb``), all
+    checked before any is acted upon: each a triple with a valid id, a claim's token and a
+    duration, and no id twice."""
     if isinstance(items, str | bytes) or not hasattr(items, "__iter__"):
         raise InvalidTypeError(f"items must be an iterable of (id, token, ttl), not {type(items).__name__}")
     out: list[tuple[str, int, float]] = []
@@ -178,7 +179,7 @@ def reschedules(items: object) -> list[tuple[str, int, float]]:
         element_id(id)
         checked = token(fence)
         if checked is None:
-            raise InvalidArgumentError(f"items[{index}]: reschedule_many needs each claim's token")
+            raise InvalidArgumentError(f"items[{index}]: {verb} needs each claim's token")
         if id in seen:
             raise InvalidArgumentError(f"items[{index}]: id {id!r} is given twice")
         seen.add(id)

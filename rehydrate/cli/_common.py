@@ -33,20 +33,46 @@ class CLIError(Exception):
     """A mistake a person can make (bad argument, missing module...): one line, exit status 1."""
 
 
+class BadValue(CLIError):
+    """A value an option cannot take (a bad duration, time or number): exit status 1, like any
+    other value the command refuses (a payload, a store URL), in one line naming the option.
+
+    Raised by the ``type=`` functions below. Not an :class:`argparse.ArgumentTypeError` on purpose:
+    argparse would make it a usage error (exit status 2, the status of a command line that does
+    not parse); the command's parser prefixes the option's name and lets it through.
+    """
+
+
+_DURATION_SYNTAX: Final = "use a number of seconds or e.g. 1500ms, 5s, 2m, 1h, 1m30s"
+
+
 def duration(text: str) -> float:
-    """Parse ``1500ms``, ``5s``, ``2m``, ``1h``, ``1d``, ``1m30s`` or plain seconds (``2.5``)."""
+    """Parse ``1500ms``, ``5s``, ``2m``, ``1h``, ``1d``, ``1m30s`` or plain seconds (``2.5``).
+
+    A negative one (``-5s``) reads, and is refused as the API refuses ``delay=-5``.
+    """
     cleaned = text.strip().lower()
+    negative = cleaned.startswith("-")
     try:
         seconds = float(cleaned)
     except ValueError:
-        parts = _PART.findall(cleaned)
-        if not parts or "".join(number + unit for number, unit in parts) != cleaned:
-            raise argparse.ArgumentTypeError(
-                f"invalid duration {text!r}: use a number of seconds or e.g. 1500ms, 5s, 2m, 1h, 1m30s"
-            ) from None
+        body = cleaned.removeprefix("-")
+        parts = _PART.findall(body)
+        if not parts or "".join(number + unit for number, unit in parts) != body:
+            raise BadValue(f"invalid duration {text!r}: {_DURATION_SYNTAX}") from None
         seconds = sum(float(number) * _UNITS[unit] for number, unit in parts)
-    if not math.isfinite(seconds) or seconds < 0:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: it must be finite and not negative")
+    if not math.isfinite(seconds):
+        raise BadValue(f"invalid duration {text!r}: it must be finite ({_DURATION_SYNTAX})")
+    if negative and seconds != 0:
+        raise BadValue(f"invalid duration {text!r}: it must not be negative")
+    return abs(seconds)
+
+
+def positive_duration(text: str) -> float:
+    """A duration that is more than zero (``--every``: a period of 0 would never move on)."""
+    seconds = duration(text)
+    if seconds <= 0:
+        raise BadValue(f"invalid duration {text!r}: it must be positive, e.g. 30s, 15m, 1h")
     return seconds
 
 
@@ -54,30 +80,32 @@ def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}: expected a whole number") from None
+        raise BadValue(f"invalid number {text!r}: expected a whole number") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}: it must be at least 1")
+        raise BadValue(f"invalid number {text!r}: it must be at least 1")
     return value
 
 
 def aware_datetime(text: str) -> datetime:
-    """An ISO 8601 time; one without a UTC offset is taken as UTC (and said so in ``--help``)."""
+    """An ISO 8601 time with a UTC offset or ``Z``; one without is refused, as the API refuses a
+    naive ``datetime``: whose 18:00 it means is a guess (the machine's zone? UTC?)."""
     try:
         value = datetime.fromisoformat(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"invalid time {text!r}: use ISO 8601, e.g. 2026-12-24T18:00:00+01:00"
-        ) from None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        raise BadValue(f"invalid time {text!r}: use ISO 8601, e.g. 2026-12-24T18:00:00+01:00") from None
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise BadValue(
+            f"invalid time {text!r}: add a UTC offset or Z, e.g. 2026-12-24T18:00:00+01:00 or "
+            "2026-12-24T18:00:00Z (without one it is ambiguous)"
+        )
+    return value
 
 
 def interval(text: str) -> float:
     """A ``stats --watch`` refresh period: at least :data:`MIN_INTERVAL` (a redraw is not free)."""
     seconds = duration(text)
     if seconds < MIN_INTERVAL:
-        raise argparse.ArgumentTypeError(
-            f"invalid interval {text!r}: it must be at least {MIN_INTERVAL * 1000:.0f}ms"
-        )
+        raise BadValue(f"invalid interval {text!r}: it must be at least {MIN_INTERVAL * 1000:.0f}ms")
     return seconds
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Final
 
 from rehydrate.cli import _common
-from rehydrate.cli._common import CLIError
+from rehydrate.cli._common import BadValue, CLIError
 
 __all__ = ["TOKEN_ENV", "port", "run"]
 
@@ -25,9 +26,9 @@ def port(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid port {text!r}: expected a whole number") from None
+        raise BadValue(f"invalid port {text!r}: expected a whole number") from None
     if not 0 < value < 65536:
-        raise argparse.ArgumentTypeError(f"invalid port {text!r}: it must be from 1 to 65535")
+        raise BadValue(f"invalid port {text!r}: it must be from 1 to 65535")
     return value
 
 
@@ -59,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         except ModuleNotFoundError:
             raise CLIError("--backend trio needs trio: pip install 'rehydrate[trio]'") from None
     _common.store_url(args)  # a missing --store is a one-line error before anything starts
+    import contextlib
     import signal
     import socket  # here, not at the top: the parser imports this module for every verb
 
@@ -76,35 +78,42 @@ def run(args: argparse.Namespace) -> int:
     config.graceful_timeout = 2.0  # live pages keep a stream open: do not wait long for them
 
     async def serve() -> int:
+        from rehydrate.web._hypercorn import serve as serve_hypercorn
+
         async with _common.open_from(args) as store:
             board = web.app(store, token=token)
-            stop = anyio.Event()
-            async with anyio.create_task_group() as tg:
+            serving = anyio.CancelScope()
+            # Watched until the server has stopped: the first signal stops it gracefully (live
+            # pages' streams get graceful_timeout), a second exits at once (not a
+            # KeyboardInterrupt traceback, nor death by SIGTERM, once a watch had ended).
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async with anyio.create_task_group() as tg:
 
-                async def on_signal() -> None:
-                    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                        async for _ in signals:
-                            stop.set()
-                            return
+                    async def server() -> None:
+                        # In a task of its own, not this one that closes the store: see
+                        # rehydrate.web._hypercorn for what Hypercorn leaves on its task.
+                        with serving:
+                            await serve_hypercorn(board, config, args.backend)
+                        tg.cancel_scope.cancel()  # stopped: the signal watch is done too
 
-                tg.start_soon(on_signal)
-                shown = f"[{args.host}]" if ":" in args.host else args.host
-                log.info(
-                    "dashboard listening",
-                    url=f"http://{shown}:{args.port}/",
-                    metrics=f"http://{shown}:{args.port}/metrics",
-                    token="required" if token else "none (loopback only)",
-                    backend=args.backend,
-                )
-                if args.backend == "trio":
-                    from hypercorn.trio import serve as serve_trio
-
-                    await serve_trio(board, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
-                else:
-                    from hypercorn.asyncio import serve as serve_asyncio
-
-                    await serve_asyncio(board, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
-                tg.cancel_scope.cancel()
+                    tg.start_soon(server)
+                    shown = f"[{args.host}]" if ":" in args.host else args.host
+                    log.info(
+                        "dashboard listening",
+                        url=f"http://{shown}:{args.port}/",
+                        metrics=f"http://{shown}:{args.port}/metrics",
+                        token="required" if token else "none (loopback only)",
+                        backend=args.backend,
+                    )
+                    async for signum in signals:
+                        if not serving.cancel_called:
+                            log.info("stopping", signal=signal.Signals(signum).name)
+                            serving.cancel()
+                        else:
+                            log.warning("exiting at once", signal=signal.Signals(signum).name)
+                            with contextlib.suppress(OSError):
+                                sys.stderr.flush()
+                            os._exit(128 + signum)
         log.info("dashboard stopped")
         return 0
 

@@ -17,6 +17,7 @@ import argparse
 import importlib
 import itertools
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn, cast
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, cast
 from rehydrate._version import __version__
 from rehydrate.cli import _common
 from rehydrate.cli._common import (
+    BadValue,
     CLIError,
     aware_datetime,
     duration,
@@ -46,10 +48,33 @@ EXIT_CLOSED_PIPE: Final = 141
 _JSON_ERRORS = False  # --log-format json was asked for: parse errors too are JSON lines
 
 
+#: What argparse takes for a value rather than an option: a dash and a digit (``-1``, ``-5s``,
+#: ``-.5``), as Python 3.13's argparse does. Python 3.11's took only numbers, so ``--delay -5s``
+#: failed with "expected one argument" instead of being refused as a negative duration.
+_NEGATIVE: Final = re.compile(r"^-\.?\d")
+
+
+def _option_name(action: argparse.Action) -> str:
+    """How an option is named in an error: its long spelling (``--delay``), or a positional's."""
+    if action.option_strings:
+        return max(action.option_strings, key=len)
+    return str(action.metavar or action.dest)
+
+
 class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE
+
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        """A value refused by its ``type=`` (:class:`BadValue`) leaves the parser as it is, with
+        the option's name, to be reported in one line with exit status 1; argparse would report
+        it as a malformed command line (exit status 2)."""
+        try:
+            return super()._get_value(action, arg_string)
+        except BadValue as exc:
+            raise BadValue(f"{_option_name(action)}: {exc}") from None
 
     def error(self, message: str) -> NoReturn:
         text = f"{message} (see {self.prog} --help)"
@@ -232,6 +257,16 @@ def build_parser(*, store_verb: bool = False, only: str | None = None) -> argpar
         help="seconds between heartbeats to the store (default: the scheduler's, 5s); expires after 3",
     )
     worker.add_argument(
+        "--wait",
+        type=duration,
+        # A store restarted beside its workers (a compose file, a rolling deploy) is back within
+        # a minute; a worker that exited at once would only be restarted into the same failure.
+        default=60.0,
+        metavar="DURATION",
+        help="at start-up, wait this long for a store that cannot be reached, trying again with "
+        "backoff (default 1m; 0: fail at once)",
+    )
+    worker.add_argument(
         "--metrics-port",
         type=port,
         metavar="N",
@@ -357,7 +392,9 @@ def build_parser(*, store_verb: bool = False, only: str | None = None) -> argpar
     )
     when = push.add_mutually_exclusive_group()
     when.add_argument("--delay", type=duration, default=0.0, help="e.g. 1500ms, 5s, 2m, 1h (default 0)")
-    when.add_argument("--at", type=aware_datetime, help="ISO 8601 time; without an offset it is UTC")
+    when.add_argument(
+        "--at", type=aware_datetime, help="ISO 8601 time with a UTC offset or Z, e.g. 2026-12-24T18:00:00Z"
+    )
     push.add_argument(
         "--id", help="the element's id (default: a generated one); --id=-x if it starts with '-'"
     )
@@ -585,7 +622,11 @@ def _run(argv: Sequence[str] | None, store: Store | None) -> int:
     if named in _STORE_VERBS and not {"-h", "--help"} & set(words[: words.index(named)]):
         only = named  # its parser alone; ``rehydrate -h push`` still lists every command
     parser = build_parser(store_verb=named in _STORE_VERBS, only=only)
-    args = parser.parse_args(words)
+    try:
+        args = parser.parse_args(words)
+    except BadValue as exc:  # a value the command cannot use: 1, as any value it refuses later
+        print(error_line(str(exc), "json" if _JSON_ERRORS else "console"), file=sys.stderr)
+        return 1
     if args.command is None:  # like git and pip: the help, on stdout; a command was missing (2)
         parser.print_help()
         return 2

@@ -2,7 +2,7 @@
 
 A verb such as ``rehydrate push`` on a ``sqlite://`` store is one transaction. Starting asyncio
 for it cost more than the transaction: the event loop's import and start-up were most of the
-command's 200 ms (``benchmarks/bench_cli.py``). The verbs stay the same ``async def`` functions
+command's time (``benchmarks/bench_cli.py``). The verbs stay the same ``async def`` functions
 the other stores run; on SQLite they get a :class:`~rehydrate.stores._sqlite.BlockingSQLiteStore`,
 whose coroutines never suspend, and :func:`drive` runs them to the end with one ``send``.
 """

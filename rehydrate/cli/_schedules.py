@@ -18,6 +18,7 @@ from rehydrate.cli._common import (
     aware_datetime,
     duration,
     emit_json,
+    positive_duration,
     positive_int,
     seconds_text,
     table,
@@ -76,9 +77,11 @@ def add_commands(command: Callable[..., Any], store: argparse.ArgumentParser) ->
     )
     trigger = add.add_mutually_exclusive_group(required=True)
     trigger.add_argument("--cron", metavar="EXPR", help="5 fields, e.g. '0 9 * * MON-FRI', or @daily...")
-    trigger.add_argument("--every", type=duration, metavar="DURATION", help="e.g. 30s, 15m, 1h")
+    trigger.add_argument("--every", type=positive_duration, metavar="DURATION", help="e.g. 30s, 15m, 1h")
     add.add_argument("--tz", metavar="ZONE", help="the cron's time zone, e.g. Europe/Paris (default UTC)")
-    add.add_argument("--start", type=aware_datetime, help="with --every: the grid's anchor (ISO 8601)")
+    add.add_argument(
+        "--start", type=aware_datetime, help="with --every: the grid's anchor (ISO 8601 with an offset or Z)"
+    )
     add.add_argument(
         "--misfire", choices=_MISFIRE, default="coalesce", help="after downtime (default coalesce)"
     )
@@ -160,8 +163,6 @@ def _trigger(args: argparse.Namespace) -> Trigger:
         return Cron(args.cron, tz=args.tz or "UTC")
     if args.tz is not None:
         raise CLIError("--tz goes with --cron (--every counts seconds, not local time)")
-    if args.every <= 0:
-        raise CLIError("--every needs a positive duration")
     return Every(args.every, start=args.start)
 
 

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
+from rehydrate._backend import running_backend
 from rehydrate.cli._common import (
     CLIError,
     due_text,
@@ -55,11 +56,7 @@ POLL_LEASE: Final = 60.0
 
 def _shielded() -> contextlib.AbstractContextManager[Any]:
     """Shielded from cancellation, in an event loop; a one-shot verb has none and cannot be cancelled."""
-    import sniffio
-
-    try:
-        sniffio.current_async_library()
-    except sniffio.AsyncLibraryNotFoundError:
+    if running_backend() is None:
         return contextlib.nullcontext()
     import anyio
 

@@ -27,6 +27,7 @@ import gc
 import importlib
 import importlib.util
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -40,7 +41,9 @@ import attrs
 import structlog
 
 from rehydrate._scheduler import Scheduler
-from rehydrate.cli._common import STORE_ENV, CLIError, configure_logging
+from rehydrate.abc import Store
+from rehydrate.cli._common import STORE_ENV, CLIError, configure_logging, seconds_text
+from rehydrate.errors import StoreUnavailableError
 from rehydrate.stores import MemoryStore
 
 logger = structlog.get_logger("rehydrate.worker")
@@ -55,6 +58,9 @@ _RESTART_BACKOFF: Final = (0.5, 30.0)
 #: A child that fails before serving this many times in a row, with no other child serving, makes
 #: the supervisor give up: the store or the module is wrong, and restarting will not fix it.
 _START_ATTEMPTS: Final = 3
+#: The pause between two attempts to open the store: doubling from the first to the second, each
+#: with up to a quarter off at random so that the workers of a fleet do not all come back at once.
+_WAIT_BACKOFF: Final = (0.2, 5.0)
 #: How the supervisor tells a child it is supervised: ``<supervisor pid>:<watch fd>:<status fd>``.
 #: Read and removed by the child, so that processes its handlers start do not inherit it.
 _SUPERVISOR_ENV: Final = "_REHYDRATE_SUPERVISOR"
@@ -151,7 +157,9 @@ def _run(args: argparse.Namespace, supervisor: _Supervisor | None) -> int:
     if args.processes > 1:
         return anyio.run(_supervise, args, backend=args.backend)
     listener = _metrics_listener(args) if args.metrics_port is not None else None
-    return anyio.run(_serve, scheduler, source, supervisor, listener, args.backend, backend=args.backend)
+    return anyio.run(
+        _serve, scheduler, source, supervisor, listener, args.backend, args.wait, backend=args.backend
+    )
 
 
 def _metrics_listener(args: argparse.Namespace) -> socket.socket:
@@ -191,12 +199,56 @@ def settle_heap() -> None:
     thousands of objects the collector tracks (about 60,000 in a Redis worker) and has never
     examined as old: more than the quarter of the old generation that lets a full collection
     run, so one runs as soon as the middle generation has been collected ten times more, a few
-    seconds into serving, and stops the event loop while it walks them all (20 to 45 ms on 2
-    cores; every element due meanwhile waits). Collected and frozen here, they are never walked
+    seconds into serving, and stops the event loop while it walks them all (tens of
+    milliseconds; every element due meanwhile waits). Collected and frozen here, they are never walked
     again, and no full collection is due until a quarter as many objects again have survived.
     """
     gc.collect()
     gc.freeze()
+
+
+async def open_waiting(
+    store: Store, wait: float, stop: anyio.Event, log: Any, *, backoff: tuple[float, float] = _WAIT_BACKOFF
+) -> bool:
+    """Open ``store``, trying again for up to ``wait`` seconds while it cannot be reached.
+
+    One warning line per failed attempt says why and when the next comes. Only an error that
+    says the backend did not answer (:attr:`StoreUnavailableError.transient`) is waited out: a
+    refused password or a database that does not exist fails at once, however long ``wait``.
+    Past ``wait`` the last error is raised, saying how long it was waited for. False if ``stop``
+    was set meanwhile (a signal): the store is not open, and nothing is to be served.
+    """
+    deadline = anyio.current_time() + wait
+    delay, attempt = backoff[0], 1
+    while True:
+        try:
+            await store.open()
+        except StoreUnavailableError as exc:
+            left = deadline - anyio.current_time()
+            if not exc.transient or wait <= 0:
+                raise
+            if left <= 0:
+                raise StoreUnavailableError(
+                    f"{exc} (still unavailable after waiting {seconds_text(wait)}: --wait sets how long)",
+                    transient=True,
+                ) from exc
+            pause = min(delay * random.uniform(0.75, 1.0), left)
+            log.warning(
+                "store unavailable; retrying",
+                attempt=attempt,
+                retry_in=round(pause, 2),
+                gives_up_in=round(left, 1),
+                error=str(exc),
+            )
+            with anyio.move_on_after(pause):
+                await stop.wait()
+            if stop.is_set():
+                return False
+            delay, attempt = min(delay * 2, backoff[1]), attempt + 1
+        else:
+            if attempt > 1:
+                log.info("store available", attempts=attempt)
+            return True
 
 
 async def _serve(
@@ -205,10 +257,14 @@ async def _serve(
     supervisor: _Supervisor | None,
     listener: socket.socket | None = None,
     backend: str = "asyncio",
+    wait: float = 0.0,
 ) -> int:
     log = logger.bind(pid=os.getpid())
     signals_seen: list[int] = []
-    metrics_stop = anyio.Event()
+    #: Set by the first signal: a worker still waiting for its store stops waiting.
+    stopping = anyio.Event()
+    #: Whether the store was opened (False: stopped by a signal while waiting for it).
+    opened: list[bool] = []
 
     async def watch(signals: Any) -> None:
         # Linux sends one SIGTERM when the supervisor dies: after a signal it forwarded, that
@@ -222,6 +278,7 @@ async def _serve(
             signals_seen.append(signum)
             if len(signals_seen) == 1:
                 log.info("stopping", signal=signal.Signals(signum).name, grace=scheduler.grace)
+                stopping.set()
                 scheduler.stop()
             else:
                 log.warning(
@@ -249,21 +306,30 @@ async def _serve(
                 # exit in the task that entered it (else: "exit a cancel scope that isn't the
                 # current task's", and a context token reset in a different Context). Idempotent
                 # for a store the scheduler made from a URL, which closes it itself.
+                opened.append(await open_waiting(scheduler.store, wait, stopping, log))
+                if not opened[0]:  # signalled while waiting for the store: nothing to serve
+                    task_status.started()
+                    tg.cancel_scope.cancel()
+                    return
                 async with scheduler.store:
                     settle_heap()
                     await scheduler.run(task_status=task_status)
-                metrics_stop.set()
-                tg.cancel_scope.cancel()  # stopped: the watchers (and the metrics server) are done too
+                # Stopped: the watchers are done too, and the metrics server, which shuts down
+                # gracefully when cancelled (a scraper's open connection closed, not cut).
+                tg.cancel_scope.cancel()
 
             tg.start_soon(watch, signals)
             if listener is not None:
                 from rehydrate.web._worker_metrics import serve as serve_metrics
 
                 host, port = listener.getsockname()[:2]
-                tg.start_soon(serve_metrics, scheduler, listener, metrics_stop, backend)
+                tg.start_soon(serve_metrics, scheduler, listener, backend)
                 shown = f"[{host}]" if ":" in host else host
                 log.info("metrics listening", url=f"http://{shown}:{port}/metrics")
             await tg.start(serve)  # raises if the store cannot be opened
+            if not opened[0]:
+                log.info("stopped before the store could be opened")
+                return 0
             if signals_seen:
                 # Signalled while starting: a scheduler that was not running yet forgets a stop()
                 # when it starts (found by a child signalled before it served), so say it again.
@@ -393,6 +459,7 @@ def _child_command(args: argparse.Namespace, slot: int = 0) -> list[str]:
         command += ["--grace", repr(args.grace)]
     if args.heartbeat is not None:
         command += ["--heartbeat", repr(args.heartbeat)]
+    command += ["--wait", repr(args.wait)]
     if args.metrics_port is not None:  # a port per process: N, N+1, ... by slot, kept on restart
         command += ["--metrics-port", str(args.metrics_port + slot), "--metrics-host", args.metrics_host]
     return command
@@ -604,6 +671,11 @@ store:
   --store URL, else ${STORE_ENV}, else the store the scheduler was built with: either of the
   first two replaces the module's store. A worker serving the memory store warns that nothing
   outside its process (rehydrate push, other workers) can reach it; --processes refuses it.
+  A store that cannot be reached at start-up (a Redis restarting beside its workers) is tried
+  again with backoff (0.2s doubling to 5s), with one warning line per attempt, for up to --wait
+  (default 1m; --wait 0 fails at once); a signal meanwhile stops the worker (exit 0). What
+  waiting cannot fix fails at once: a refused password, a database that does not exist, an
+  unknown URL scheme.
 
 stopping:
   The first SIGTERM, SIGINT or SIGHUP (the terminal closed) stops claiming and lets running

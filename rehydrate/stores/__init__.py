@@ -43,10 +43,11 @@ _SCHEMES: dict[str, tuple[str, str]] = {
 def open_store(url: str, **options: Any) -> Store:
     """Return an (unopened) store for ``url``; use it with ``async with``.
 
-    ``options`` go to the store's ``from_url`` (``clock=`` for memory, ``serializer=`` for the
-    others). ``create=False`` makes a store that would create its database (SQLite: the file)
-    raise :class:`~rehydrate.errors.StoreUnavailableError` at ``open`` instead; every store
-    accepts it. Raises :class:`~rehydrate.errors.UnsupportedStoreError` for an unknown scheme.
+    ``options`` go to the store's ``from_url`` (``clock=`` for memory and SQLite, ``serializer=``
+    for every store: none for memory unless given). ``create=False`` makes a store that would
+    create its database (SQLite: the file) raise :class:`~rehydrate.errors.StoreUnavailableError`
+    at ``open`` instead; every store accepts it. Raises
+    :class:`~rehydrate.errors.UnsupportedStoreError` for an unknown scheme.
     """
     if not isinstance(url, str):
         raise InvalidTypeError(f"url must be a str, not {type(url).__name__}")

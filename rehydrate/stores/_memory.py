@@ -12,12 +12,12 @@ import anyio
 from rehydrate._clock import SystemClock
 from rehydrate._core import _validate, _workers
 from rehydrate._core._dehydrator import Dehydrator
-from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, is_held
+from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, is_held, new_claim
 from rehydrate._core._validate import Seconds
 from rehydrate._schedules import is_removed
-from rehydrate.abc import Clock, Subscription
+from rehydrate.abc import Clock, Serializer, Subscription
 from rehydrate.errors import InvalidArgumentError, InvalidTypeError
-from rehydrate.stores._base import StoreBase, merge_next, url_options
+from rehydrate.stores._base import StoreBase, as_str, merge_next, url_options
 from rehydrate.stores._subscription import EventSubscription
 
 __all__ = ["MemoryStore"]
@@ -26,25 +26,36 @@ __all__ = ["MemoryStore"]
 class MemoryStore(StoreBase):
     """Dehydrators held in this process: the embedded default (``memory://``).
 
-    Elements are kept as the objects given (not copied or serialized), and are lost when the
-    process ends. Time is ``clock`` (monotonic by default; a :class:`~rehydrate.testing.FakeClock`
-    in tests). Every call yields to other tasks first (its one checkpoint, where it may be
-    cancelled) and then does all its work without yielding: each is atomic, and a cancelled call
-    has done nothing. Like every store it must be opened first (``async with store``, or a
-    scheduler that opens it) and refuses calls after :meth:`aclose`
-    (:class:`~rehydrate.errors.StoreNotOpenError`); its elements stay in the object, so opening it
-    again finds them.
+    Elements are lost when the process ends. They are kept as the objects given (not copied or
+    serialized), unless ``serializer`` is given (a name, ``"json"``, ``"msgpack"`` or
+    ``"pickle"``, or a :class:`~rehydrate.abc.Serializer`; ``memory://?serializer=json``): then
+    each is kept as the bytes it writes, as the durable stores keep it, so that what they refuse
+    is refused here too (:class:`~rehydrate.errors.InvalidTypeError` at the push, nothing filed)
+    and every read hands back what they would (a tuple comes back a list, a new object each
+    time). That is the one to test with: on a store without it, tests pass with elements that
+    production's store refuses or changes. Time is ``clock`` (monotonic by default; a
+    :class:`~rehydrate.testing.FakeClock` in tests). Every call yields to other tasks first (its
+    one checkpoint, where it may be cancelled) and then does all its work without yielding: each
+    is atomic, and a cancelled call has done nothing. Like every store it must be opened first
+    (``async with store``, or a scheduler that opens it) and refuses calls after :meth:`aclose`
+    (:class:`~rehydrate.errors.StoreNotOpenError`); its elements stay in the object, so opening
+    it again finds them.
     """
 
     #: Nothing to gain from coalescing concurrent defers: a push costs no round trip here.
     _coalesce_pushes = False
 
-    def __init__(self, *, clock: Clock | None = None) -> None:
+    def __init__(self, *, clock: Clock | None = None, serializer: str | Serializer | None = None) -> None:
         if clock is not None and not isinstance(clock, Clock):
             raise InvalidTypeError(
                 f"clock must be callable and have an async sleep(seconds) method, not {type(clock).__name__}"
             )
         self.clock: Clock = clock if clock is not None else SystemClock()
+        #: ``None``: elements are the objects given. Else the dehydrators hold its bytes.
+        self._codec: Serializer | None = None
+        if serializer is not None:
+            self._set_serializer(serializer)  # (the names, objects and errors of every store)
+            self._codec = self._serializer
         self._dehydrators: dict[str, Dehydrator] = {}
         #: Stands in for a dehydrator that does not exist: it checks the arguments as a real one
         #: does and answers as an empty one. Only reads and fenced calls reach it, so it stays empty.
@@ -55,8 +66,17 @@ class MemoryStore(StoreBase):
         self._open = False
 
     @classmethod
-    def from_url(cls, url: str, *, clock: Clock | None = None, create: bool = True) -> MemoryStore:
-        """``memory://``: nothing after the scheme, and no options (``create`` is accepted and moot)."""
+    def from_url(
+        cls,
+        url: str,
+        *,
+        clock: Clock | None = None,
+        serializer: str | Serializer | None = None,
+        create: bool = True,
+    ) -> MemoryStore:
+        """``memory://``: nothing after the scheme; its one option is ``serializer``
+        (``memory://?serializer=json``), which may be given as an argument instead, not both ways
+        (``create`` is accepted and moot)."""
         if not isinstance(url, str):
             raise InvalidTypeError(f"url must be a str, not {type(url).__name__}")
         parts = urlsplit(url)
@@ -64,12 +84,19 @@ class MemoryStore(StoreBase):
             raise InvalidArgumentError(f"not a memory:// URL: {url!r}")
         if parts.netloc or parts.path.strip("/"):
             raise InvalidArgumentError(f"a memory:// URL names nothing: {url!r}")
-        url_options(url, parts.query, {})
+        found = url_options(url, parts.query, {"serializer": as_str}, {"serializer": serializer})
         _validate.flag(create, "create")
-        return cls(clock=clock)
+        return cls(clock=clock, serializer=found.get("serializer", serializer))
 
     def __repr__(self) -> str:
-        return f"MemoryStore(clock={self.clock!r})"
+        if self._codec is None:
+            return f"MemoryStore(clock={self.clock!r})"
+        return f"MemoryStore(clock={self.clock!r}, serializer={self._codec!r})"
+
+    @property
+    def serializer(self) -> Serializer | None:
+        """The serializer elements are kept with; ``None``: kept as the objects given."""
+        return self._codec
 
     async def open(self) -> None:
         await anyio.lowlevel.checkpoint()
@@ -101,6 +128,54 @@ class MemoryStore(StoreBase):
             for subscription in self._subscribers.get(name, ()):
                 subscription.notify()
 
+    # -- the serializer (only with one) ---------------------------------------------------------
+
+    def _encode(self, element: Any, ttl: Seconds, id: str | None) -> bytes:
+        """``element`` as the serializer writes it, before anything is filed, after the checks a
+        durable store makes first (so that a call wrong twice over is refused as there)."""
+        _validate.seconds(ttl, "ttl")
+        if id is not None:
+            _validate.element_id(id)
+        return self._dumps(element)
+
+    def _decode(self, payload: Any) -> Any:
+        """The element filed as ``payload`` (``None``: nothing there), a new object at every read."""
+        assert self._codec is not None
+        return None if payload is None else self._codec.loads(payload)
+
+    def _decode_all(self, payloads: list[Any]) -> list[Any]:
+        assert self._codec is not None
+        loads = self._codec.loads
+        return [None if payload is None else loads(payload) for payload in payloads]
+
+    def _merge(self, stored: bytes, given: bytes) -> tuple[bytes, bool | None]:
+        """:func:`merge_next` on the elements of two payloads (what a rearm or a holder's update
+        files for an element someone else updated while it was claimed), as a payload."""
+        old, new = self._decode(stored), self._decode(given)
+        merged, at_once = merge_next(old, new)
+        if merged is old:
+            return stored, at_once
+        if merged is new:
+            return given, at_once
+        return self._dumps(merged), at_once
+
+    def _rearm_payloads(
+        self, name: str, batch: list[tuple[str, int, Any, Seconds]]
+    ) -> list[tuple[str, int, bytes, Seconds]]:
+        """A rearm's items with their elements encoded, after the checks the durable stores make
+        first: a claimed envelope with another ``next`` is filed from the bytes its claim read
+        (:meth:`StoreBase._rearm_payload`), so a handler's change to it in place stays with that
+        run, as on the durable stores that serialize with JSON."""
+        out: list[tuple[str, int, bytes, Seconds]] = []
+        for id, token, element, ttl in batch:
+            if type(id) is not str or not id or not id.isascii():
+                _validate.element_id(id)
+            if (type(token) is not int or token < 1) and _validate.token(token) is None:
+                raise InvalidArgumentError("rearm needs each claim's token")
+            _validate.seconds(ttl, "ttl")
+            out.append((id, token, self._rearm_payload(name, id, token, element)[0], ttl))
+        return out
+
     # -- ReDe verbs ------------------------------------------------------------------------------
 
     async def push(
@@ -108,6 +183,9 @@ class MemoryStore(StoreBase):
     ) -> str:
         await anyio.lowlevel.checkpoint()
         _validate.replace(replace, id)
+        if self._codec is not None:
+            _validate.element_id(name, "name")
+            element = self._encode(element, ttl, id)
         d = self._get_or_create(name)
         before = d.next_due()
         if replace and id is not None and id in d:
@@ -121,6 +199,8 @@ class MemoryStore(StoreBase):
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
         _validate.seconds(ttl, "ttl")
+        if self._codec is not None:
+            element = self._encode(element, ttl, id)
         if (info := d.info(id)) is None:
             return None
         if is_held(info, self.clock()):
@@ -143,6 +223,9 @@ class MemoryStore(StoreBase):
 
     async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
         await anyio.lowlevel.checkpoint()
+        if self._codec is not None:
+            _validate.element_id(name, "name")
+            items = [(self._encode(element, ttl, id), ttl, id) for element, ttl, id in items]
         d = self._get_or_create(name)
         before = d.next_due()
         ids = d.push_many(items)  # every ttl counted from one reading of the clock, as rearm's
@@ -152,12 +235,12 @@ class MemoryStore(StoreBase):
     async def pull(self, name: str, id: str) -> Any:
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
-        return d.pull(id)
+        return d.pull(id) if self._codec is None else self._decode(d.pull(id))
 
     async def poll(self, name: str, *, limit: int | None = None) -> list[Any]:
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
-        return d.poll(limit=limit)
+        return d.poll(limit=limit) if self._codec is None else self._decode_all(d.poll(limit=limit))
 
     async def xpoll(self, name: str, *, limit: int | None = None) -> list[str]:
         await anyio.lowlevel.checkpoint()
@@ -169,17 +252,19 @@ class MemoryStore(StoreBase):
     ) -> list[Any]:
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
-        return d.xack(*ids, attempt=attempt, token=token)
+        out = d.xack(*ids, attempt=attempt, token=token)
+        return out if self._codec is None else self._decode_all(out)
 
     async def look(self, name: str, id: str) -> Any:
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
-        return d.look(id)
+        return d.look(id) if self._codec is None else self._decode(d.look(id))
 
     async def look_many(self, name: str, ids: Iterable[str]) -> list[Any]:
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
-        return [d.look(id) for id in _validate.id_list(ids)]
+        out = [d.look(id) for id in _validate.id_list(ids)]
+        return out if self._codec is None else self._decode_all(out)
 
     async def ttn(self, name: str) -> float | None:
         await anyio.lowlevel.checkpoint()
@@ -189,7 +274,14 @@ class MemoryStore(StoreBase):
     async def update(self, name: str, id: str, element: Any, *, token: int | None = None) -> Any:
         await anyio.lowlevel.checkpoint()
         d = self._get_or_create(name)
-        return d.update(id, element, token=token, merge=merge_next)
+        if self._codec is None:
+            return d.update(id, element, token=token, merge=merge_next)
+        _validate.element_id(id)
+        _validate.token(token)
+        # (A worker's update of the envelope it holds, with another ``next``, is filed from the
+        # bytes its claim read, as the durable stores do: see StoreBase._update_payload.)
+        payload = self._update_payload(name, id, token, element)[0]
+        return self._decode(d.update(id, payload, token=token, merge=self._merge))
 
     # -- leases ----------------------------------------------------------------------------------
 
@@ -198,17 +290,32 @@ class MemoryStore(StoreBase):
     ) -> list[Claim]:  # (ahead: see Store.claim)
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
-        return d.claim(lease=lease, limit=limit, ahead=ahead)
+        claims = d.claim(lease=lease, limit=limit, ahead=ahead)
+        if self._codec is None:
+            return claims
+        loads, keep = self._codec.loads, self._keep_envelope
+        out: list[Claim] = []
+        for c in claims:
+            element = loads(c.element)
+            keep(name, c.id, c.token, element, c.element)
+            out.append(new_claim(c.id, element, c.attempt, c.lease_until, c.token, c.due, c.claimed_at))
+        return out
 
     async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
         await anyio.lowlevel.checkpoint()
-        return self._get(name).ack_many(claims)
+        d = self._get(name)
+        if self._kept:
+            claims = list(claims)
+            self._forget_envelopes(name, (id for id, _ in claims))
+        return d.ack_many(claims)
 
     async def reschedule(
         self, name: str, id: str, *, ttl: Seconds, attempt: int | None = None, token: int | None = None
     ) -> bool:
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
+        if token is not None and self._kept:
+            self._forget_envelopes(name, [id])
         before = d.next_due()
         result = d.reschedule(id, ttl=ttl, attempt=attempt, token=token)
         self._notify_if_sooner(name, d, before)
@@ -218,8 +325,19 @@ class MemoryStore(StoreBase):
         await anyio.lowlevel.checkpoint()
         batch = _validate.reschedules(items)
         d = self._get(name)
+        if self._kept:
+            self._forget_envelopes(name, (id for id, _, _ in batch))
         before = d.next_due()
         done = [d.reschedule(id, ttl=ttl, token=token) for id, token, ttl in batch]
+        self._notify_if_sooner(name, d, before)
+        return done
+
+    async def hand_back(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
+        await anyio.lowlevel.checkpoint()
+        batch = _validate.reschedules(items, "hand_back")
+        d = self._get(name)
+        before = d.next_due()
+        done = [d.hand_back(id, token=token, ttl=ttl) for id, token, ttl in batch]
         self._notify_if_sooner(name, d, before)
         return done
 
@@ -229,20 +347,25 @@ class MemoryStore(StoreBase):
         d = self._get(name)
         before = d.next_due()
         if len(batch) == 1 and is_removed(batch[0][2]):  # (a runner sends it alone)
-            done = self._rearm_removed(d, *batch[0])
-        else:
+            done = self._rearm_removed(name, d, *batch[0])
+        elif self._codec is None:
             done = d.rearm_many(batch, merge_next)
+        else:
+            done = d.rearm_many(self._rearm_payloads(name, batch), self._merge)
         self._notify_if_sooner(name, d, before)
         return done
 
-    @staticmethod
-    def _rearm_removed(d: Dehydrator, id: str, token: int, element: Any, ttl: Seconds) -> list[bool]:
+    def _rearm_removed(
+        self, name: str, d: Dehydrator, id: str, token: int, element: Any, ttl: Seconds
+    ) -> list[bool]:
         """A rearm given ``REMOVED``, by the runner that claimed a schedule unscheduled during a
         run whose worker died (see :meth:`Store.rearm`): the element goes if it is still so, else
         what was written into it since (``Scheduler.schedule`` again) is filed, due at once."""
         _validate.seconds(ttl, "ttl")
+        if self._kept:
+            self._forget_envelopes(name, [id])
         stored = d.look(id)
-        if is_removed(stored):
+        if is_removed(stored if self._codec is None else self._decode(stored)):
             return [d.ack(id, token=token)]
         return d.rearm_many([(id, token, stored, 0.0)])
 

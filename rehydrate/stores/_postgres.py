@@ -184,7 +184,7 @@ def _connect_error(exc: BaseException, shown: str) -> RehydrateError:
         return StoreRefusedError(f"PostgreSQL at {shown} refused this store: {line}")
     if "connection is bad: invalid" in line or "invalid connection option" in line:
         return InvalidArgumentError(f"invalid PostgreSQL URL {shown!r}: {line}")
-    return StoreUnavailableError(f"PostgreSQL at {shown} is unavailable: {line}")
+    return StoreUnavailableError(f"PostgreSQL at {shown} is unavailable: {line}", transient=True)
 
 
 def _import_driver() -> None:
@@ -524,7 +524,8 @@ class PostgresStore(StoreBase):
                 pool.close()
                 raise StoreUnavailableError(
                     f"PostgreSQL at {_redact(self._url)} is unavailable: no connection within "
-                    f"{self._timeout} s ({_line(exc)})"
+                    f"{self._timeout} s ({_line(exc)})",
+                    transient=True,
                 ) from exc
 
         with anyio.CancelScope(shield=True):
@@ -1130,6 +1131,14 @@ class PostgresStore(StoreBase):
         self._forget_envelopes(name, (id for id, _, _ in batch))
         return await self._fenced(name, self._sql.reschedule_many, ("ids", "tokens", "ttls"), batch)
 
+    async def hand_back(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
+        """See :meth:`Store.hand_back`: one statement per 1,000 items, each atomic."""
+        _name(name)
+        checked = _validate.reschedules(items, "hand_back")
+        batch = [(_id(id), token, _micros(ttl)) for id, token, ttl in checked]
+        self._forget_envelopes(name, (id for id, _, _ in batch))
+        return await self._fenced(name, self._sql.hand_back, ("ids", "tokens", "ttls"), batch)
+
     async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
         """See :meth:`Store.rearm`: one statement per 1,000 items, each atomic; the ttls count
         from the call (a schedule's next occurrence is due at its nominal time, not after the
@@ -1163,9 +1172,10 @@ class PostgresStore(StoreBase):
         batch: Sequence[tuple[Any, ...]],
         **more: Any,
     ) -> list[bool]:
-        """Run a fenced batch statement (``rearm``, ``reschedule_many``) on ``batch``, 1,000 items
-        a statement, each item's values passed as arrays named by ``columns``; whether each was
-        done (the statement returns the 1-based position of each item it did)."""
+        """Run a fenced batch statement (``rearm``, ``reschedule_many``, ``hand_back``) on
+        ``batch``, 1,000 items a statement, each item's values passed as arrays named by
+        ``columns``; whether each was done (the statement returns the 1-based position of each
+        item it did)."""
         if not batch:
             if self._pool is None:
                 raise self._not_open()

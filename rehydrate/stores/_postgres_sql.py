@@ -85,6 +85,40 @@ _NOTIFY = (
     " THEN pg_notify(%(channel)s, %(note)s)::text IS NULL ELSE false END"
 )
 
+
+def _refile_many(*, hand_back: bool) -> str:
+    """``reschedule_many``'s statement, or ``hand_back``'s: only claimed rows, the attempt undone."""
+    claimed = " AND e.claimed" if hand_back else ""
+    attempt = (
+        f", attempt = CASE WHEN e.attempt & {ATTEMPTS} > 0 THEN e.attempt - 1 ELSE e.attempt END"
+        if hand_back
+        else ""
+    )
+    return f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
+        found AS MATERIALIZED (
+            SELECT f.*, nextval('{{seq_name}}') AS n FROM (
+                SELECT a.ttl, a.ord, x.tid, x.claimed
+                FROM unnest(%(ids)s::text[], %(tokens)s::bigint[], %(ttls)s::bigint[])
+                    WITH ORDINALITY AS a(id, token, ttl, ord)
+                CROSS JOIN LATERAL (
+                    SELECT e.ctid AS tid, e.claimed FROM {{table}} e
+                    WHERE e.name = %(name)s AND e.id = a.id AND e.attempt = a.token{claimed}
+                    FOR UPDATE
+                ) x
+            ) f ORDER BY f.ord
+        ),
+        {_HEAD},
+        upd AS (
+            UPDATE {{table}} e
+            SET due = t.now + f.ttl, seq = f.n, ttl = f.ttl / 1e6, claimed = false{attempt}
+            FROM found f, t
+            WHERE e.ctid = f.tid AND e.name = %(name)s
+            RETURNING f.ord, e.due, f.claimed
+        ),
+        {_counter("upd", "0", "-count(*) FILTER (WHERE claimed)")}
+        SELECT ord, {_NOTIFY.format(due="(SELECT min(due) FROM upd)")} FROM upd"""
+
+
 _TEMPLATES: Final = {
     "create": (
         "SELECT pg_advisory_xact_lock(hashtext(%(lock)s))",
@@ -363,29 +397,11 @@ _TEMPLATES: Final = {
     # reschedule_many (delayed retries): each (id, token) still under that token, claimed or not,
     # is filed anew at now + ttl and released, its attempt kept (reschedule's rule per item; the
     # caller gives each id once).
-    "reschedule_many": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
-        found AS MATERIALIZED (
-            SELECT f.*, nextval('{{seq_name}}') AS n FROM (
-                SELECT a.ttl, a.ord, x.tid, x.claimed
-                FROM unnest(%(ids)s::text[], %(tokens)s::bigint[], %(ttls)s::bigint[])
-                    WITH ORDINALITY AS a(id, token, ttl, ord)
-                CROSS JOIN LATERAL (
-                    SELECT e.ctid AS tid, e.claimed FROM {{table}} e
-                    WHERE e.name = %(name)s AND e.id = a.id AND e.attempt = a.token
-                    FOR UPDATE
-                ) x
-            ) f ORDER BY f.ord
-        ),
-        {_HEAD},
-        upd AS (
-            UPDATE {{table}} e
-            SET due = t.now + f.ttl, seq = f.n, ttl = f.ttl / 1e6, claimed = false
-            FROM found f, t
-            WHERE e.ctid = f.tid AND e.name = %(name)s
-            RETURNING f.ord, e.due, f.claimed
-        ),
-        {_counter("upd", "0", "-count(*) FILTER (WHERE claimed)")}
-        SELECT ord, {_NOTIFY.format(due="(SELECT min(due) FROM upd)")} FROM upd""",
+    "reschedule_many": _refile_many(hand_back=False),
+    # hand_back (claims given back unrun): each (id, token) still claimed under that token is
+    # filed so with that claim's attempt undone: the same claim number, one attempt fewer, so the
+    # token no longer matches and a second hand-back does nothing.
+    "hand_back": _refile_many(hand_back=True),
     # rearm (a schedule's next occurrence): each (id, token) still claimed under that token is
     # filed anew as a new element (attempt 0, unclaimed) with its payload, in the order given; an
     # id given twice is rearmed by its first item only. With an old end given, the payload is the
@@ -529,6 +545,7 @@ class Statements:
     ack: str
     refile: str
     reschedule_many: str
+    hand_back: str
     rearm: str
     info: str
     names_query: str

@@ -773,7 +773,15 @@ class RedisStore(StoreBase):
     async def reschedule_many(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
         """See :meth:`Store.reschedule_many`: ``batch_size`` items per script, each script atomic."""
         self._keys(name)
-        batch = _validate.reschedules(items)
+        return await self._retry(name, _validate.reschedules(items), "retry")
+
+    async def hand_back(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
+        """See :meth:`Store.hand_back`: ``batch_size`` items per script, each script atomic."""
+        self._keys(name)
+        return await self._retry(name, _validate.reschedules(items, "hand_back"), "hand_back")
+
+    async def _retry(self, name: str, batch: list[tuple[str, int, float]], mode: str) -> list[bool]:
+        """``retry.lua`` over a checked batch: delayed retries, or claims handed back (``mode``)."""
         if not batch:
             self._backend.check_open()
             await anyio.lowlevel.checkpoint()
@@ -784,7 +792,7 @@ class RedisStore(StoreBase):
             flat: _Args = []
             for id, token, ttl in batch[start : start + self._batch]:
                 flat += (id, _micros(ttl, "ttl"), _fence_text(token))
-            reply = await self._eval("retry", name, flat)
+            reply = await self._eval("retry", name, [mode, *flat])
             out.extend(bool(int(r)) for r in reply)
         return out
 

@@ -458,6 +458,49 @@ class _Lane:
             sock.close()
 
 
+def _tls_error(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind ``exc``, if a failed TLS handshake is what it reports.
+
+    coredis says only "Unable to establish a connection"; the :class:`ssl.SSLError` is found in
+    the causes, at times under the timeout (a plain-text server never answers the handshake, so
+    it is still waiting to read when ``connect_timeout`` cancels it).
+    """
+    seen: set[int] = set()
+    pending = [exc]
+    while pending:
+        error = pending.pop()
+        if id(error) in seen:
+            continue
+        seen.add(id(error))
+        if isinstance(error, ssl.SSLError):
+            return error
+        pending += [cause for cause in (error.__cause__, error.__context__) if cause is not None]
+        if isinstance(error, BaseExceptionGroup):
+            pending += error.exceptions
+    return None
+
+
+def _failure(exc: BaseException, url: str, connect_timeout: float) -> str:
+    """``exc`` said for a person: a failed TLS handshake as such, with its reason and a likely
+    fix; anything else as the client's exception."""
+    tls = _tls_error(exc)
+    if tls is None:
+        return f"{type(exc).__name__}: {exc}"
+    if isinstance(tls, ssl.SSLCertVerificationError):
+        return (
+            "the TLS handshake failed: the server's certificate is not trusted "
+            f"({tls.verify_message or tls.reason}): name its CA with ?ssl_ca_certs=PATH"
+        )
+    if isinstance(tls, ssl.SSLWantReadError | ssl.SSLWantWriteError):
+        reason = f"no TLS reply within connect_timeout, {connect_timeout:g} s"
+    else:
+        reason = f"{type(tls).__name__}: {tls.reason or tls}"
+    asked_tls = urlsplit(url).scheme.lower().startswith("rediss")
+    return f"the TLS handshake failed ({reason}): the server may not speak TLS on this port" + (
+        "; use redis:// for a plain-text server" if asked_tls else ""
+    )
+
+
 def _refused(message: str) -> BaseException:
     """An error reply as coredis would have raised it (the same classes, the same message)."""
     from coredis.parser import Parser
@@ -618,7 +661,14 @@ class Backend:
                 isinstance(exc, ce.ResponseError) and not str(exc).startswith(_BUSY_REPLIES)
             )
             raise (StoreRefusedError if refused else StoreUnavailableError)(
-                f"Redis at {redact(self.url)} could not be opened{hint}: {type(exc).__name__}: {exc}"
+                f"Redis at {redact(self.url)} could not be opened{hint}: "
+                f"{_failure(exc, self.url, self._connect_timeout)}",
+                # Not reached (a server restarting, say): another try may succeed. Anything else
+                # it answered, a failed TLS handshake or a configuration the client refused,
+                # stays as it is.
+                transient=not refused
+                and isinstance(exc, (ce.ConnectionError, OSError, TimeoutError))
+                and _tls_error(exc) is None,
             ) from exc
         self._client, self._stack = client, stack
 
@@ -711,7 +761,9 @@ class Backend:
     def _unavailable(self, exc: BaseException, attempts: int) -> StoreUnavailableError:
         tries = "after 1 attempt" if attempts == 1 else f"after {attempts} attempts"
         return StoreUnavailableError(
-            f"Redis at {redact(self.url)} is unavailable {tries}: {type(exc).__name__}: {exc}"
+            f"Redis at {redact(self.url)} is unavailable {tries}: "
+            f"{_failure(exc, self.url, self._connect_timeout)}",
+            transient=True,
         )
 
     async def _retry(self, exc: BaseException, attempt: int, retries: int | None = None) -> int:

@@ -63,8 +63,9 @@ _DEFAULT_MAX_LENGTH: Final = 1_000_000_000
 
 #: Payload bytes are bound as a ``bytearray`` (the same BLOB, a copy of a hundred bytes): the
 #: ``sqlite3`` module binds ints, floats, strs and bytearrays directly, but looks up an adapter
-#: for ``bytes`` first, and the failed lookups (two attribute errors made and cleared) cost about
-#: 3,300 instructions a parameter, three per occurrence a rearm files (counted with callgrind).
+#: for ``bytes`` first, and the failed lookups (two attribute errors made and cleared) cost more
+#: than binding the value, three times per occurrence a rearm files (counted with callgrind: see
+#: docs/benchmarks.md, "Recurring schedules").
 _blob: Final = bytearray
 
 
@@ -963,6 +964,37 @@ class SQLiteStore(StoreBase):
         self._notify(name, counter)
         return done
 
+    async def hand_back(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
+        """See :meth:`Store.hand_back`: one write transaction for the whole batch."""
+        _validate.element_id(name, "name")
+        batch = _validate.reschedules(items, "hand_back")
+        if not batch:
+            if self._conn is None:
+                raise self._not_open()
+            await anyio.lowlevel.checkpoint()
+            return []
+        self._forget_envelopes(name, (id for id, _, _ in batch))
+
+        def body(conn: sqlite3.Connection) -> tuple[list[bool], int | None]:
+            done: list[bool] = []
+            counter: int | None = None
+            for id, token, seconds in batch:
+                row = conn.execute(sql.ROW, (name, id)).fetchone()
+                if row is None or row[4] != token or not row[5]:
+                    done.append(False)
+                    continue
+                # The claim's attempt undone: the same claim number, one attempt fewer (so this
+                # token no longer matches, and a second hand-back does nothing).
+                unclaimed = token - 1 if attempt_of(token) else token
+                bumped = self._refile(conn, name, row[0], seconds, claimed=False, stamped=unclaimed)[1]
+                counter = bumped if bumped is not None else counter
+                done.append(True)
+            return done, counter
+
+        done, counter = await self._write(body)
+        self._notify(name, counter)
+        return done
+
     async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
         """See :meth:`Store.rearm`. Each item is due ``ttl`` after the call, not after the write
         lock was had: a schedule's next occurrence is its nominal time, however long the batch
@@ -1094,16 +1126,27 @@ class SQLiteStore(StoreBase):
         return until
 
     def _refile(
-        self, conn: sqlite3.Connection, name: str, rowid: int, seconds: float, *, claimed: bool
+        self,
+        conn: sqlite3.Connection,
+        name: str,
+        rowid: int,
+        seconds: float,
+        *,
+        claimed: bool,
+        stamped: int | None = None,
     ) -> tuple[float, int | None]:
-        """File a row anew at ``now + seconds`` (in a write transaction).
+        """File a row anew at ``now + seconds`` (in a write transaction); with ``stamped``,
+        released with that stamp in its attempt column (a hand-back).
 
         Returns the new due time and, if that is sooner than every other element's, the bumped
         notification counter.
         """
         due = self._now() + seconds
         head = sql.head(conn, name)  # the row itself included: sooner means sooner than everything
-        conn.execute(sql.REFILE, (due, sql.next_seq(conn, 1), seconds, int(claimed), rowid))
+        if stamped is None:
+            conn.execute(sql.REFILE, (due, sql.next_seq(conn, 1), seconds, int(claimed), rowid))
+        else:
+            conn.execute(sql.HAND_BACK, (due, sql.next_seq(conn, 1), seconds, stamped, rowid))
         return due, (self._bump(conn, name) if head is None or due < head else None)
 
     async def info(self, name: str, id: str) -> ElementInfo | None:

@@ -125,6 +125,10 @@ INSERT: Final = (
 )
 DELETE: Final = "DELETE FROM rehydrate_elements WHERE rowid = ?"
 REFILE: Final = "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ?, claimed = ? WHERE rowid = ?"
+#: A claim handed back unrun (hand_back): REFILE, released, with the stamp one attempt lower.
+HAND_BACK: Final = (
+    "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ?, claimed = 0, attempt = ? WHERE rowid = ?"
+)
 #: A claimed row filed anew as a new element (a schedule's next occurrence): attempt and claim reset.
 #: Fenced in the statement itself, as ACK is (the claim's token is the row's attempt stamp), so a
 #: rearm is one statement, not a read and a write.

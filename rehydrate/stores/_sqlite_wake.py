@@ -270,8 +270,8 @@ class LockWaiter:
 
     SQLite only lets a writer that finds the lock taken try again later. Trying again after
     pauses, a worker's claim lost the race to a producer that committed and began its next push
-    a tenth of a millisecond later, pause after pause: one claim waited 15 ms behind 50 pushes
-    (``bench_workers.py --store sqlite --enqueue one``). A waiter binds a socket in
+    a tenth of a millisecond later, pause after pause, and a claim could wait behind dozens of
+    pushes (``bench_workers.py --store sqlite --enqueue one``). A waiter binds a socket in
     ``<database>-wake/lock/`` for as long as it waits; whoever ends a write transaction sends a
     datagram to each socket there, so the waiter tries again at once, usually before the writer
     that freed the lock begins again. The pauses remain the bound of each wait: a writer that

@@ -8,7 +8,8 @@ own (nothing global, so several schedulers in one process or one test never coll
 prometheus_client writes the exposition format.
 
 It is served by a bare ASGI app under Hypercorn inside the worker's task group, on asyncio or
-trio as the worker runs, so it stops with the worker: no thread to leak. With ``--processes N``
+trio as the worker runs, so it stops with the worker (gracefully: see :func:`serve`): no thread
+to leak. With ``--processes N``
 each child serves its own port (``N + slot``): counters are per process, and Prometheus sums them
 (``sum by (name, outcome) (rate(rehydrate_deliveries_total[5m]))``) as it does for any fleet,
 which prometheus_client's multiprocess mode (files in a shared directory, wiped on restart by
@@ -21,7 +22,6 @@ import socket
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any, Final
 
-import anyio
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -135,9 +135,15 @@ def listen(host: str, port: int) -> socket.socket:
     return socket.create_server((host, port), family=family)
 
 
-async def serve(scheduler: Scheduler, listener: socket.socket, stop: anyio.Event, backend: str) -> None:
-    """Serve the metrics on ``listener`` until ``stop`` is set (Hypercorn, on ``backend``)."""
+async def serve(scheduler: Scheduler, listener: socket.socket, backend: str) -> None:
+    """Serve the metrics on ``listener`` (Hypercorn, on ``backend``) until cancelled.
+
+    Cancelling it is how it stops, gracefully (``rehydrate.web._hypercorn.serve``): a
+    scraper's keep-alive connection is closed, not cut under Hypercorn's own shutdown.
+    """
     from hypercorn.config import Config
+
+    from rehydrate.web._hypercorn import serve as serve_hypercorn
 
     scheduler._keep_histograms()
     config = Config()
@@ -145,11 +151,4 @@ async def serve(scheduler: Scheduler, listener: socket.socket, stop: anyio.Event
     config.accesslog = None
     config.loglevel = "WARNING"
     config.graceful_timeout = 1.0
-    if backend == "trio":
-        from hypercorn.trio import serve as serve_trio
-
-        await serve_trio(app(scheduler), config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
-    else:
-        from hypercorn.asyncio import serve as serve_asyncio
-
-        await serve_asyncio(app(scheduler), config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+    await serve_hypercorn(app(scheduler), config, backend)

@@ -13,4 +13,6 @@ from .harnesses import Harness
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     clock = FakeClock(1000.0)
     async with MemoryStore(clock=clock) as store:
-        yield Harness(store=store, advance=clock.advance, twin=lambda **kw: MemoryStore(clock=clock, **kw))
+        yield Harness(
+            store=store, advance=clock.advance, twin=lambda **kw: MemoryStore(clock=clock, **kw), shared=False
+        )

@@ -27,6 +27,9 @@ class Harness:
     #: these extra constructor keywords (``serializer=...``); for the memory store, a new one.
     #: The lifecycle and serializer rules of the contract are checked through it.
     twin: Callable[..., Store] | None = None
+    #: Whether ``twin`` sees what ``store`` holds (a file, a server): not so for a memory store,
+    #: whose twin is a store of its own, so the tests of two store objects on one backend skip it.
+    shared: bool = True
 
 
 HarnessFactory = Callable[[pytest.FixtureRequest], AsyncIterator[Harness]]

@@ -586,6 +586,128 @@ class TestLeases:
         assert again.attempt == 2
         assert await s.reschedule_many(N, [("e1", by_id["e1"].token, 0)]) == [False]  # a new claim
 
+    async def test_hand_back_undoes_the_claims_attempt(self, harness: Harness) -> None:
+        """A claim given back unrun (a graceful stop) is no attempt: claimed again, the element
+        has the attempt it had under that claim; a failed run, retried, still counts. Fenced like
+        ack: only a claimed element under that token, and once."""
+        s = harness.store
+        await s.push_many(N, [("A", 0, "a"), ("B", 0, "b"), ("C", 0, "c")])
+        await s.push(N, "later", ttl=100, id="other")
+        first = {c.id: c for c in await s.claim(N, lease=60)}
+        assert sorted((c.id, c.attempt) for c in first.values()) == [("a", 1), ("b", 1), ("c", 1)]
+        # b's first run failed and was retried: that attempt counts.
+        assert await s.reschedule(N, "b", ttl=0, token=first["b"].token) is True
+        (b2,) = await s.claim(N, lease=60)
+        assert (b2.id, b2.attempt) == ("b", 2)
+        items = [
+            ("a", first["a"].token, 0),
+            ("missing", first["a"].token, 0),
+            ("b", b2.token, 5),
+            ("c", first["a"].token, 0),  # another claim's token: fenced out
+        ]
+        assert await s.hand_back(N, items) == [True, False, True, False]
+        # Released, filed anew at now + ttl, the claim's attempt undone.
+        a, b, c = [await s.info(N, id) for id in "abc"]
+        assert a is not None
+        assert (a.claimed, a.attempt, a.ttl) == (False, 0, 0)
+        assert b is not None
+        assert (b.claimed, b.attempt) == (False, 1)
+        assert b.ttl == about(5)
+        assert c is not None
+        assert (c.claimed, c.attempt) == (True, 1)
+        assert await s.summary(N) == Summary(size=4, due=1, claimed=1, ttn=0.0)
+        # The token no longer matches: a second hand-back, or any fenced call with it, does nothing.
+        assert await s.hand_back(N, [("a", first["a"].token, 0)]) == [False]
+        assert await s.ack(N, [("a", first["a"].token)]) == [False]
+        assert await s.extend(N, "a", lease=10, token=first["a"].token) is None
+        assert await s.reschedule(N, "a", ttl=0, token=first["a"].token) is False
+        assert (await s.info(N, "a")).attempt == 0  # type: ignore[union-attr]
+        # Claimed again: the same attempt number as the claim handed back, under a new token.
+        (again,) = await s.claim(N, lease=60)
+        assert (again.id, again.attempt) == ("a", 1)
+        assert again.token != first["a"].token
+        harness.advance(5)
+        (b3,) = await s.claim(N, lease=60)
+        assert (b3.id, b3.attempt) == ("b", 2)
+        # An element not under a claim (released by a retry, its token kept) is not handed back.
+        assert await s.reschedule(N, "b", ttl=0, token=b3.token) is True
+        assert await s.hand_back(N, [("b", b3.token, 0)]) == [False]
+        assert (await s.info(N, "b")).attempt == 2  # type: ignore[union-attr]
+        assert await s.hand_back(N, []) == []
+        assert await s.hand_back("never-used", [("a", again.token, 0)]) == [False]
+
+    async def test_a_lost_lease_counts_and_a_hand_back_after_it_does_not(self, harness: Harness) -> None:
+        """A worker that dies leaves its lease to run out: the store cannot tell that from a
+        failed run, so the next claim counts it. Handing that next claim back undoes only its own."""
+        s = harness.store
+        await s.push(N, "job", ttl=0, id="j")
+        (c1,) = await s.claim(N, lease=10)
+        harness.advance(11)  # the worker died: its lease runs out
+        (c2,) = await s.claim(N, lease=10)
+        assert (c1.attempt, c2.attempt) == (1, 2)
+        assert await s.hand_back(N, [("j", c1.token, 0)]) == [False]  # the dead worker's claim
+        assert await s.hand_back(N, [("j", c2.token, 0)]) == [True]
+        (c3,) = await s.claim(N, lease=10)
+        assert c3.attempt == 2
+        # A claim whose lease ran out, and nobody claimed since, may still be handed back.
+        harness.advance(11)
+        assert await s.hand_back(N, [("j", c3.token, 0)]) == [True]
+        (c4,) = await s.claim(N, lease=10)
+        assert c4.attempt == 2
+
+    async def test_hand_back_of_claims_taken_ahead(self, harness: Harness) -> None:
+        """Claims taken ahead of their due time (``claim_ahead``) and given back unstarted, due
+        when they were due: claimed then, they have the attempt they had."""
+        s = harness.store
+        await s.push_many(N, [("x", 2, "x"), ("y", 3, "y")])
+        held = await s.claim(N, lease=10, ahead=5)
+        assert sorted((c.id, c.attempt) for c in held) == [("x", 1), ("y", 1)]
+        now = s.clock()
+        items = [(c.id, c.token, max(0.0, c.due - now)) for c in held]
+        assert await s.hand_back(N, items) == [True, True]
+        assert await s.claim(N, lease=10) == []
+        harness.advance(3)
+        again = await s.claim(N, lease=10)
+        assert [(c.id, c.attempt) for c in again] == [("x", 1), ("y", 1)]
+        assert await s.ack(N, [(c.id, c.token) for c in again]) == [True, True]
+
+    async def test_hand_back_by_default_is_reschedule_many(self, harness: Harness) -> None:
+        """The contract's own hand_back (what a store written before it gets) still gives the
+        claim back, checked as the stores' own is, but cannot undo its attempt."""
+        s = harness.store
+        await s.push(N, "e", ttl=0, id="a")
+        (c,) = await s.claim(N, lease=60)
+        with pytest.raises(InvalidArgumentError, match="hand_back needs each claim's token"):
+            await Store.hand_back(s, N, [("a", cast(int, None), 0)])
+        assert await Store.hand_back(s, N, [("a", c.token, 0), ("b", c.token, 0)]) == [True, False]
+        info = await s.info(N, "a")
+        assert info is not None
+        assert (info.claimed, info.attempt) == (False, 1)
+
+    async def test_hand_back_checks_every_item_first(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push(N, "e", ttl=0, id="a")
+        (c,) = await s.claim(N, lease=60)
+        bad: list[Any] = [
+            [("a", c.token, 1), ("a", c.token, 2)],  # an id twice
+            [("a", c.token, 1), ("b", None, 1)],  # no token
+            [("a", c.token, 1), ("b", 0, 1)],
+            [("a", c.token, 1), ("b", 1, -1)],
+            [("a", c.token, 1), ("b", 1, 2e9)],
+            [("a", c.token, 1), ("", 1, 1)],
+            [("a", c.token, 1), ("b", 1)],
+        ]
+        for items in bad:
+            with pytest.raises(InvalidArgumentError):
+                await s.hand_back(N, items)
+        with pytest.raises(InvalidTypeError):
+            await s.hand_back(N, cast(Any, "ab"))
+        with pytest.raises(InvalidArgumentError, match="hand_back needs each claim's token"):
+            await s.hand_back(N, [("a", cast(int, None), 1)])
+        info = await s.info(N, "a")
+        assert info is not None
+        assert (info.claimed, info.attempt) == (True, 1)  # nothing was done
+
     async def test_reschedule_many_checks_every_item_first(self, harness: Harness) -> None:
         s = harness.store
         await s.push(N, "e", ttl=0, id="a")
@@ -788,7 +910,7 @@ class TestLeases:
         assert await s.rearm(N, [("s0", latest.token, with_next(latest.element, 240.0), 0)]) == [True]
         assert await s.rearm(N, [("s0", stale.token, with_next(stale.element, 1.0), 0)]) == [False]
         assert await s.look(N, "s0") == with_next(expected["s0"], 240.0)
-        if getattr(s, "serializer", None) is None or harness.twin is None:
+        if not harness.shared or harness.twin is None:
             return  # a memory store shares nothing with another process
         # Updated while claimed by another process (a store object that kept nothing of it): s0
         # at its end (another next), so re-planned meanwhile, as a schedule given another trigger
@@ -1112,6 +1234,8 @@ def _every_verb() -> list[Any]:
         lambda s: s.reschedule(N, "a", ttl=1),
         lambda s: s.reschedule_many(N, [("a", 1, 1)]),
         lambda s: s.reschedule_many(N, []),
+        lambda s: s.hand_back(N, [("a", 1, 1)]),
+        lambda s: s.hand_back(N, []),
         lambda s: s.extend(N, "a", lease=1, token=1),
         lambda s: s.info(N, "a"),
         lambda s: s.names(),
@@ -1242,6 +1366,8 @@ class TestSerializers:
         s = harness.store
         if getattr(s, "serializer", None) is None:
             pytest.skip("this store keeps elements as objects, not serialized")
+        if not harness.shared:
+            pytest.skip("another store object does not see this one's elements")
         assert harness.twin is not None, TWIN_NEEDED
         await s.push(N, {"a": 1}, ttl=0, id="x")
         before = await state(s)
@@ -1259,6 +1385,80 @@ class TestSerializers:
                 assert (raised.value.stored, raised.value.configured) == ("json", "pickle")
                 assert "serializer='json'" in str(raised.value)
         assert await state(s) == before
+
+    async def test_every_verb_hands_back_what_its_serializer_reads(self, harness: Harness) -> None:
+        """What a store keeps is what its serializer wrote: every verb that files an element files
+        those bytes, and every verb that hands one back hands back what they read (a tuple comes
+        back a list with JSON or msgpack, stays a tuple with pickle), a new object each time, so
+        a handler's change to its element changes nothing stored. The memory store without a
+        serializer keeps the objects themselves (``memory://?serializer=json`` is the one to test
+        on); with one, it does as every other store does."""
+        s = harness.store
+        serializer = getattr(s, "serializer", None)
+        if serializer is None:
+            pytest.skip("this store keeps elements as objects, not serialized")
+
+        def stored(element: Any) -> Any:
+            return serializer.loads(serializer.dumps(element))
+
+        given = ("t", 1)
+        read = stored(given)
+        await s.push(N, given, ttl=0, id="push")
+        await s.push_many(N, [(given, 0, "many")])
+        await s.push(N, "x", ttl=0, id="replaced")
+        await s.push(N, given, ttl=0, id="replaced", replace=True)
+        await s.push(N, "x", ttl=0, id="unheld")
+        assert await s.replace_unless_held(N, "unheld", given, ttl=0) is True
+        await s.push(N, "x", ttl=0, id="updated")
+        assert await s.update(N, "updated", given) == "x"
+        ids = ["push", "many", "replaced", "unheld", "updated"]
+        assert await s.look_many(N, ids) == [read] * 5
+        first, again = await s.look(N, "push"), await s.look(N, "push")
+        assert first == again == read
+        assert first is not again
+        claims = {c.id: c for c in await s.claim(N, lease=60)}
+        assert {id: c.element for id, c in claims.items()} == dict.fromkeys(ids, read)
+        if isinstance(read, list):
+            claims["push"].element.append("changed")  # what a handler that changes its element does
+        assert await s.look(N, "push") == read
+        assert await s.update(N, "updated", [given], token=claims["updated"].token) == read
+        assert await s.look(N, "updated") == [read]
+        rearmed = [("push", claims["push"].token, {"k": given}, 30.0)]
+        assert await s.rearm(N, rearmed) == [True]
+        assert await s.look(N, "push") == {"k": read}
+        assert await s.xack(N, "many", token=claims["many"].token) == [read]
+        assert await s.pull(N, "replaced") == read
+        harness.advance(30)
+        assert await s.poll(N) == [{"k": read}]
+        assert sorted(await s.ids(N)) == ["unheld", "updated"]
+
+    async def test_what_json_cannot_carry_is_refused_by_every_verb_that_files(self, harness: Harness) -> None:
+        """A datetime or a set (what a test on objects passes with and production refuses):
+        ``InvalidTypeError`` from push, push_many, replace, update and rearm, nothing changed."""
+        from datetime import UTC, datetime
+
+        s = harness.store
+        if getattr(getattr(s, "serializer", None), "name", None) != "json":
+            pytest.skip("this store does not serialize with JSON")
+        await s.push(N, "kept", ttl=0, id="a")
+        await s.push(N, "held", ttl=0, id="h")
+        (claim,) = [c for c in await s.claim(N, lease=60) if c.id == "h"]
+        before = await state(s)
+        for bad in (datetime(2026, 1, 2, tzinfo=UTC), {"a", "b"}, {"at": {1}}):
+            calls = [
+                s.push(N, bad, ttl=0, id="new"),
+                s.push(N, bad, ttl=0, id="a", replace=True),
+                s.push_many(N, [("fine", 0, "n1"), (bad, 0, "n2")]),
+                s.replace_unless_held(N, "a", bad, ttl=0),
+                s.update(N, "a", bad),
+                s.update(N, "h", bad, token=claim.token),
+                s.rearm(N, [("h", claim.token, bad, 0)]),
+            ]
+            for call in calls:
+                with pytest.raises(InvalidTypeError, match="not JSON-serializable"):
+                    await call
+        assert await state(s) == before
+        assert await s.look_many(N, ["a", "h"]) == ["kept", "held"]
 
 
 class _Defaults(MemoryStore):

@@ -90,6 +90,9 @@ async def apply(
             case "reschedule_token":
                 token = _pick(tokens, args[0], args[2])
                 return await store.reschedule(name, args[0], ttl=args[1], token=token)
+            case "hand_back":
+                items = [(id, _pick(tokens, id, k), ttl) for id, k, ttl in args[0]]
+                return await store.hand_back(name, items)
             case "extend":
                 token = _pick(tokens, args[0], args[2])
                 return _offset(await store.extend(name, args[0], lease=args[1], token=token), now)

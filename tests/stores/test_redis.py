@@ -13,6 +13,7 @@ import http.server
 import multiprocessing
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -44,6 +45,7 @@ from rehydrate import (
     StoreUnavailableError,
     current_delivery,
 )
+from rehydrate.cli._main import run
 from rehydrate.stores import MemoryStore, RedisStore, _redis, open_store
 from rehydrate.testing import FakeClock
 from tests.redis_server import KINDS, RedisServer, available_servers, drop_prefix, shared_server_url
@@ -770,8 +772,54 @@ async def test_tls(owned_kind: str, prefix: str) -> None:
             assert s._backend._lane is None  # TLS: every call goes through coredis
             await s.push(N, "secret", ttl=0, id="x")
             assert await s.poll(N) == ["secret"]
+        # Without the CA of its self-signed certificate: said as such, not "Unable to establish
+        # a connection".
+        untrusted = RedisStore.from_url(f"rediss://127.0.0.1:{server.port}/0", retries=0)
+        with pytest.raises(StoreUnavailableError) as raised:
+            await untrusted.open()
+        assert str(raised.value).endswith(
+            "is unavailable after 1 attempt: the TLS handshake failed: the server's certificate is "
+            "not trusted (self-signed certificate): name its CA with ?ssl_ca_certs=PATH"
+        )
     finally:
         server.cleanup()
+
+
+def _tls_to_plain(url: str) -> str:
+    """``rediss://`` to the plain-text server of ``url``, with a short connect_timeout: a Redis
+    server reads the TLS hello as the start of a command and, mostly, waits for its end."""
+    if url.startswith("rediss://"):
+        pytest.skip("the server speaks TLS")
+    return f"rediss://{urlsplit(url).netloc}/0?connect_timeout=0.5"
+
+
+#: What ``rediss://`` to a plain-text port is told: the handshake failed, why, and the likely fix.
+TLS_TO_PLAIN = (
+    r"the TLS handshake failed \((no TLS reply within connect_timeout, 0\.5 s|SSL\w*Error: \w+)\): "
+    r"the server may not speak TLS on this port; use redis:// for a plain-text server$"
+)
+
+
+@tolerate_coredis_leaks
+async def test_tls_to_a_plain_text_port_says_the_handshake_failed(url: str, breaks_connections: None) -> None:
+    """It said only "Unable to establish a connection to 127.0.0.1:PORT"."""
+    store = RedisStore.from_url(_tls_to_plain(url), retries=0)
+    with pytest.raises(StoreUnavailableError) as raised:
+        await store.open()
+    assert re.search(
+        r"^Redis at rediss://127\.0\.0\.1:\d+/0 is unavailable after 1 "
+        r"attempt: " + TLS_TO_PLAIN,
+        str(raised.value),
+    ), str(raised.value)
+
+
+@tolerate_coredis_leaks
+def test_tls_to_a_plain_text_port_is_one_line_from_the_command(
+    url: str, breaks_connections: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(["look", "x", "y", "--store", _tls_to_plain(url)]) == 1
+    line = _one_line(capsys.readouterr().err)
+    assert re.search(TLS_TO_PLAIN.removesuffix("$") + r" \(StoreUnavailableError\)$", line), line
 
 
 async def test_server_errors_are_rehydrate_errors(

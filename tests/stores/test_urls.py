@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
-from rehydrate import InvalidArgumentError, open_store
+from rehydrate import InvalidArgumentError, InvalidTypeError, open_store
+from rehydrate.serializers import JSONSerializer, PickleSerializer
 from rehydrate.stores import MemoryStore
 from rehydrate.stores._base import as_bool, as_float, as_int, as_size, as_str, url_options
 
@@ -90,3 +92,50 @@ def test_a_store_url_caps_the_element_size(url: str) -> None:
     assert store._element_limit_asked == 65536  # type: ignore[attr-defined]
     with pytest.raises(InvalidArgumentError, match="invalid max_element_bytes='lots'"):
         open_store(url.replace("64KiB", "lots"))
+
+
+def test_memory_url_takes_a_serializer_as_the_durable_stores_do() -> None:
+    """``memory://?serializer=json`` (or the argument), with the names, objects and errors of the
+    stores that keep bytes: the one option a memory URL has."""
+    store = open_store("memory://?serializer=json")
+    assert isinstance(store, MemoryStore)
+    assert isinstance(store.serializer, JSONSerializer)
+    assert isinstance(
+        cast(MemoryStore, open_store("memory://", serializer="pickle")).serializer, PickleSerializer
+    )
+    assert cast(MemoryStore, open_store("memory://")).serializer is None  # the default: the objects
+    mine = JSONSerializer()
+    assert MemoryStore(serializer=mine).serializer is mine
+    with pytest.raises(InvalidArgumentError, match="unknown serializer 'yaml'; choose one of json, msgpack"):
+        MemoryStore(serializer="yaml")
+    with pytest.raises(InvalidTypeError, match="serializer must be a name or have name, dumps and loads"):
+        MemoryStore(serializer=cast(Any, 42))
+    with pytest.raises(InvalidArgumentError, match="given both in the URL and as an argument"):
+        open_store("memory://?serializer=json", serializer="json")
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"unknown option 'clock' in 'memory://\?clock=1'; known options: serializer$",
+    ):
+        open_store("memory://?clock=1")
+
+
+@pytest.mark.parametrize(
+    ("given", "error"),
+    [
+        (
+            "?serializer=yaml",
+            InvalidArgumentError("unknown serializer 'yaml'; choose one of json, msgpack, pickle"),
+        ),
+        ("?serializer=", InvalidArgumentError("invalid serializer=''")),
+        ("?serializer=json&serializer=pickle", InvalidArgumentError("option 'serializer' is given twice")),
+        (42, InvalidTypeError("serializer must be a name or have name, dumps and loads, not int")),
+    ],
+)
+def test_a_bad_serializer_is_refused_by_memory_as_by_sqlite(
+    given: Any, error: Exception, tmp_path: Path
+) -> None:
+    for url in ("memory://", f"sqlite:///{tmp_path / 'x.db'}"):
+        with pytest.raises(type(error)) as raised:
+            open_store(url + given) if isinstance(given, str) else open_store(url, serializer=given)
+        assert str(error) in str(raised.value)
+    assert not (tmp_path / "x.db").exists()
