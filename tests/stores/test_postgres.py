@@ -782,6 +782,7 @@ async def test_what_waiting_cannot_fix_fails_at_once_with_the_servers_reason(url
         assert time.monotonic() - started < 1
         assert says in str(raised.value)
         assert "\n" not in str(raised.value)
+        assert not getattr(raised.value, "transient", False)  # rehydrate worker --wait gives up at once
         await store.aclose()
 
 
@@ -794,6 +795,7 @@ async def test_a_server_that_is_not_there_is_unavailable_at_once() -> None:
         await store.open()
     assert time.monotonic() - started < 1
     assert not isinstance(raised.value, StoreRefusedError)
+    assert raised.value.transient  # rehydrate worker --wait waits for it
 
 
 @pytest.mark.parametrize("what", WRONG)
