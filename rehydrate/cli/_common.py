@@ -14,10 +14,12 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any, Final, TextIO
+
+from rehydrate._core._durations import parse_duration
+from rehydrate.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from rehydrate.abc import Store
@@ -25,29 +27,18 @@ if TYPE_CHECKING:
 #: Where the store URL comes from when ``--store`` is not given.
 STORE_ENV: Final = "REHYDRATE_STORE"
 
-_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PART: Final = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(ms|s|m|h|d)")
-
 
 class CLIError(Exception):
     """A mistake a person can make (bad argument, missing module...): one line, exit status 1."""
 
 
 def duration(text: str) -> float:
-    """Parse ``1500ms``, ``5s``, ``2m``, ``1h``, ``1d``, ``1m30s`` or plain seconds (``2.5``)."""
-    cleaned = text.strip().lower()
+    """Parse ``1500ms``, ``5s``, ``2m``, ``1h``, ``1d``, ``1m30s`` or plain seconds (``2.5``): the
+    spelling ``format_duration`` writes (``rehydrate schedules`` lists ``every 1m30s``)."""
     try:
-        seconds = float(cleaned)
-    except ValueError:
-        parts = _PART.findall(cleaned)
-        if not parts or "".join(number + unit for number, unit in parts) != cleaned:
-            raise argparse.ArgumentTypeError(
-                f"invalid duration {text!r}: use a number of seconds or e.g. 1500ms, 5s, 2m, 1h, 1m30s"
-            ) from None
-        seconds = sum(float(number) * _UNITS[unit] for number, unit in parts)
-    if not math.isfinite(seconds) or seconds < 0:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: it must be finite and not negative")
-    return seconds
+        return parse_duration(text)
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def positive_int(text: str) -> int:

@@ -166,6 +166,7 @@ def _trigger(args: argparse.Namespace) -> Trigger:
 
 
 async def schedule(args: argparse.Namespace, store: Store) -> int:
+    from rehydrate._core._durations import format_duration
     from rehydrate._scheduler import Scheduler
 
     trigger = _trigger(args)
@@ -186,7 +187,7 @@ async def schedule(args: argparse.Namespace, store: Store) -> int:
         emit_json(_row(args.name, info) if info is not None else {"name": args.name, "id": args.id})
     elif info is not None:
         spread = (
-            f" (spread {seconds_text(info.spread)}: runs {seconds_text(info.offset)} after)"
+            f" (spread {format_duration(info.spread)}: runs {seconds_text(info.offset)} after)"
             if info.spread
             else ""
         )
