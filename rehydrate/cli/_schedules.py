@@ -224,7 +224,7 @@ async def resume(args: argparse.Namespace, store: Store) -> int:
 async def run_now(args: argparse.Namespace, store: Store) -> int:
     from rehydrate._scheduler import Scheduler
 
-    outcome = await Scheduler(store)._run_now(args.name, args.id)
+    outcome = await Scheduler(store).run_now_outcome(args.name, args.id)
     due = outcome in ("one-shot", "schedule")
     if wants_json(args):
         emit_json({"name": args.name, "id": args.id, "due": due})
