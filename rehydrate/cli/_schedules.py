@@ -260,18 +260,9 @@ def _when(info: ScheduleInfo) -> str:
 
 
 def _row(name: str, info: ScheduleInfo) -> dict[str, Any]:
-    return {
-        "name": name,
-        "id": info.id,
-        "trigger": info.trigger.to_dict(),
-        "next_run": None if info.next_run is None else info.next_run.isoformat(),
-        "paused": info.paused,
-        "misfire": info.misfire,
-        "grace": info.grace,
-        "spread": info.spread,
-        "offset": info.offset,
-        "element": info.element,
-    }
+    from rehydrate._schedules import schedule_row
+
+    return schedule_row(name, info)
 
 
 async def schedules(args: argparse.Namespace, store: Store) -> int:
