@@ -1154,6 +1154,33 @@ async def test_on_the_shared_stores_too(kind: str, request: pytest.FixtureReques
         assert await store.ids("calls.dead") == ["y"]
 
 
+@pytest.mark.parametrize("kind", ["redis", "postgresql"])
+async def test_schedules_on_the_shared_stores_too(kind: str, request: pytest.FixtureRequest) -> None:
+    """The schedules page and its buttons need nothing but the store contract and ``Scheduler``."""
+    async with shared_store(kind, request.config) as store:
+        scheduler = await file_schedules(store)
+        async with client(app(store)) as http:
+            listed = (await http.get("/schedules?name=jobs", headers={"Accept": "application/json"})).json()
+            csrf = await csrf_of(http, "/schedules?name=jobs")
+            paused = await post(http, "pause", csrf, name="jobs", id="tick")
+            resumed = await post(http, "resume", csrf, name="jobs", id="digest")
+            ran = await post(http, "run-now", csrf, name="jobs", id="digest")
+            missing = await post(http, "pause", csrf, name="jobs", id="nope")
+            page = (await http.get("/schedules?name=jobs")).text
+        assert [(r["id"], r["trigger_text"], r["paused"]) for r in listed["schedules"]] == [
+            ("tick", "every 1m30s", False),
+            ("digest", "cron 0 9 * * MON-FRI (Europe/Paris)", True),
+        ]
+        assert (paused.status_code, resumed.status_code, ran.status_code) == (200, 200, 200)
+        assert missing.status_code == 404
+        assert {i.id: i.paused for i in await scheduler.schedules("jobs")} == {"tick": True, "digest": False}
+        assert "rehydrate.schedule" not in page
+        (digest,) = [i for i in await scheduler.schedules("jobs") if i.id == "digest"]
+        assert digest.next_run is not None
+        if digest.next_run.timestamp() - wall(store.clock) > 5:  # (not at 09:00 in Paris itself)
+            assert "extra run due" in page  # digest's extra run, due now; its 09:00 run still ahead
+
+
 def test_a_rate_that_is_only_a_lower_bound_says_so() -> None:
     from rehydrate.web._history import Point
     from rehydrate.web._pages import overview_page
