@@ -204,7 +204,13 @@ _SCRIPT = r"""
     const reply = await fetch(window.location.href,
       {credentials: 'same-origin', headers: {'Accept': 'text/html'}});
     if (!reply.ok) { window.location.reload(); return; }
-    const fresh = new DOMParser().parseFromString(await reply.text(), 'text/html');
+    // Only <main>, parsed inert in a template: the page's own style and script (whose nonce is
+    // the new response's, not this page's) would be a CSP violation even in a parsed document.
+    const text = await reply.text();
+    const start = text.indexOf('<main>'), end = text.indexOf('</main>');
+    const holder = document.createElement('template');
+    holder.innerHTML = start < 0 || end < 0 ? '' : text.slice(start, end + '</main>'.length);
+    const fresh = holder.content;
     document.querySelectorAll('[data-refresh]').forEach((old) => {
       const found = fresh.getElementById(old.id);
       if (found) {
