@@ -1193,3 +1193,15 @@ def test_a_rate_that_is_only_a_lower_bound_says_so() -> None:
 
     assert ">≥ 30.0/min<" in overview_page(latest={"big": point(False)}, nonce="n", keep=10)
     assert ">30.0/min<" in overview_page(latest={"big": point(True)}, nonce="n", keep=10)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.4, "now"), (-0.4, "now"), (42, "in 42s"), (-30, "30s ago"), (250, "in 4m 10s"), (240, "in 4m"),
+     (3600 * 3 + 1200, "in 3h 20m"), (86400 * 2 + 3600 * 3 + 59, "in 2d 3h"), (-86400, "1d ago")],
+)  # fmt: skip
+def test_times_relative_to_now_in_two_units(seconds: float, text: str) -> None:
+    """What the schedules page says beside a next run (its script says the same as time passes)."""
+    from rehydrate.web._pages import from_now
+
+    assert from_now(seconds) == text
