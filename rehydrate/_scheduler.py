@@ -672,8 +672,22 @@ class Scheduler:
         """
         return await self._run_now(name, id) in ("one-shot", "schedule")
 
+    @_needs_the_store
+    async def run_now_outcome(self, name: str, id: str) -> RunNow:
+        """:meth:`run_now`, saying what it did, so that a tool can tell a person why nothing ran:
+
+        * ``"schedule"``: an extra run of the schedule ``id`` is due now (its next run is kept);
+        * ``"one-shot"``: the element ``id`` is due now;
+        * ``"unknown"``: there is no such element (or it is a schedule being removed);
+        * ``"held"``: a worker holds it under a running lease (it is running now);
+        * ``"paused"``: it is a paused schedule (resume it first);
+        * ``"changed"``: a worker claimed it, or it was removed, between the look and the change.
+
+        The dashboard's *run now* and ``rehydrate run-now`` answer from it.
+        """
+        return await self._run_now(name, id)
+
     async def _run_now(self, name: str, id: str) -> RunNow:
-        """:meth:`run_now`, saying why when nothing was made due (the dashboard tells which)."""
         _validate.element_id(name, "name")
         _validate.element_id(id)
         store = self.store

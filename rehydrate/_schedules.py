@@ -57,6 +57,7 @@ __all__ = [
     "offset_of",
     "plan",
     "replay_envelope",
+    "schedule_row",
     "spread_offset",
     "stored_trigger",
     "validate_misfire",
@@ -116,6 +117,24 @@ class ScheduleInfo:
             spread=envelope.get("spread"),
             offset=offset_of(id, envelope),
         )
+
+
+def schedule_row(name: str, info: ScheduleInfo) -> dict[str, Any]:
+    """The schedule ``info`` of ``name`` as plain data: the row ``rehydrate schedules`` prints as
+    JSON, and the dashboard's ``/schedules`` answers (with a few keys of its own), so that a
+    script reads both alike. ``next_run`` is ISO 8601 (UTC), ``None`` while paused."""
+    return {
+        "name": name,
+        "id": info.id,
+        "trigger": info.trigger.to_dict(),
+        "next_run": None if info.next_run is None else info.next_run.isoformat(),
+        "paused": info.paused,
+        "misfire": info.misfire,
+        "grace": info.grace,
+        "spread": info.spread,
+        "offset": info.offset,
+        "element": info.element,
+    }
 
 
 def is_envelope(element: object) -> bool:

@@ -102,6 +102,7 @@ class SyncScheduler:
     defer = _blocking(Scheduler.defer)
     cancel = _blocking(Scheduler.cancel)
     run_now = _blocking(Scheduler.run_now)
+    run_now_outcome = _blocking(Scheduler.run_now_outcome)
     dead_letters = _blocking(Scheduler.dead_letters)
     requeue = _blocking(Scheduler.requeue)
     schedule = _blocking(Scheduler.schedule)

@@ -151,12 +151,38 @@ def test_a_spread_schedule_shows_its_window_and_offset(cli: Any) -> None:
         "schedule", "n", "user-7", "--cron", "0 8 * * *", "--spread", "10m", "--format", "text"
     )
     assert code == 0, err
-    assert "spread 10.0m: runs" in out
+    assert "spread 10m: runs" in out
     code, out, _ = cli("schedules", "n", "--format", "json")
     (row,) = json.loads(out)
     assert (row["spread"], row["offset"]) == (600.0, pytest.approx(spread_offset("user-7", 600.0)))
     code, out, _ = cli("schedule", "n", "plain", "--every", "1h", "--format", "json")
     assert (json.loads(out)["spread"], json.loads(out)["offset"]) == (None, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("every", "shown"),
+    [("5s", "every 5s"), ("90s", "every 1m30s"), ("1h30m", "every 1h30m"), ("1d", "every 1d"),
+     ("250ms", "every 250ms"), ("5400", "every 1h30m")],
+)  # fmt: skip
+def test_schedules_print_durations_as_they_are_written(cli: Any, every: str, shown: str) -> None:
+    """``--every 5s`` is listed as ``every 5s`` (it was ``every 0:00:05``), and what is listed can
+    be given back to ``--every``; a cron is listed with its zone."""
+    code, out, err = cli("schedule", "n", "e", "--every", every, "--format", "text")
+    assert code == 0, err
+    assert out.startswith(f"scheduled e in n: {shown}, next run ")
+    assert cli("schedule", "n", "c", "--cron", "0 9 * * MON-FRI", "--tz", "Europe/Paris")[0] == 0
+    code, out, _ = cli("schedules", "n", "--format", "text")
+    assert code == 0
+    header, *rows = out.splitlines()
+    assert header.split()[:3] == ["NAME", "ID", "TRIGGER"]
+    listed = {row.split()[1]: row for row in rows}
+    assert f" {shown} " in listed["e"]
+    assert " cron 0 9 * * MON-FRI (Europe/Paris) " in listed["c"]
+    again = shown.removeprefix("every ")
+    assert cli("schedule", "n", "again", "--every", again)[0] == 0  # what is listed is typed back
+    code, out, _ = cli("schedules", "n", "--format", "json")
+    triggers = {row["id"]: row["trigger"] for row in json.loads(out)}
+    assert triggers["again"] == triggers["e"]
 
 
 def test_schedules_limit(cli: Any) -> None:

@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -29,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from rehydrate import Every, Retry, Scheduler, open_store
+from rehydrate import Cron, Every, Retry, Scheduler, open_store
 from rehydrate._clock import wall
 from rehydrate.abc import Store
 from rehydrate.cli._main import run
@@ -120,7 +121,50 @@ async def test_overview_matches_the_stores_summary(store: Store) -> None:
         )
     assert data["sms"]["dead"] == 1
     assert data["mail"]["dead"] == 0
-    assert data["mail"]["next_due"] == 0.0  # one is due now, for no time yet
+    assert data["mail"]["next_due_in"] == 0.0  # one is due now, for no time yet
+
+
+ISO_MS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00")
+
+
+async def test_the_json_says_next_due_in_and_next_due_at_as_the_command_does(store: Store) -> None:
+    """The overview's JSON and the live samples name times as ``rehydrate stats --format json``
+    does: ``next_due_in`` (seconds) and ``next_due_at`` (ISO 8601 UTC, to the millisecond), ``at``
+    in ISO 8601; there is no ``next_due`` any more. (``/metrics`` keeps its Prometheus names.)"""
+    from rehydrate.cli._common import utc_text
+
+    await store.push("mail", "a", ttl=30, id="a")
+    await store.push("sms", "b", ttl=0, id="b")
+    cast(FakeClock, store.clock).advance(4)  # b is 4 s overdue
+    board = app(store, sample_interval=0.05)
+    async with client(board) as http:
+        data = (await http.get("/", headers={"Accept": "application/json"})).json()
+        page = (await http.get("/")).text
+        metrics = (await http.get("/metrics")).text
+        listing = (await http.get("/elements?name=mail", headers={"Accept": "application/json"})).json()
+    mail, sms = data["mail"], data["sms"]
+    assert "next_due" not in mail
+    assert mail["next_due_in"] == pytest.approx(26)
+    assert sms["next_due_in"] == pytest.approx(-4)  # overdue: negative, as in the command
+    for point in (mail, sms):
+        assert ISO_MS.fullmatch(point["at"]), point["at"]
+        assert ISO_MS.fullmatch(point["next_due_at"]), point["next_due_at"]
+        at = datetime.fromisoformat(point["at"]).timestamp()
+        assert point["next_due_at"] == utc_text(at + point["next_due_in"], "milliseconds")
+    assert 'data-k="next_due_in"' in page
+    assert 'data-k="next_due"' not in page
+    assert "next_due: fmtSeconds" not in page
+    assert "next_due_in: fmtSeconds" in page
+    assert "rehydrate_next_due_seconds" in metrics  # Prometheus names are their own contract
+    (element,) = listing["elements"]
+    assert element["due_in"] == pytest.approx(26)
+    assert ISO_MS.fullmatch(element["due_at"])
+    (_, first), (_, sample) = await read_events(board, "/events", 2)
+    assert ISO_MS.fullmatch(first["at"])
+    assert ISO_MS.fullmatch(sample["at"])
+    assert first["dehydrators"]["mail"][0]["next_due_in"] == pytest.approx(26)
+    assert "next_due" not in sample["dehydrators"]["sms"]
+    assert sample["dehydrators"]["sms"]["next_due_in"] == pytest.approx(-4)
 
 
 async def test_workers_alive_and_expired(store: Store) -> None:
@@ -364,6 +408,220 @@ async def test_run_now_refuses_an_element_in_flight(store: Store) -> None:
     assert refused.status_code == 409
     assert "in flight" in refused.json()["error"]
     assert await store.ack("jobs", [("j1", claim.token)]) == [True]  # the worker's claim is untouched
+
+
+# -- schedules -----------------------------------------------------------------------------------
+
+#: What a schedule's envelope looks like in the store: never shown as such.
+ENVELOPE_KEYS = ("rehydrate.schedule", "&quot;next&quot;", "&quot;trigger&quot;")
+
+
+#: Built here, not in a test: its zone is read from disk once (blockbuster watches the tests).
+WEEKDAYS_IN_PARIS = Cron("0 9 * * MON-FRI", tz="Europe/Paris")
+#: The wall time of the schedules' store: a Wednesday, 08:55:10 in Paris.
+WEDNESDAY = datetime(2026, 12, 2, 7, 55, 10, tzinfo=UTC)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def wall_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """A store whose fake clock reads Unix time from :data:`WEDNESDAY` (schedules run by wall time)."""
+    clock = FakeClock(start=WEDNESDAY)
+    opened: Store = (
+        MemoryStore(clock=clock) if request.param == "memory" else SQLiteStore(tmp_path / "s.db", clock=clock)
+    )
+    async with opened:
+        yield opened
+
+
+async def file_schedules(store: Store) -> Scheduler:
+    """``tick`` every 90 s, ``digest`` on weekday mornings in Paris (paused), and one-shot work."""
+    scheduler = Scheduler(store)
+    await scheduler.schedule("jobs", Every(90), id="tick", element={"n": "<b>1</b>"})
+    await scheduler.schedule("jobs", WEEKDAYS_IN_PARIS, id="digest", element={"team": 7})
+    assert await scheduler.pause("jobs", "digest") is True
+    await store.push("jobs", "one-shot", ttl=600, id="work")
+    return scheduler
+
+
+async def test_schedules_are_shown_decoded_with_their_trigger_next_run_and_state(wall_store: Store) -> None:
+    store = wall_store
+    """``/schedules``: each schedule's trigger as written, its next run (UTC as served, local time
+    and relative in the browser), paused or not, its state and its element, decoded; the buttons
+    that apply. The elements and element pages show schedules decoded too, never the envelope."""
+    await file_schedules(store)
+    cast(FakeClock, store.clock).advance(30)  # tick's first run (at filing) is 30 s overdue
+    async with client(app(store)) as http:
+        listing = (await http.get("/schedules", headers={"Accept": "application/json"})).json()
+        page = (await http.get("/schedules?name=jobs")).text
+        everywhere = (await http.get("/schedules")).text
+        elements = (await http.get("/elements?name=jobs")).text
+        one = (await http.get("/element?name=jobs&id=tick")).text
+        paused_one = (await http.get("/element?name=jobs&id=digest")).text
+        work = (await http.get("/element?name=jobs&id=work")).text
+        overview = (await http.get("/")).text
+    rows = {row["id"]: row for row in listing["schedules"]}
+    assert list(rows) == ["tick", "digest"]  # next to run first, paused last
+    tick, digest = rows["tick"], rows["digest"]
+    assert (tick["trigger_text"], digest["trigger_text"]) == (
+        "every 1m30s",
+        "cron 0 9 * * MON-FRI (Europe/Paris)",
+    )
+    assert tick["trigger"] == {"every": 90.0, "start": None}  # as `rehydrate schedules` gives it
+    assert tick["element"] == {"n": "<b>1</b>"}
+    assert (tick["paused"], tick["state"], tick["running"]) == (False, "due", False)
+    assert tick["next_run_in"] == pytest.approx(-30)
+    assert datetime.fromisoformat(tick["next_run"]).timestamp() == pytest.approx(wall(store.clock) - 30)
+    assert (digest["paused"], digest["state"], digest["next_run"], digest["next_run_in"]) == (
+        True,
+        "paused",
+        None,
+        None,
+    )
+    # The page: decoded, escaped, times for the script to show in the browser's zone.
+    assert "<code>every 1m30s</code>" in page
+    assert "<code>cron 0 9 * * MON-FRI (Europe/Paris)</code>" in page
+    assert "&lt;b&gt;1&lt;/b&gt;" in page
+    assert "<b>1</b>" not in page
+    assert re.search(r'<time datetime="2026-12-02T07:55:10\.000\+00:00" data-at="1796198110\.0">', page)
+    assert "2026-12-02 07:55:10 UTC</time>" in page
+    assert "(30s ago)" in page
+    assert 'data-now="1796198140.0"' in page
+    for key in ENVELOPE_KEYS:
+        assert key not in page, key
+        assert key not in elements, key
+        assert key not in one, key
+    tick_row = page.split('data-row="tick"')[1].split("</tr>")[0]
+    digest_row = page.split('data-row="digest"')[1].split("</tr>")[0]
+    assert 'action="pause"' in tick_row
+    assert 'action="resume"' not in tick_row
+    assert 'action="run-now"' in tick_row
+    assert 'action="cancel"' in tick_row
+    assert ">remove</button>" in tick_row
+    assert 'action="resume"' in digest_row
+    assert 'action="pause"' not in digest_row
+    assert 'action="run-now"' not in digest_row  # paused: resume it to run it
+    assert ">paused</td>" in digest_row
+    assert "- (paused)" in digest_row
+    assert 'data-row="work"' not in page  # one-shot work is no schedule
+    assert 'data-row="tick"' in everywhere
+    assert "<h1>Schedules" in everywhere
+    # The elements page: a schedule's row says so, with its trigger and element, and its buttons.
+    assert '<a href="schedules?name=jobs">schedule</a> <code>every 1m30s</code>' in elements
+    assert 'href="schedules?name=jobs">schedules of jobs</a>' in elements
+    elements_digest = elements.split('data-row="digest"')[1].split("</tr>")[0]
+    assert "waiting, paused" in elements_digest
+    assert 'action="resume"' in elements_digest
+    # One schedule: its trigger, next run and element (pretty), not the envelope.
+    assert "<dt>trigger</dt><dd><code>every 1m30s</code></dd>" in one
+    assert "&quot;n&quot;: &quot;&lt;b&gt;1&lt;/b&gt;&quot;" in one
+    assert 'action="pause"' in one
+    assert 'action="run-now"' in one
+    assert 'action="resume"' in paused_one
+    assert "- (paused)" in paused_one
+    assert "<dt>trigger</dt>" not in work  # one-shot work: as before
+    assert 'href="schedules"' in overview  # every page links to the schedules
+
+
+async def test_pause_resume_run_now_and_remove_a_schedule(wall_store: Store) -> None:
+    store = wall_store
+    """The schedule's buttons: each a POST guarded as cancel is (CSRF), each the public
+    ``Scheduler`` method, and 404 for a missing schedule, 409 where it does not apply."""
+    scheduler = await file_schedules(store)
+    cast(FakeClock, store.clock).advance(30)
+    async with client(app(store)) as http:
+        csrf = await csrf_of(http, "/schedules?name=jobs")
+        forged = await post(http, "pause", "forged", name="jobs", id="tick")
+        unguarded = await post(http, "resume", None, name="jobs", id="digest")
+        assert (forged.status_code, unguarded.status_code) == (403, 403)
+        assert [i.paused for i in await scheduler.schedules("jobs")] == [False, True]  # nothing changed
+
+        paused = await post(http, "pause", csrf, name="jobs", id="tick")
+        assert paused.status_code == 200, paused.text
+        assert paused.json()["message"] == "paused the schedule tick of jobs: it runs no more until resumed"
+        assert paused.json()["next"] == "schedules?name=jobs"
+        again = await post(http, "pause", csrf, name="jobs", id="tick")
+        assert again.status_code == 409
+        assert "paused already" in again.json()["error"]
+        refused = await post(http, "run-now", csrf, name="jobs", id="tick")
+        assert refused.status_code == 409
+        assert "paused schedule" in refused.json()["error"]
+
+        resumed = await post(http, "resume", csrf, name="jobs", id="tick")
+        assert resumed.status_code == 200, resumed.text
+        assert (
+            resumed.json()["message"]
+            == "resumed the schedule tick of jobs: next run 2026-12-02T07:56:40.000+00:00"
+        )
+        again = await post(http, "resume", csrf, name="jobs", id="tick")
+        assert again.status_code == 409
+        assert "is not paused" in again.json()["error"]
+        assert {i.id: i.paused for i in await scheduler.schedules("jobs")} == {"tick": False, "digest": True}
+
+        before = {i.id: i for i in await scheduler.schedules("jobs")}["tick"]
+        ran = await post(http, "run-now", csrf, name="jobs", id="tick")
+        assert ran.status_code == 200, ran.text
+        assert "extra run" in ran.json()["message"]
+        after = {i.id: i for i in await scheduler.schedules("jobs")}["tick"]
+        assert after == before  # its next run is kept
+        assert await store.xpoll("jobs") == ["tick"]  # due now
+        state = (await http.get("/schedules", headers={"Accept": "application/json"})).json()
+        assert state["schedules"][0]["state"] == "extra run due"
+
+        for action in ("pause", "resume", "run-now", "cancel"):
+            missing = await post(http, action, csrf, name="jobs", id="nope")
+            assert missing.status_code == 404, (action, missing.text)
+        for action in ("pause", "resume"):
+            one_shot = await post(http, action, csrf, name="jobs", id="work")
+            assert one_shot.status_code == 409
+            assert "not a schedule but one-shot work" in one_shot.json()["error"]
+
+        removed = await post(http, "cancel", csrf, name="jobs", id="digest")
+        assert removed.status_code == 200
+        assert "removed the schedule digest" in removed.json()["message"]
+        gone = await post(http, "pause", csrf, name="jobs", id="digest")
+        assert gone.status_code == 404
+        assert "no schedule 'digest' in 'jobs'" in gone.json()["error"]
+    assert [i.id for i in await scheduler.schedules("jobs")] == ["tick"]
+    assert await store.look("jobs", "work") == "one-shot"  # untouched throughout
+
+
+async def test_a_running_schedule_says_so_and_is_not_run_again(wall_store: Store) -> None:
+    store = wall_store
+    scheduler = Scheduler(store)
+    await scheduler.schedule("jobs", Every(3600), id="s", element="payload")  # due now
+    (claim,) = await store.claim("jobs", lease=30)
+    async with client(app(store)) as http:
+        listing = (await http.get("/schedules", headers={"Accept": "application/json"})).json()
+        page = (await http.get("/schedules")).text
+        csrf = await csrf_of(http, "/schedules")
+        refused = await post(http, "run-now", csrf, name="jobs", id="s")
+        paused = await post(http, "pause", csrf, name="jobs", id="s")  # the run ends first
+        after = (await http.get("/schedules", headers={"Accept": "application/json"})).json()
+    (row,) = listing["schedules"]
+    assert (row["state"], row["running"], row["attempt"]) == ("running", True, 1)
+    assert 'action="run-now"' not in page.split('data-row="s"')[1].split("</tr>")[0]
+    assert refused.status_code == 409
+    assert "in flight" in refused.json()["error"]
+    assert paused.status_code == 200
+    assert after["schedules"][0]["state"] == "paused (a run ends first)"
+    assert (await store.info("jobs", "s")).claimed  # type: ignore[union-attr]
+    assert claim.id == "s"
+
+
+async def test_schedule_actions_by_script_with_the_token(wall_store: Store) -> None:
+    store = wall_store
+    """A script acts as on cancel: ``Authorization: Bearer`` and no CSRF field; none without it."""
+    scheduler = await file_schedules(store)
+    board = app(store, token=TOKEN)
+    bearer = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/json"}
+    async with client(board, "http://jobs.example.com") as script:
+        anonymous = await script.post("pause", data={"name": "jobs", "id": "tick"})
+        assert anonymous.status_code == 401
+        done = await script.post("pause", data={"name": "jobs", "id": "tick"}, headers=bearer)
+        assert done.status_code == 200, done.text
+        listing = (await script.get("/schedules?name=jobs", headers=bearer)).json()
+    assert [row["paused"] for row in listing["schedules"]] == [True, True]
+    assert all(info.paused for info in await scheduler.schedules("jobs"))
 
 
 async def test_an_action_without_javascript_redirects_back(store: Store) -> None:
@@ -1006,6 +1264,33 @@ async def test_on_the_shared_stores_too(kind: str, request: pytest.FixtureReques
         assert await store.ids("calls.dead") == ["y"]
 
 
+@pytest.mark.parametrize("kind", ["redis", "postgresql"])
+async def test_schedules_on_the_shared_stores_too(kind: str, request: pytest.FixtureRequest) -> None:
+    """The schedules page and its buttons need nothing but the store contract and ``Scheduler``."""
+    async with shared_store(kind, request.config) as store:
+        scheduler = await file_schedules(store)
+        async with client(app(store)) as http:
+            listed = (await http.get("/schedules?name=jobs", headers={"Accept": "application/json"})).json()
+            csrf = await csrf_of(http, "/schedules?name=jobs")
+            paused = await post(http, "pause", csrf, name="jobs", id="tick")
+            resumed = await post(http, "resume", csrf, name="jobs", id="digest")
+            ran = await post(http, "run-now", csrf, name="jobs", id="digest")
+            missing = await post(http, "pause", csrf, name="jobs", id="nope")
+            page = (await http.get("/schedules?name=jobs")).text
+        assert [(r["id"], r["trigger_text"], r["paused"]) for r in listed["schedules"]] == [
+            ("tick", "every 1m30s", False),
+            ("digest", "cron 0 9 * * MON-FRI (Europe/Paris)", True),
+        ]
+        assert (paused.status_code, resumed.status_code, ran.status_code) == (200, 200, 200)
+        assert missing.status_code == 404
+        assert {i.id: i.paused for i in await scheduler.schedules("jobs")} == {"tick": True, "digest": False}
+        assert "rehydrate.schedule" not in page
+        (digest,) = [i for i in await scheduler.schedules("jobs") if i.id == "digest"]
+        assert digest.next_run is not None
+        if digest.next_run.timestamp() - wall(store.clock) > 5:  # (not at 09:00 in Paris itself)
+            assert "extra run due" in page  # digest's extra run, due now; its 09:00 run still ahead
+
+
 def test_a_rate_that_is_only_a_lower_bound_says_so() -> None:
     from rehydrate.web._history import Point
     from rehydrate.web._pages import overview_page
@@ -1018,3 +1303,15 @@ def test_a_rate_that_is_only_a_lower_bound_says_so() -> None:
 
     assert ">≥ 30.0/min<" in overview_page(latest={"big": point(False)}, nonce="n", keep=10)
     assert ">30.0/min<" in overview_page(latest={"big": point(True)}, nonce="n", keep=10)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.4, "now"), (-0.4, "now"), (42, "in 42s"), (-30, "30s ago"), (250, "in 4m 10s"), (240, "in 4m"),
+     (3600 * 3 + 1200, "in 3h 20m"), (86400 * 2 + 3600 * 3 + 59, "in 2d 3h"), (-86400, "1d ago")],
+)  # fmt: skip
+def test_times_relative_to_now_in_two_units(seconds: float, text: str) -> None:
+    """What the schedules page says beside a next run (its script says the same as time passes)."""
+    from rehydrate.web._pages import from_now
+
+    assert from_now(seconds) == text

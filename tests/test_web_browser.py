@@ -2,7 +2,8 @@
 
 ``rehydrate dashboard`` serves a SQLite store on a free loopback port while a worker process does
 live work on it (elements pushed and delivered all the time, and three dead letters). The browser
-sees the numbers change without a reload, clicks "requeue" on a dead letter and sees it leave.
+sees the numbers change without a reload, clicks "requeue" on a dead letter and sees it leave, then
+pauses, resumes and runs a schedule now from the schedules page.
 
 ``REHYDRATE_UPDATE_SCREENSHOT=1`` also writes the overview to ``docs/img/dashboard.png`` (the
 picture in the docs); otherwise the screenshot goes to the test's temporary directory.
@@ -19,7 +20,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -46,7 +49,7 @@ SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "img" / "dashboar
 #: The live work: three dead letters first, then a steady stream of mail delivered as it falls due.
 WORK = r"""
 import random, sys, anyio, structlog
-from rehydrate import Retry, Scheduler
+from rehydrate import Every, Retry, Scheduler
 from rehydrate.stores import SQLiteStore
 
 async def main(path):
@@ -74,6 +77,7 @@ async def main(path):
             pass
 
         async with live:
+            await live.schedule("reminders", Every(3600), id="digest", element={"team": 7})
             print("ready", flush=True)
             rng = random.Random(7)
             with anyio.move_on_after(120):  # bounded: the test ends it long before
@@ -195,7 +199,7 @@ def test_a_browser_sees_live_numbers_and_requeues_a_dead_letter(
     with playwright_sync.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1360, "height": 520})
+            page = browser.new_page(viewport={"width": 1360, "height": 520}, timezone_id="Europe/Paris")
             page.set_default_timeout(20_000)
             errors: list[str] = []  # a CSP violation (a script or style without its nonce) lands here
             page.on(
@@ -258,6 +262,42 @@ def test_a_browser_sees_live_numbers_and_requeues_a_dead_letter(
             page.wait_for_url("**/element?name=payments&id=*")
             assert '"invoice"' in page.locator("pre").inner_text()
             assert page.locator("dd").first.inner_text() == "due"
+            # The schedules: decoded, the next run in the browser's zone, and pause, resume, run now.
+            page.get_by_role("link", name="schedules").first.click()
+            page.wait_for_url("**/schedules")
+            page.evaluate("() => { window.notReloaded = true; }")
+            digest = page.locator('#schedules tr[data-row="digest"]')
+            assert digest.locator("td.trigger").inner_text() == "every 1h"
+            assert '"team": 7' in digest.inner_text()
+            assert "rehydrate.schedule" not in page.content()
+            at = float(digest.locator("time").get_attribute("data-at") or "nan")
+            local = datetime.fromtimestamp(at, ZoneInfo("Europe/Paris")).strftime("%Y-%m-%d %H:%M:%S")
+            assert digest.locator("time").inner_text().startswith(local)  # not UTC: the browser's zone
+            assert digest.locator(".rel").inner_text().startswith("(in 59m")
+            digest.get_by_role("button", name="pause").click()
+            page.wait_for_function(
+                """() => document.querySelector('#schedules tr[data-row="digest"] td.state')"""
+                ".textContent === 'paused'"
+            )
+            assert page.locator("#notice").inner_text() == (
+                "paused the schedule digest of reminders: it runs no more until resumed"
+            )
+            assert digest.get_by_role("button", name="run now").count() == 0  # paused: resume first
+            digest.get_by_role("button", name="resume").click()
+            page.wait_for_function(
+                """() => document.querySelector('#schedules tr[data-row="digest"] td.state')"""
+                ".textContent !== 'paused'"
+            )
+            assert page.locator("#notice").inner_text().startswith("resumed the schedule digest of reminders")
+            assert digest.get_by_role("button", name="pause").count() == 1
+            digest.get_by_role("button", name="run now").click()
+            page.wait_for_function(
+                "() => document.getElementById('notice').textContent.includes('extra run')"
+            )
+            assert page.locator("#notice").inner_text() == (
+                "an extra run of the schedule digest in reminders is due now (its next run is unchanged)"
+            )
+            assert page.evaluate("() => window.notReloaded") is True  # all without a reload
             assert errors == []
         finally:
             browser.close()

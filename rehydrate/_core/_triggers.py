@@ -41,6 +41,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import attrs
 
 from rehydrate._core import _validate
+from rehydrate._core._durations import format_duration
 from rehydrate.errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = [
@@ -265,7 +266,9 @@ class Cron:
         return {"cron": self.expression, "tz": self.tz}
 
     def __str__(self) -> str:
-        return self.expression if self.tz == "UTC" else f"{self.expression} ({self.tz})"
+        """``cron 0 9 * * MON-FRI (Europe/Paris)``: as written, and always with its zone (a cron
+        listed beside local times must not pass for one of them)."""
+        return f"cron {self.expression} ({self.tz})"
 
 
 #: Microseconds in a second. Every's occurrences are whole microseconds (``datetime``'s resolution),
@@ -356,7 +359,8 @@ class Every:
         return {"every": self.interval, "start": self.start}
 
     def __str__(self) -> str:
-        text = f"every {timedelta(seconds=self.interval)}"
+        """``every 5s``, ``every 1h30m``: the interval as ``--every`` takes it (not ``0:00:05``)."""
+        text = f"every {format_duration(self.interval)}"
         if self.start is not None:
             text += f" from {datetime.fromtimestamp(self.start, UTC).isoformat()}"
         return text

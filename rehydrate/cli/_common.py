@@ -14,19 +14,18 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any, Final, TextIO
+
+from rehydrate._core._durations import parse_duration
+from rehydrate.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from rehydrate.abc import Store
 
 #: Where the store URL comes from when ``--store`` is not given.
 STORE_ENV: Final = "REHYDRATE_STORE"
-
-_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PART: Final = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(ms|s|m|h|d)")
 
 
 class CLIError(Exception):
@@ -47,20 +46,20 @@ _DURATION_SYNTAX: Final = "use a number of seconds or e.g. 1500ms, 5s, 2m, 1h, 1
 
 
 def duration(text: str) -> float:
-    """Parse ``1500ms``, ``5s``, ``2m``, ``1h``, ``1d``, ``1m30s`` or plain seconds (``2.5``).
+    """Parse ``1500ms``, ``5s``, ``2m``, ``1h``, ``1d``, ``1m30s`` or plain seconds (``2.5``): the
+    spelling ``format_duration`` writes (``rehydrate schedules`` lists ``every 1m30s``).
 
     A negative one (``-5s``) reads, and is refused as the API refuses ``delay=-5``.
     """
-    cleaned = text.strip().lower()
+    cleaned = text.strip()
     negative = cleaned.startswith("-")
     try:
-        seconds = float(cleaned)
-    except ValueError:
-        body = cleaned.removeprefix("-")
-        parts = _PART.findall(body)
-        if not parts or "".join(number + unit for number, unit in parts) != body:
+        seconds = parse_duration(cleaned.removeprefix("-"))
+    except InvalidArgumentError:
+        try:
+            seconds = float(cleaned)
+        except ValueError:
             raise BadValue(f"invalid duration {text!r}: {_DURATION_SYNTAX}") from None
-        seconds = sum(float(number) * _UNITS[unit] for number, unit in parts)
     if not math.isfinite(seconds):
         raise BadValue(f"invalid duration {text!r}: it must be finite ({_DURATION_SYNTAX})")
     if negative and seconds != 0:

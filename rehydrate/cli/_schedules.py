@@ -167,6 +167,7 @@ def _trigger(args: argparse.Namespace) -> Trigger:
 
 
 async def schedule(args: argparse.Namespace, store: Store) -> int:
+    from rehydrate._core._durations import format_duration
     from rehydrate._scheduler import Scheduler
 
     trigger = _trigger(args)
@@ -187,7 +188,7 @@ async def schedule(args: argparse.Namespace, store: Store) -> int:
         emit_json(_row(args.name, info) if info is not None else {"name": args.name, "id": args.id})
     elif info is not None:
         spread = (
-            f" (spread {seconds_text(info.spread)}: runs {seconds_text(info.offset)} after)"
+            f" (spread {format_duration(info.spread)}: runs {seconds_text(info.offset)} after)"
             if info.spread
             else ""
         )
@@ -224,7 +225,7 @@ async def resume(args: argparse.Namespace, store: Store) -> int:
 async def run_now(args: argparse.Namespace, store: Store) -> int:
     from rehydrate._scheduler import Scheduler
 
-    outcome = await Scheduler(store)._run_now(args.name, args.id)
+    outcome = await Scheduler(store).run_now_outcome(args.name, args.id)
     due = outcome in ("one-shot", "schedule")
     if wants_json(args):
         emit_json({"name": args.name, "id": args.id, "due": due})
@@ -260,18 +261,9 @@ def _when(info: ScheduleInfo) -> str:
 
 
 def _row(name: str, info: ScheduleInfo) -> dict[str, Any]:
-    return {
-        "name": name,
-        "id": info.id,
-        "trigger": info.trigger.to_dict(),
-        "next_run": None if info.next_run is None else info.next_run.isoformat(),
-        "paused": info.paused,
-        "misfire": info.misfire,
-        "grace": info.grace,
-        "spread": info.spread,
-        "offset": info.offset,
-        "element": info.element,
-    }
+    from rehydrate._schedules import schedule_row
+
+    return schedule_row(name, info)
 
 
 async def schedules(args: argparse.Namespace, store: Store) -> int:

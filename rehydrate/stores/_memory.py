@@ -136,7 +136,7 @@ class MemoryStore(StoreBase):
         _validate.seconds(ttl, "ttl")
         if id is not None:
             _validate.element_id(id)
-        return self._dumps(element)
+        return self._dumps(element, None)  # no size limit: it keeps the bytes in this process
 
     def _decode(self, payload: Any) -> Any:
         """The element filed as ``payload`` (``None``: nothing there), a new object at every read."""
@@ -157,7 +157,7 @@ class MemoryStore(StoreBase):
             return stored, at_once
         if merged is new:
             return given, at_once
-        return self._dumps(merged), at_once
+        return self._dumps(merged, None), at_once
 
     def _rearm_payloads(
         self, name: str, batch: list[tuple[str, int, Any, Seconds]]

@@ -19,8 +19,9 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from rehydrate import Scheduler
+from rehydrate._clock import wall
 from rehydrate._core import _workers
-from rehydrate._schedules import is_removed, is_schedule
+from rehydrate._schedules import ScheduleInfo, is_removed, is_schedule
 from rehydrate.abc import Store
 from rehydrate.errors import (
     InvalidArgumentError,
@@ -29,7 +30,7 @@ from rehydrate.errors import (
     StoreUnavailableError,
 )
 from rehydrate.web import _metrics, _pages
-from rehydrate.web._history import Reading
+from rehydrate.web._history import Reading, iso
 from rehydrate.web._sampling import DEAD_SUFFIX, Sampler, dehydrator_names, read
 from rehydrate.web._security import (
     COOKIE,
@@ -98,6 +99,9 @@ class _Dashboard:
         self, store: Store, *, guard: Guard, sample_interval: float, keep: int, page_size: int
     ) -> None:
         self.store = store
+        #: Never run (no handler, no heartbeat): the dashboard calls its public methods on the
+        #: store (``schedules``, ``pause``, ``run_now_outcome``...), as ``rehydrate`` verbs do.
+        self.scheduler = Scheduler(store, heartbeat=None)
         self.guard = guard
         self.sampler = Sampler(store, interval=sample_interval, keep=keep)
         self.keep = keep
@@ -313,6 +317,7 @@ class _Dashboard:
         total = await self.store.size(name)
         latest = await self._latest()
         if _wants_json(request):
+            now, wall_now = self.store.clock(), wall(self.store.clock)
             return JSONResponse(
                 {
                     "name": name,
@@ -321,11 +326,13 @@ class _Dashboard:
                     "elements": [
                         {
                             "id": i.id,
-                            "due_in": i.due - self.store.clock(),
+                            "due_in": i.due - now,
+                            "due_at": iso(wall_now + i.due - now),
                             "attempt": i.attempt,
                             "claimed": i.claimed,
+                            "schedule": is_schedule(element),
                         }
-                        for i, _ in rows
+                        for i, element in rows
                     ],
                 }
             )
@@ -355,6 +362,7 @@ class _Dashboard:
             info=info,
             element=element,
             now=self.store.clock(),
+            wall_now=wall(self.store.clock),
             csrf=self._csrf(session),
             nonce=request.state.nonce,
             keep=self.keep,
@@ -365,7 +373,7 @@ class _Dashboard:
         name = _required(request.query_params, "name")
         offset = _int_param(request, "offset", 0, 0, 10**9)
         limit = _int_param(request, "limit", self.page_size, 1, _MAX_LIMIT)
-        letters = (await Scheduler(self.store).dead_letters(name, limit=offset + limit))[offset:]
+        letters = (await self.scheduler.dead_letters(name, limit=offset + limit))[offset:]
         total = await self.store.size(name + DEAD_SUFFIX)
         if _wants_json(request):
             return JSONResponse(
@@ -384,6 +392,50 @@ class _Dashboard:
         )
         return HTMLResponse(text)
 
+    async def schedules(self, request: Request, session: Session | None) -> Response:
+        """``GET /schedules[?name=NAME]``: the recurring schedules (of every dehydrator, or of
+        ``name``), next to run first, with their state; the rows of ``rehydrate schedules``."""
+        name = request.query_params.get("name") or None
+        offset = _int_param(request, "offset", 0, 0, 10**9)
+        limit = _int_param(request, "limit", self.page_size, 1, _MAX_LIMIT)
+        names = [name] if name is not None else await dehydrator_names(self.store)
+        wanted = offset + limit + 1  # one more than the page: is there a later page?
+        found: list[tuple[str, ScheduleInfo]] = []
+        for each in names:
+            if len(found) >= wanted:
+                break
+            found += [
+                (each, info) for info in await self.scheduler.schedules(each, limit=wanted - len(found))
+            ]
+        more = len(found) > offset + limit
+        now, wall_now = self.store.clock(), wall(self.store.clock)
+        rows = []
+        for each, info in found[offset : offset + limit]:
+            held = await self.store.info(each, info.id)
+            if held is not None:  # (removed meanwhile)
+                rows.append(_pages.ScheduleRow(name=each, info=info, held=held, now=now, wall_now=wall_now))
+        if _wants_json(request):
+            return JSONResponse(
+                {
+                    "name": name,
+                    "offset": offset,
+                    "more": more,
+                    "schedules": [row.as_json() for row in rows],
+                }
+            )
+        text = _pages.schedules_page(
+            name=name,
+            rows=rows,
+            offset=offset,
+            limit=limit,
+            more=more,
+            wall_now=wall_now,
+            csrf=self._csrf(session),
+            nonce=request.state.nonce,
+            keep=self.keep,
+        )
+        return HTMLResponse(text)
+
     # -- actions ---------------------------------------------------------------------------------
 
     @staticmethod
@@ -395,7 +447,7 @@ class _Dashboard:
     async def requeue(self, request: Request, session: Session | None) -> Response:
         form: dict[str, str] = request.state.form
         name = _required(form, "name")
-        scheduler = Scheduler(self.store)
+        scheduler = self.scheduler
         if form.get("all"):
             moved = await scheduler.requeue(name)
             left = await self.store.size(name + DEAD_SUFFIX)
@@ -430,7 +482,7 @@ class _Dashboard:
         if is_schedule(element):
             # Unscheduled (Scheduler.unschedule): a run in flight is not pulled from under its
             # worker, and nothing filed under this id again comes due beside it.
-            if not await Scheduler(self.store).unschedule(name, id):
+            if not await self.scheduler.unschedule(name, id):
                 raise _Refusal(404, f"no schedule {id!r} in {name!r}: removed meanwhile?")
             return self._done(
                 request, f"removed the schedule {id} of {name}", _pages.relative("elements", name=name)
@@ -439,12 +491,56 @@ class _Dashboard:
             raise _Refusal(404, f"no element {id!r} in {name!r}: it was delivered, cancelled, or never there")
         return self._done(request, f"cancelled {id} in {name}", _pages.relative("elements", name=name))
 
+    async def _schedule_of(self, name: str, id: str) -> dict[str, Any]:
+        """The envelope of the schedule ``id``, or the refusal that says why there is none."""
+        element = await self.store.look(name, id)
+        if is_removed(element):
+            raise _Refusal(404, f"the schedule {id!r} of {name!r} is removed: its last run is ending")
+        if is_schedule(element):
+            envelope: dict[str, Any] = element
+            return envelope
+        if await self.store.info(name, id) is None:
+            raise _Refusal(404, f"no schedule {id!r} in {name!r}: removed, or never there")
+        raise _Refusal(
+            409, f"{id!r} in {name!r} is not a schedule but one-shot work: run it now or cancel it instead"
+        )
+
+    async def pause(self, request: Request, session: Session | None) -> Response:
+        """``POST /pause``: ``Scheduler.pause`` (a run in flight finishes; nothing runs until resumed)."""
+        form: dict[str, str] = request.state.form
+        name, id = _required(form, "name"), _required(form, "id")
+        if (await self._schedule_of(name, id)).get("paused"):
+            raise _Refusal(409, f"the schedule {id!r} of {name!r} is paused already: resume it to run it")
+        if not await self.scheduler.pause(name, id):
+            raise _Refusal(404, f"no schedule {id!r} in {name!r}: removed meanwhile?")
+        return self._done(
+            request,
+            f"paused the schedule {id} of {name}: it runs no more until resumed",
+            _pages.relative("schedules", name=name),
+        )
+
+    async def resume(self, request: Request, session: Session | None) -> Response:
+        """``POST /resume``: ``Scheduler.resume`` (from its next occurrence; none missed runs)."""
+        form: dict[str, str] = request.state.form
+        name, id = _required(form, "name"), _required(form, "id")
+        if not (await self._schedule_of(name, id)).get("paused"):
+            raise _Refusal(409, f"the schedule {id!r} of {name!r} is not paused")
+        if not await self.scheduler.resume(name, id):
+            raise _Refusal(404, f"no schedule {id!r} in {name!r}: removed meanwhile?")
+        message = f"resumed the schedule {id} of {name}"
+        resumed = await self.store.look(name, id)
+        if is_schedule(resumed) and not resumed.get("paused"):
+            info = ScheduleInfo._from_envelope(id, resumed)
+            if info.next_run is not None:
+                message += f": next run {iso(info.next_run.timestamp())}"
+        return self._done(request, message, _pages.relative("schedules", name=name))
+
     async def run_now(self, request: Request, session: Session | None) -> Response:
         form: dict[str, str] = request.state.form
         name, id = _required(form, "name"), _required(form, "id")
         # A schedule runs an extra occurrence now and keeps its next run (Scheduler.run_now);
         # fenced by the attempt: a worker that claims it meanwhile keeps it.
-        outcome = await Scheduler(self.store)._run_now(name, id)
+        outcome = await self.scheduler.run_now_outcome(name, id)
         if outcome == "unknown":
             raise _Refusal(404, f"no element {id!r} in {name!r}: it was delivered, cancelled, or never there")
         if outcome == "held":
@@ -499,11 +595,12 @@ class _Dashboard:
                 await anyio.sleep(sampler.interval)
                 continue
             at = sampler.history.sampled_at
+            stamp = None if at is None else iso(at)
             if sent is None:
                 points = sampler.history.points()
                 dehydrators = {n: [p.as_json() for p in ps] for n, ps in points.items()}
                 workers = await self._workers()
-                yield _event("history", {"at": at, "dehydrators": dehydrators, "workers": workers})
+                yield _event("history", {"at": stamp, "dehydrators": dehydrators, "workers": workers})
                 sent = at
             elif at != sent:
                 latest = sampler.history.latest()
@@ -511,7 +608,7 @@ class _Dashboard:
                 yield _event(
                     "sample",
                     {
-                        "at": at,
+                        "at": stamp,
                         "dehydrators": {n: p.as_json() for n, p in latest.items()},
                         "workers": workers,
                     },
@@ -571,6 +668,7 @@ def app(
         Route("/elements", board.page(board.elements)),
         Route("/element", board.page(board.element)),
         Route("/dead", board.page(board.dead)),
+        Route("/schedules", board.page(board.schedules)),
         Route("/events", board.page(board.events)),
         Route("/metrics", board.page(board.metrics)),
         Route("/workers", board.page(board.workers)),
@@ -578,6 +676,8 @@ def app(
         Route("/delete", board.page(board.delete, post=True), methods=["POST"]),
         Route("/cancel", board.page(board.cancel, post=True), methods=["POST"]),
         Route("/run-now", board.page(board.run_now, post=True), methods=["POST"]),
+        Route("/pause", board.page(board.pause, post=True), methods=["POST"]),
+        Route("/resume", board.page(board.resume, post=True), methods=["POST"]),
         Route("/login", board.page(board.login, post=True, login=True), methods=["POST"]),
     ]
     return Starlette(routes=routes, lifespan=lifespan)

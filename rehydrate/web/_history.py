@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 
 import attrs
 
-__all__ = ["ID_SET_LIMIT", "History", "Point", "Reading"]
+__all__ = ["ID_SET_LIMIT", "History", "Point", "Reading", "iso"]
 
 #: Up to this many elements, a sample keeps a dehydrator's id set so throughput is counted exactly.
 ID_SET_LIMIT = 10_000
@@ -64,7 +65,21 @@ class Point:
     exact: bool
 
     def as_json(self) -> dict[str, object]:
-        return attrs.asdict(self)
+        """The point as the dashboard's JSON gives it, in the names and forms of ``rehydrate stats
+        --format json``: ``next_due_in`` (seconds from the sample, negative when overdue) and
+        ``next_due_at`` (ISO 8601 UTC), ``at`` in ISO 8601 too."""
+        data = attrs.asdict(self)
+        del data["next_due"]
+        data["at"] = iso(self.at)
+        data["next_due_in"] = self.next_due
+        data["next_due_at"] = None if self.next_due is None else iso(self.at + self.next_due)
+        return data
+
+
+def iso(timestamp: float) -> str:
+    """Unix time as the JSON of the dashboard and of the command give it: ISO 8601, UTC, to the
+    millisecond (``2026-12-02T08:00:00.000+00:00``)."""
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="milliseconds")
 
 
 def _rates(before: Reading, after: Reading, seconds: float) -> tuple[float, float, bool]:

@@ -14,10 +14,17 @@ from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
+import attrs
+
 from rehydrate import DeadLetter, ElementInfo
-from rehydrate.web._history import Point
+from rehydrate._core._durations import format_duration
+from rehydrate._core._triggers import trigger_from_dict
+from rehydrate._schedules import ScheduleInfo, is_envelope, is_removed, is_schedule, schedule_row
+from rehydrate.errors import RehydrateError
+from rehydrate.web._history import Point, iso
 
 __all__ = [
+    "ScheduleRow",
     "dead_page",
     "element_page",
     "elements_page",
@@ -25,6 +32,7 @@ __all__ = [
     "login_page",
     "overview_page",
     "relative",
+    "schedules_page",
     "workers_section",
 ]
 
@@ -34,6 +42,7 @@ _STYLE = """
 header{display:flex;gap:1em;align-items:baseline;padding:.6em 1.2em;background:var(--fg);color:#fff}
 header a{color:#fff;font-weight:600;text-decoration:none}header .crumb{color:#c9d1d9}
 #status{margin-left:auto;font-size:12px;color:#c9d1d9}#status.down{color:#ffb4a8}
+header a.nav{font-weight:400;font-size:13px}
 main{padding:1em 1.2em;max-width:1200px}h1{font-size:18px;margin:.2em 0 .6em}
 table{border-collapse:collapse;width:100%;margin:.4em 0 1em}
 th,td{text-align:left;padding:.35em .6em;border-bottom:1px solid var(--line);vertical-align:middle}
@@ -66,7 +75,7 @@ _SCRIPT = r"""
     return s === 0 ? 'now' : s < 0 ? t + ' overdue' : 'in ' + t;
   };
   const fmt = {
-    next_due: fmtSeconds,
+    next_due_in: fmtSeconds,
     left_rate: (r) => r === null ? '-' : (r * 60).toFixed(r * 60 < 10 ? 1 : 0) + '/min',
     oldest_due: (s) => s > 0 ? fmtSeconds(-s) : '-',
   };
@@ -109,7 +118,7 @@ _SCRIPT = r"""
       const v = point[k];
       el.textContent = (k === 'left_rate' && v !== null && !point.exact ? '≥ ' : '')  // a lower bound
         + (fmt[k] ? fmt[k](v) : String(v));
-      if (k === 'next_due') el.classList.toggle('overdue', v !== null && v < 0);
+      if (k === 'next_due_in') el.classList.toggle('overdue', v !== null && v < 0);
     });
   };
   const apply = (dehydrators, full) => {
@@ -151,7 +160,67 @@ _SCRIPT = r"""
     const empty = document.getElementById('no-workers');
     if (empty) empty.hidden = workers.length > 0;
   };
-  const stamp = (at) => new Date(at * 1000).toLocaleTimeString();
+  const stamp = (at) => new Date(at).toLocaleTimeString();
+  // Times of the store (a schedule's next run): the browser's local time, and relative to the
+  // store's clock as the page was served (data-now), moved on by the time since.
+  const served = Date.now() / 1000;
+  const pad = (n) => String(n).padStart(2, '0');
+  const localTime = (d) => {
+    const zone = new Intl.DateTimeFormat(undefined, {timeZoneName: 'short'}).formatToParts(d)
+      .find((part) => part.type === 'timeZoneName');
+    return d.getFullYear() + '-' + pad(d.getMonth() + 1) + '-' + pad(d.getDate()) + ' '
+      + pad(d.getHours()) + ':' + pad(d.getMinutes()) + ':' + pad(d.getSeconds())
+      + (zone ? ' ' + zone.value : '');
+  };
+  const twoUnits = (a) => {  // whole seconds: '42s', '4m 10s', '3h 20m', '2d 3h'
+    const units = [['d', 86400], ['h', 3600], ['m', 60], ['s', 1]];
+    const i = units.findIndex(([, n]) => a >= n);
+    if (i < 0) return '0s';
+    const [u, n] = units[i];
+    const first = Math.floor(a / n);
+    if (i === units.length - 1) return first + u;
+    const [v, m] = units[i + 1];
+    const second = Math.floor((a - first * n) / m);
+    return first + u + (second ? ' ' + second + v : '');
+  };
+  const fromNow = (s) => Math.abs(s) < 1 ? 'now' : s > 0 ? 'in ' + twoUnits(Math.round(s))
+    : twoUnits(Math.round(-s)) + ' ago';
+  const showTimes = () => {
+    document.querySelectorAll('[data-now]').forEach((scope) => {
+      const now = +scope.dataset.now + (Date.now() / 1000 - (+scope.dataset.loaded || served));
+      scope.querySelectorAll('time[data-at]').forEach((el) => {
+        const at = +el.dataset.at;
+        el.textContent = localTime(new Date(at * 1000));
+        el.title = el.getAttribute('datetime');
+        const rel = el.parentElement.querySelector('.rel');
+        if (rel) rel.textContent = '(' + fromNow(at - now) + ')';
+      });
+    });
+  };
+  showTimes();
+  setInterval(showTimes, 1000);
+  // After an action, the tables marked data-refresh are served again (the notice stays).
+  const refresh = async () => {
+    const reply = await fetch(window.location.href,
+      {credentials: 'same-origin', headers: {'Accept': 'text/html'}});
+    if (!reply.ok) { window.location.reload(); return; }
+    // Only <main>, parsed inert in a template: the page's own style and script (whose nonce is
+    // the new response's, not this page's) would be a CSP violation even in a parsed document.
+    const text = await reply.text();
+    const start = text.indexOf('<main>'), end = text.indexOf('</main>');
+    const holder = document.createElement('template');
+    holder.innerHTML = start < 0 || end < 0 ? '' : text.slice(start, end + '</main>'.length);
+    const fresh = holder.content;
+    document.querySelectorAll('[data-refresh]').forEach((old) => {
+      const found = fresh.getElementById(old.id);
+      if (found) {
+        const node = document.importNode(found, true);
+        node.dataset.loaded = String(Date.now() / 1000);
+        old.replaceWith(node);
+      } else old.remove();
+    });
+    showTimes();
+  };
   if (window.EventSource) {
     const source = new EventSource('events');
     source.addEventListener('history', (e) => {
@@ -185,7 +254,8 @@ _SCRIPT = r"""
     notice.className = reply && reply.ok ? 'ok' : 'bad';
     if (!(reply && reply.ok)) return;
     const then = form.dataset.then;
-    if (then === 'row') form.closest('tr').remove();
+    if (then === 'refresh') await refresh();
+    else if (then === 'row') form.closest('tr').remove();
     else if (then === 'rows') document.querySelectorAll('tr[data-row]').forEach((r) => r.remove());
     else if (then === 'due') {
       const row = form.closest('tr');
@@ -220,6 +290,22 @@ def _seconds(value: float | None) -> str:
     else:
         text = f"{a / 86400:.1f}d"
     return f"{text} overdue" if value < 0 else f"in {text}"
+
+
+def from_now(seconds: float) -> str:
+    """``in 4m 10s``, ``3h 20m ago``, ``now``: a time relative to now, to two units (the page's
+    script writes the same as the clock moves on)."""
+    whole = round(abs(seconds))
+    if whole < 1:
+        return "now"
+    units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+    i = next(k for k, (_, size) in enumerate(units) if whole >= size)
+    unit, size = units[i]
+    first, rest = divmod(whole, size)
+    text = f"{first}{unit}"
+    if i < len(units) - 1 and rest // units[i + 1][1]:
+        text += f" {rest // units[i + 1][1]}{units[i + 1][0]}"
+    return f"in {text}" if seconds > 0 else f"{text} ago"
 
 
 def _preview(element: Any, width: int = 120) -> str:
@@ -260,7 +346,8 @@ def _layout(
         f"<title>{escape(title)} · rehydrate</title>"
         f'<style nonce="{escape(nonce)}">{_STYLE}</style></head><body>'
         f'<header><a href="./">rehydrate</a>{trail}'
-        f'<span id="status">{"connecting…" if live else ""}</span></header>'
+        f'<span id="status">{"connecting…" if live else ""}</span>'
+        '<a class="nav" href="schedules">schedules</a></header>'
         f'<main><div id="notice" role="status"></div>{body}</main>'
         "<footer>Counts come from the store at each sample. <b>Left/min</b>: elements that left a "
         "dehydrator between two samples (acked, cancelled or dead-lettered), counted by id while it "
@@ -329,7 +416,7 @@ def _stat_cells(name: str | None, point: Point | None) -> str:
             if name is not None
             else '<td class="n"><a class="dead" href=""><span data-k="dead"></span></a></td>'
         )
-        + cell("next_due", _seconds(p.next_due) if p else "", next_css)
+        + cell("next_due_in", _seconds(p.next_due) if p else "", next_css)
         + cell("left_rate", _left(p))
         + f"<td>{_spark(name, 'left_rate')}</td>"
         + cell("oldest_due", _seconds(-p.oldest_due) if p and p.oldest_due > 0 else "-")
@@ -447,6 +534,33 @@ def _state(info: ElementInfo, now: float) -> str:
     return "due" if info.due <= now else "waiting"
 
 
+def _payload_cell(name: str, element: Any) -> str:
+    """An element as the elements page lists it: a schedule's trigger and element (not the
+    envelope it is stored in), a requeued occurrence's element, or the element itself."""
+    if is_schedule(element):
+        link = relative("schedules", name=name)
+        info_trigger = _trigger_text(element)
+        return (
+            f'<a href="{escape(link)}">schedule</a> <code>{escape(info_trigger)}</code> '
+            f"<code>{escape(_preview(element.get('element'), 80))}</code>"
+        )
+    if is_removed(element):
+        return '<span class="muted">a removed schedule: it goes as its last run ends</span>'
+    if is_envelope(element):  # a dead-lettered occurrence put back (requeue): no schedule behind it
+        return (
+            '<span class="muted">requeued occurrence</span> '
+            f"<code>{escape(_preview(element.get('element'), 80))}</code>"
+        )
+    return f"<code>{escape(_preview(element))}</code>"
+
+
+def _trigger_text(envelope: dict[str, Any]) -> str:
+    try:
+        return str(trigger_from_dict(envelope.get("trigger")))
+    except RehydrateError:  # an envelope this version cannot read: say so, not fail the page
+        return "(unreadable trigger)"
+
+
 def elements_page(
     *,
     name: str,
@@ -464,36 +578,45 @@ def elements_page(
     for i, (info, element) in enumerate(rows):
         fields = {"name": name, "id": info.id}
         running = _state(info, now) == "in flight"  # a worker has it now: running it again is refused
-        actions = (
-            "" if running else _button("run-now", "run now", csrf=csrf, fields=fields, then="due") + " "
-        ) + _button(
-            "cancel",
-            "cancel",
-            csrf=csrf,
-            fields=fields,
-            then="row",
-            confirm=f"Cancel {info.id}?",
-            danger=True,
-        )
+        state = _state(info, now)
+        if is_schedule(element):
+            paused = bool(element.get("paused"))
+            state += ", paused" if paused else ""
+            actions = _schedule_actions(name, info.id, paused=paused, running=running, csrf=csrf)
+        elif is_removed(element):
+            actions = ""  # (it goes as its last run ends)
+        else:
+            actions = (
+                "" if running else _button("run-now", "run now", csrf=csrf, fields=fields, then="due") + " "
+            ) + _button(
+                "cancel",
+                "cancel",
+                csrf=csrf,
+                fields=fields,
+                then="row",
+                confirm=f"Cancel {info.id}?",
+                danger=True,
+            )
         lines.append(
             f'<tr data-row="{escape(info.id)}"><td class="n muted">{offset + i + 1}</td>'
             f'<td><a href="{escape(relative("element", name=name, id=info.id))}">'
             f"<code>{escape(info.id)}</code></a></td>"
             f'<td class="n due">{escape(_seconds(info.due - now))}</td><td class="n">{info.attempt}</td>'
-            f'<td class="state">{_state(info, now)}</td><td><code>{escape(_preview(element))}</code></td>'
+            f'<td class="state">{state}</td><td>{_payload_cell(name, element)}</td>'
             f'<td class="acts">{actions}</td></tr>'
         )
     table = (
-        '<table id="elements"><thead><tr><th class="n">#</th><th>id</th><th class="n">due</th>'
+        '<table id="elements" data-refresh><thead><tr><th class="n">#</th><th>id</th><th class="n">due</th>'
         '<th class="n">attempt</th><th>state</th><th>payload</th><th></th></tr></thead>'
         f"<tbody>{''.join(lines)}</tbody></table>"
         if lines
-        else '<p class="muted">No elements.</p>'
+        else '<p id="elements" data-refresh class="muted">No elements.</p>'
     )
     body = (
         f'<h1>{escape(name)} <span class="muted">elements in due order</span></h1>'
         f"{_summary_table(name, point)}"
-        f'<p><a href="{escape(relative("dead", name=name))}">dead letters of {escape(name)}</a></p>'
+        f'<p><a href="{escape(relative("dead", name=name))}">dead letters of {escape(name)}</a> · '
+        f'<a href="{escape(relative("schedules", name=name))}">schedules of {escape(name)}</a></p>'
         # Straight to one element by its id (a GET: nothing changes).
         f'<form method="get" action="element"><input type="hidden" name="name" value="{escape(name)}">'
         '<label>id <input name="id" required></label> <button type="submit">look</button></form>'
@@ -505,9 +628,53 @@ def elements_page(
     )
 
 
+def _schedule_page(*, name: str, row: ScheduleRow, csrf: str, nonce: str, keep: int) -> str:
+    info, held = row.info, row.held
+    policy = _policy(info)
+    body = (
+        f'<h1><code>{escape(info.id)}</code> <span class="muted">a schedule of {escape(name)}</span></h1>'
+        f'<div id="schedule-box" data-refresh data-now="{row.wall_now!r}"><dl>'
+        f"<dt>trigger</dt><dd><code>{escape(str(info.trigger))}</code></dd>"
+        + (f"<dt>policy</dt><dd>{escape(policy)}</dd>" if policy else "")
+        + f'<dt>next run</dt><dd class="next">{_next_run(info, row.wall_now)}</dd>'
+        f'<dt>state</dt><dd class="state">{escape(row.state)}</dd>'
+        f"<dt>{'lease ends' if held.claimed else 'due'}</dt>"
+        f"<dd>{escape(_seconds(held.due - row.now))}</dd>"
+        f"<dt>attempt</dt><dd>{held.attempt}</dd>"
+        "</dl><h2>element</h2>"
+        f"<pre>{escape(_pretty(info.element))}</pre><p>"
+        f"{_schedule_actions(name, info.id, paused=info.paused, running=row.running, csrf=csrf)}"
+        f'</p></div><p><a href="{escape(relative("schedules", name=name))}">'
+        f"schedules of {escape(name)}</a></p>"
+    )
+    crumbs = [
+        (name, relative("elements", name=name)),
+        ("schedules", relative("schedules", name=name)),
+        (info.id, relative("element", name=name, id=info.id)),
+    ]
+    return _layout(title=f"{info.id} in {name}", body=body, nonce=nonce, keep=keep, crumbs=crumbs)
+
+
 def element_page(
-    *, name: str, info: ElementInfo, element: Any, now: float, csrf: str, nonce: str, keep: int
+    *,
+    name: str,
+    info: ElementInfo,
+    element: Any,
+    now: float,
+    wall_now: float,
+    csrf: str,
+    nonce: str,
+    keep: int,
 ) -> str:
+    """One element; a schedule shows its trigger, next run, state and element (not its envelope)."""
+    if is_schedule(element):
+        try:
+            schedule = ScheduleInfo._from_envelope(info.id, element)
+        except RehydrateError:
+            pass  # an envelope this version cannot read: shown as it is stored
+        else:
+            row = ScheduleRow(name=name, info=schedule, held=info, now=now, wall_now=wall_now)
+            return _schedule_page(name=name, row=row, csrf=csrf, nonce=nonce, keep=keep)
     fields = {"name": name, "id": info.id}
     body = (
         f'<h1><code>{escape(info.id)}</code> <span class="muted">in {escape(name)}</span></h1>'
@@ -596,6 +763,177 @@ def dead_page(
     )
     crumbs = [(name, relative("elements", name=name)), ("dead letters", relative("dead", name=name))]
     return _layout(title=f"dead letters of {name}", body=body, nonce=nonce, keep=keep, crumbs=crumbs)
+
+
+@attrs.frozen(kw_only=True)
+class ScheduleRow:
+    """One schedule as the dashboard shows it: what ``Scheduler.schedules`` lists, and the state of
+    its element in the store (running, due, a retry waiting...), read at ``now`` (the store's clock)
+    and ``wall_now`` (Unix time by that clock)."""
+
+    name: str
+    info: ScheduleInfo
+    held: ElementInfo
+    now: float
+    wall_now: float
+
+    @property
+    def running(self) -> bool:
+        """Whether a worker holds it under a running lease (an occurrence, or an extra run, runs)."""
+        return self.held.claimed and self.held.due > self.now
+
+    @property
+    def _extra(self) -> bool:
+        """Due or running while its next occurrence is still ahead: an extra run (``run now``)."""
+        nominal = self.info.next_run
+        return nominal is not None and nominal.timestamp() + self.info.offset > self.wall_now + 1.0
+
+    @property
+    def state(self) -> str:
+        held = self.held
+        if self.info.paused:
+            return "paused (a run ends first)" if self.running else "paused"
+        if held.claimed:
+            if not self.running:
+                return "lease expired"  # its worker died or stalled: it runs again
+            return "running (extra run)" if self._extra else "running"
+        if held.attempt > 0:
+            return f"retry waiting (attempt {held.attempt} failed)"
+        if held.due <= self.now:
+            return "extra run due" if self._extra else "due"
+        return "waiting"
+
+    @property
+    def next_run_in(self) -> float | None:
+        """Seconds from now to the next run's nominal time (negative while it runs or is late)."""
+        nominal = self.info.next_run
+        return None if nominal is None else nominal.timestamp() - self.wall_now
+
+    def as_json(self) -> dict[str, Any]:
+        """``rehydrate schedules``'s JSON row, with the trigger as written, ``next_run_in`` and the
+        element's state."""
+        return {
+            **schedule_row(self.name, self.info),
+            "trigger_text": str(self.info.trigger),
+            "next_run_in": self.next_run_in,
+            "state": self.state,
+            "running": self.running,
+            "attempt": self.held.attempt,
+        }
+
+
+def _policy(info: ScheduleInfo) -> str:
+    """What else the trigger runs by, when it is not the default: misfire, grace, spread."""
+    notes = []
+    if info.misfire != "coalesce":
+        notes.append(f"misfire {info.misfire}")
+    if info.grace is not None:
+        notes.append(f"grace {format_duration(info.grace)}")
+    if info.spread:
+        notes.append(f"spread {format_duration(info.spread)}, runs {format_duration(info.offset)} after")
+    return ", ".join(notes)
+
+
+def _schedule_actions(name: str, id: str, *, paused: bool, running: bool, csrf: str) -> str:
+    """Pause or resume (whichever applies), run now (not while paused or running), remove."""
+    fields = {"name": name, "id": id}
+    toggle = _button(
+        "resume" if paused else "pause",
+        "resume" if paused else "pause",
+        csrf=csrf,
+        fields=fields,
+        then="refresh",
+    )
+    run = (
+        ""
+        if paused or running
+        else " " + _button("run-now", "run now", csrf=csrf, fields=fields, then="refresh")
+    )
+    remove = _button(
+        "cancel",
+        "remove",
+        csrf=csrf,
+        fields=fields,
+        then="refresh",
+        confirm=f"Remove the schedule {id} of {name}?",
+        danger=True,
+    )
+    return f"{toggle}{run} {remove}"
+
+
+def _next_run(info: ScheduleInfo, wall_now: float) -> str:
+    """The next run: UTC as served, then the browser's local time, and relative to now."""
+    if info.next_run is None:
+        return '<span class="muted">- (paused)</span>'
+    at = info.next_run.timestamp()
+    return (
+        f'<time datetime="{escape(iso(at))}" data-at="{at!r}">'
+        f"{escape(info.next_run.strftime('%Y-%m-%d %H:%M:%S'))} UTC</time> "
+        f'<span class="rel muted">({escape(from_now(at - wall_now))})</span>'
+    )
+
+
+def schedules_page(
+    *,
+    name: str | None,
+    rows: Sequence[ScheduleRow],
+    offset: int,
+    limit: int,
+    more: bool,
+    wall_now: float,
+    csrf: str,
+    nonce: str,
+    keep: int,
+) -> str:
+    lines = []
+    for i, row in enumerate(rows):
+        info = row.info
+        policy = _policy(info)
+        lines.append(
+            f'<tr data-row="{escape(info.id)}" data-name="{escape(row.name)}">'
+            f'<td class="n muted">{offset + i + 1}</td>'
+            f'<td><a href="{escape(relative("elements", name=row.name))}">{escape(row.name)}</a></td>'
+            f'<td><a href="{escape(relative("element", name=row.name, id=info.id))}">'
+            f"<code>{escape(info.id)}</code></a></td>"
+            f'<td class="trigger"><code>{escape(str(info.trigger))}</code>'
+            + (f'<br><span class="muted">{escape(policy)}</span>' if policy else "")
+            + "</td>"
+            f'<td class="next">{_next_run(info, row.wall_now)}</td>'
+            f'<td class="state">{escape(row.state)}</td>'
+            f"<td><code>{escape(_preview(info.element, 80))}</code></td>"
+            f'<td class="acts">'
+            f"{_schedule_actions(row.name, info.id, paused=info.paused, running=row.running, csrf=csrf)}"
+            "</td></tr>"
+        )
+    table = (
+        '<table id="schedules"><thead><tr><th class="n">#</th><th>dehydrator</th><th>id</th>'
+        "<th>trigger</th><th>next run (your time zone)</th><th>state</th><th>element</th><th></th>"
+        f"</tr></thead><tbody>{''.join(lines)}</tbody></table>"
+        if lines
+        else '<p class="muted">No schedules'
+        + (f" in {escape(name)}" if name else "")
+        + ". File one with <code>Scheduler.schedule</code>, a handler's <code>schedule=</code>, or "
+        "<code>rehydrate schedule</code>.</p>"
+    )
+    pager = []
+    if offset > 0:
+        earlier = relative("schedules", name=name, offset=max(0, offset - limit), limit=limit)
+        pager.append(f'<a href="{escape(earlier)}">← earlier</a>')
+    if lines:
+        pager.append(f'<span class="muted">{offset + 1}-{offset + len(lines)}</span>')
+    if more:
+        later = relative("schedules", name=name, offset=offset + limit, limit=limit)
+        pager.append(f'<a href="{escape(later)}">later →</a>')
+    title = f"schedules of {name}" if name else "Schedules"
+    body = (
+        f'<h1>{escape(title)} <span class="muted">next to run first, paused last</span></h1>'
+        f'<div class="pager">{"".join(pager)}</div>'
+        f'<div id="schedules-box" data-refresh data-now="{wall_now!r}">{table}</div>'
+    )
+    crumbs = [("schedules", relative("schedules"))]
+    if name:
+        crumbs = [(name, relative("elements", name=name)), ("schedules", relative("schedules", name=name))]
+    return _layout(title=title, body=body, nonce=nonce, keep=keep, crumbs=crumbs)
 
 
 def error_page(*, status: int, message: str, nonce: str, keep: int) -> str:

@@ -95,6 +95,33 @@ async def test_run_now_is_an_extra_run_on_every_store(harness: Harness) -> None:
     assert info.due == pytest.approx(before.next_run.timestamp() - wall(store.clock) + store.clock(), abs=5)
 
 
+async def test_run_now_outcome_says_what_it_did_on_every_store(harness: Harness) -> None:
+    """``Scheduler.run_now_outcome``: what ``run_now`` did, or why nothing was made due (what the
+    dashboard and ``rehydrate run-now`` tell a person), through each store."""
+    store = harness.store
+    scheduler = Scheduler(store, heartbeat=None)
+    async with scheduler:  # (no handler: nothing is claimed but by the test)
+        await scheduler.schedule("digest", NEW_YEAR, id="d", element={"team": 7})
+        await scheduler.schedule("digest", NEW_YEAR, id="p", element=None)
+        assert await scheduler.pause("digest", "p") is True
+        await store.push("work", "later", ttl=3600, id="w")
+        await store.push("work", "busy", ttl=0, id="h")
+        (held,) = await store.claim("work", lease=60)
+        assert held.id == "h"
+        (before,) = [info for info in await scheduler.schedules("digest") if info.id == "d"]
+        assert await scheduler.run_now_outcome("digest", "d") == "schedule"
+        assert await scheduler.run_now_outcome("work", "w") == "one-shot"
+        assert await scheduler.run_now_outcome("digest", "p") == "paused"
+        assert await scheduler.run_now_outcome("work", "h") == "held"
+        assert await scheduler.run_now_outcome("work", "nope") == "unknown"
+        assert await store.ttn("work") == 0.0  # w is due now; h still holds its lease
+        assert (await store.info("work", "h")).claimed  # type: ignore[union-attr]
+        (after,) = [info for info in await scheduler.schedules("digest") if info.id == "d"]
+        assert after == before  # an extra run: the next run is kept
+        assert "extra" in await store.look("digest", "d")
+        scheduler.stop()
+
+
 async def test_a_schedule_changed_while_it_runs_waits_for_the_run_on_every_store(harness: Harness) -> None:
     """``schedule()`` with a new element, ``pause`` and ``resume`` while an occurrence runs: each
     change is written into the element the worker holds (through each store's ``update``), nothing
