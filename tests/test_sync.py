@@ -259,3 +259,30 @@ def test_a_forked_child_is_told_to_start_its_own(tmp_path: Path) -> None:
     assert parent == "parent: child exited 0"
     with SyncScheduler(Scheduler(url)) as s:
         assert sorted(s.portal.call(s.scheduler.store.ids, "emails")) == ["child", "parent"]
+
+
+def test_the_reference_documents_every_method() -> None:
+    """The API reference is read from the source, where the twins are ``_blocking(...)``
+    assignments: the site's griffe extension shows each as the method it is, with the async
+    one's parameters and docstring (before it, the reference listed ``stats`` alone)."""
+    import griffe
+
+    root = Path(__file__).resolve().parent.parent
+    extensions = griffe.load_extensions(f"{root / 'tools' / 'griffe_blocking_twins.py'}:BlockingTwins")
+    package = griffe.load("rehydrate", search_paths=[str(root)], extensions=extensions)
+    documented = package["_sync.SyncScheduler"]
+    public = {
+        name
+        for name, member in inspect.getmembers(SyncScheduler)
+        if not name.startswith("_") and callable(member)
+    }
+    assert public >= {"defer", "schedule", "resume", "start", "close", "stats"}
+    for name in public:
+        member = documented.members[name]
+        assert isinstance(member, griffe.Function), name
+        assert member.docstring is not None, name
+        if name in ASYNC_ONLY or not inspect.iscoroutinefunction(getattr(Scheduler, name, None)):
+            continue
+        original = package["_scheduler.Scheduler"].members[name]
+        assert [p.name for p in member.parameters] == [p.name for p in original.parameters], name
+        assert member.docstring.value.startswith(f"`Scheduler.{name}`, blocking"), name
