@@ -372,3 +372,13 @@ def test_flask_app_defers_from_request_threads_and_a_worker_delivers(
     finally:
         tasks.close()
     assert sent_to(sent) == sorted(emails)
+
+
+@pytest.mark.parametrize("name", ["fastapi_app", "flask_app"])
+def test_the_web_apps_page_shows_the_examples_as_tested(name: str) -> None:
+    """docs/web-apps.md shows each app as it is in examples/web_app (below its docstring), so
+    the code a reader copies is the code the tests above run."""
+    source = (WEB_APP / f"{name}.py").read_text()
+    body = source.split('"""\n', 1)[1].strip()
+    page = (EXAMPLES.parent / "docs" / "web-apps.md").read_text()
+    assert f"```python\n# {name}.py\n{body}\n```" in page
