@@ -366,10 +366,16 @@ class Scheduler:
     their leases run out (within ``lease`` seconds); if the thread still completes its work, that
     element runs twice. The interpreter may still wait for such a thread when it exits.
 
-    While it runs, the scheduler sends a heartbeat to the store every ``heartbeat`` seconds (its
-    id, host, pid, handlers and counters; ``None`` sends none): ``rehydrate workers`` and the
-    dashboard list the workers alive, and a worker that died shows as expired after three
-    intervals. See ``docs/monitoring.md``.
+    While it serves handlers (or a :meth:`channel`), the scheduler sends a heartbeat to the store
+    every ``heartbeat`` seconds (its id, host, pid, handlers and counters; ``None`` sends none):
+    ``rehydrate workers`` and the dashboard list the workers alive, and a worker that died shows
+    as expired after three intervals. A scheduler that only defers (no handlers, or run with
+    :meth:`producer`) delivers nothing, so it sends none and is not listed. See
+    ``docs/monitoring.md``.
+
+    A process that only defers (a web app) runs the scheduler with ``async with
+    scheduler.producer():``: the same scheduler, its handlers left to the workers. See
+    ``docs/web-apps.md``.
 
     With OpenTelemetry in use, a defer made inside a span carries that trace to its delivery,
     which runs in a span of its own (see the monitoring guide). ``tracer_provider`` is the
@@ -410,6 +416,11 @@ class Scheduler:
         self._worker_id = new_worker_id()
         #: What the heartbeat waits on (``None``: real time; see ``_heartbeat.py``); tests set it.
         self._heartbeat_clock: Clock | None = None
+        #: Set when this scheduler first serves something (a handler, a channel) while it runs,
+        #: or stops: a heartbeat waits for it (a scheduler that only defers is no worker).
+        self._serving: anyio.Event | None = None
+        #: ``False`` while run by :meth:`producer`: handlers are registered but not served.
+        self._serve = True
         self._tg: anyio.abc.TaskGroup | None = None
         self._running = False
         self._stopping = False
@@ -580,7 +591,7 @@ class Scheduler:
             self._handlers[name] = handler
             if policy is not None:
                 self._declared[name] = policy
-            if self._tg is not None:
+            if self._tg is not None and self._serve:
                 self._start(handler)
             return func
 
@@ -1250,6 +1261,7 @@ class Scheduler:
             async with anyio.create_task_group() as tg:
                 counters = self._counters_of(name)
                 tg.start_soon(feed_channel, self.store, counters, name, seconds, prefetch, batch, send)
+                self._now_serving()  # a consumer delivers work: it is a worker
                 try:
                     yield receive
                 finally:
@@ -1268,14 +1280,37 @@ class Scheduler:
 
     # -- running ---------------------------------------------------------------------------------
 
+    @asynccontextmanager
+    async def producer(self) -> AsyncIterator[Self]:
+        """Run this scheduler to defer only: ``async with scheduler.producer():``.
+
+        For a process that hands work to others (a web app) on the module that declares the
+        handlers: the store opens, and ``defer``, ``cancel``, ``schedule`` and the rest work as
+        under ``async with scheduler``, but no handler is served (``rehydrate worker
+        module:scheduler`` serves them), the schedules declared with handlers are not filed
+        (the workers do that), and no heartbeat is sent: the process is no worker. A
+        :meth:`channel` opened inside still consumes, and makes it one.
+        """
+        if self._running:
+            raise RehydrateError("this scheduler is already running")
+        self._serve = False
+        try:
+            async with self:
+                yield self
+        finally:
+            self._serve = True
+
     async def __aenter__(self) -> Self:
         if self._running:
             raise RehydrateError("this scheduler is already running")
-        for handler in self._handlers.values():
-            self._check_claim_ahead(handler)  # (the store may have been swapped since)
+        serve = self._serve
+        if serve:
+            for handler in self._handlers.values():
+                self._check_claim_ahead(handler)  # (the store may have been swapped since)
         await self.store.open()
         try:
-            await self._declare()
+            if serve:
+                await self._declare()
         except BaseException:
             if self._owns_store:
                 await self.store.aclose()
@@ -1291,8 +1326,10 @@ class Scheduler:
         if getattr(self.store, "_coalesce_pushes", True):
             self._batcher.open()  # now: defers in the body coalesce even before its task runs
             tg.start_soon(self._batcher.run)
-        for handler in self._handlers.values():
-            self._start(handler)
+        self._serving = anyio.Event()
+        if serve:
+            for handler in self._handlers.values():
+                self._start(handler)
         if self._heartbeat_interval is not None:
             heartbeat = Heartbeat(
                 store=self.store,
@@ -1304,8 +1341,24 @@ class Scheduler:
                 total=self.stats,
                 clock=self._heartbeat_clock,
             )
-            await tg.start(heartbeat.run, self._stopped)
+            if self._serving.is_set():  # serving handlers: registered before the body runs
+                await tg.start(heartbeat.run, self._stopped)
+            else:
+                tg.start_soon(self._beat_once_serving, heartbeat, self._serving, self._stopped)
         return self
+
+    @staticmethod
+    async def _beat_once_serving(heartbeat: Heartbeat, serving: anyio.Event, stopped: anyio.Event) -> None:
+        """Start ``heartbeat`` when the scheduler first serves something: a process that only
+        defers (a web app's) delivers nothing, and ``rehydrate workers`` lists those that do."""
+        await serving.wait()
+        if not stopped.is_set():
+            await heartbeat.run(stopped)
+
+    def _now_serving(self) -> None:
+        """The scheduler serves a handler or a channel: it is a worker (see the heartbeat)."""
+        if self._serving is not None:
+            self._serving.set()
 
     async def __aexit__(
         self,
@@ -1329,6 +1382,7 @@ class Scheduler:
             self._running = False
             self._stopping = False  # the next ``async with`` runs anew
             self._runners.clear()
+            self._serving = None
             if self._owns_store:
                 # Not in a shielded scope of ours: a store may close a task group it opened in
                 # open() (coredis's pool), which must exit in the scope it was entered in. Stores
@@ -1346,6 +1400,8 @@ class Scheduler:
         self._batcher.stop()
         if self._stopped is not None:
             self._stopped.set()
+        if self._serving is not None:
+            self._serving.set()  # (a heartbeat still waiting for it wakes, sees the stop, ends)
         for runner in self._runners.values():
             runner.stop()
 
@@ -1375,3 +1431,4 @@ class Scheduler:
         if self._stopping:
             runner.stop()
         self._tg.start_soon(runner.run)
+        self._now_serving()

@@ -2,20 +2,31 @@
 
 The scheduler runs in an event loop in a thread of its own (an anyio blocking portal); each method
 here hands a call to that loop and waits for the answer.
+
+The thread is started here rather than by anyio's ``start_blocking_portal``, whose context manager
+is a generator: a process forked from one that started it (a pre-forking web server's worker)
+inherits that generator, and its finaliser waits for a thread the child does not have, so the
+child hung when it closed the facade or exited. Here the child merely drops what it inherited.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
+import os
+import threading
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractContextManager, ExitStack
+from concurrent.futures import Future
+from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Concatenate, Literal, ParamSpec, Self, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, Self, TypeVar
 
-from anyio.from_thread import BlockingPortal, start_blocking_portal
+import anyio
+from anyio.from_thread import BlockingPortal
 
 from rehydrate._scheduler import Scheduler, SchedulerNotRunningError, Stats
-from rehydrate.errors import InvalidArgumentError, InvalidTypeError
+from rehydrate.errors import InvalidArgumentError, InvalidTypeError, RehydrateError
 
 __all__ = ["SyncScheduler"]
 
@@ -48,38 +59,115 @@ def _blocking(
 class SyncScheduler:
     """Run a :class:`Scheduler` in a background thread and call it from blocking code.
 
-    ::
+    In a ``with`` block (a script)::
 
         with SyncScheduler(scheduler) as s:      # starts the loop thread and the scheduler
             s.defer("emails", {"to": "a@b.c"}, delay=60)
 
-    Handlers run in that thread's event loop (``backend="asyncio"`` or ``"trio"``). Leaving the
-    ``with`` block shuts the scheduler down gracefully, as ``async with`` does.
+    or for the life of a process (a Flask or Django app), started once and closed at exit::
+
+        tasks = SyncScheduler(scheduler, producer=True).start()   # closed at exit
+
+    Handlers run in that thread's event loop (``backend="asyncio"`` or ``"trio"``). With
+    ``producer=True`` the scheduler is run by :meth:`Scheduler.producer`: it only defers, and its
+    handlers are left to ``rehydrate worker`` (a web app's case; ``docs/web-apps.md``). Leaving
+    the ``with`` block, or :meth:`close`, shuts the scheduler down gracefully, as ``async with``
+    does.
+
+    Every async method of :class:`Scheduler` has a blocking twin here, with the same parameters:
+    ``defer``, ``cancel``, ``run_now``, ``dead_letters``, ``requeue``, ``schedule``,
+    ``schedule_many``, ``unschedule``, ``schedules``, ``pause``, ``resume``; and :meth:`stats`.
+    They may be called from any number of threads at once (a threaded WSGI server's); each waits
+    for its own answer. Handlers are registered, and the rest read, on :attr:`scheduler`.
+
+    The loop thread belongs to the process that started it: a process forked after
+    :meth:`start` (a pre-forking server's worker, loaded with ``--preload``) has no such thread,
+    and its calls raise :class:`~rehydrate.errors.SchedulerNotRunningError`; start one in each
+    process, after the fork.
     """
 
     def __init__(
-        self, scheduler: Scheduler | None = None, *, backend: Literal["asyncio", "trio"] = "asyncio"
+        self,
+        scheduler: Scheduler | None = None,
+        *,
+        backend: Literal["asyncio", "trio"] = "asyncio",
+        producer: bool = False,
     ) -> None:
         if scheduler is not None and not isinstance(scheduler, Scheduler):
             raise InvalidTypeError(f"scheduler must be a Scheduler, not {type(scheduler).__name__}")
         if backend not in ("asyncio", "trio"):
             raise InvalidArgumentError(f"backend must be 'asyncio' or 'trio', not {backend!r}")
+        if not isinstance(producer, bool):
+            raise InvalidTypeError(f"producer must be a bool, not {type(producer).__name__}")
+        #: The scheduler it runs: register handlers and read its properties here.
         self.scheduler = scheduler if scheduler is not None else Scheduler()
         self._backend = backend
-        self._stack: ExitStack | None = None
+        self._producer = producer
         self._portal: BlockingPortal | None = None
+        self._thread: threading.Thread | None = None
+        #: The scheduler's ``async with``, entered in the loop thread through the portal.
+        self._running: AbstractContextManager[Any] | None = None
+        #: The process that started the loop thread (a forked child has none).
+        self._pid: int | None = None
+
+    def start(self) -> Self:
+        """Start the loop thread and the scheduler; ``self``. For a facade that lives as long as
+        its process (made at start-up, :meth:`close` at exit); ``with`` calls it too. One never
+        closed is closed (gracefully) when the interpreter exits, by ``atexit``.
+
+        Returns once the store is open (and the handlers are served, unless ``producer``);
+        raises what opening it raised.
+        """
+        if self.running:
+            raise RehydrateError("this SyncScheduler is already started")
+        found: Future[BlockingPortal] = Future()
+        thread = threading.Thread(
+            target=self._loop, args=(found,), name="rehydrate-sync-scheduler", daemon=True
+        )
+        thread.start()
+        portal = found.result()  # (raises if the event loop could not start)
+        running = portal.wrap_async_context_manager(
+            self.scheduler.producer() if self._producer else self.scheduler
+        )
+        try:
+            running.__enter__()
+        except BaseException:
+            self._stop(portal, thread, cancel=True)
+            raise
+        self._portal, self._thread, self._running, self._pid = portal, thread, running, os.getpid()
+        atexit.register(self.close)
+        return self
+
+    def _loop(self, found: Future[BlockingPortal]) -> None:
+        """The loop thread: an event loop running a portal until :meth:`_stop`."""
+
+        async def serve() -> None:
+            async with BlockingPortal() as portal:
+                found.set_result(portal)
+                await portal.sleep_until_stopped()
+
+        try:
+            anyio.run(serve, backend=self._backend)
+        except BaseException as exc:  # the loop could not start (trio not installed...)
+            if not found.done():
+                found.set_exception(exc)
+            else:
+                raise
+
+    @staticmethod
+    def _stop(portal: BlockingPortal, thread: threading.Thread, *, cancel: bool) -> None:
+        with contextlib.suppress(RuntimeError):  # (stopped already)
+            portal.call(portal.stop, cancel)
+        thread.join()
+
+    def close(self) -> None:
+        """Shut the scheduler down gracefully (as leaving ``async with`` does: running handlers
+        get ``grace``), then end the loop thread. Idempotent; in a forked child, which has no
+        loop thread, it only forgets the parent's."""
+        self.__exit__(None, None, None)
 
     def __enter__(self) -> Self:
-        stack = ExitStack()
-        try:
-            portal_cm: AbstractContextManager[BlockingPortal] = start_blocking_portal(self._backend)
-            portal = stack.enter_context(portal_cm)
-            stack.enter_context(portal.wrap_async_context_manager(self.scheduler))
-        except BaseException:
-            stack.close()
-            raise
-        self._stack, self._portal = stack, portal
-        return self
+        return self.start()
 
     def __exit__(
         self,
@@ -87,15 +175,34 @@ class SyncScheduler:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        stack, self._stack, self._portal = self._stack, None, None
-        if stack is not None:
-            stack.__exit__(exc_type, exc, tb)
+        portal, thread, running = self._portal, self._thread, self._running
+        self._portal = self._thread = self._running = None
+        if portal is None or thread is None or running is None or self._pid != os.getpid():
+            return
+        atexit.unregister(self.close)
+        try:
+            running.__exit__(exc_type, exc, tb)
+        finally:
+            self._stop(portal, thread, cancel=exc_type is not None)
+
+    @property
+    def running(self) -> bool:
+        """Whether it is started (and not closed) in this process."""
+        return self._portal is not None and self._pid == os.getpid()
 
     @property
     def portal(self) -> BlockingPortal:
+        """The loop thread's anyio portal: ``portal.call(async_function, *args)`` runs anything
+        else in the scheduler's event loop."""
         if self._portal is None:
             raise SchedulerNotRunningError(
-                "use SyncScheduler in a with block: `with SyncScheduler(scheduler) as s:`"
+                "start the SyncScheduler first: `with SyncScheduler(scheduler) as s:`, or "
+                "`s = SyncScheduler(scheduler).start()` and `s.close()` at exit"
+            )
+        if self._pid != os.getpid():
+            raise SchedulerNotRunningError(
+                f"this SyncScheduler was started in process {self._pid}, before this one was forked "
+                "from it: its event loop thread is not here; start one in each process, after the fork"
             )
         return self._portal
 
@@ -112,9 +219,9 @@ class SyncScheduler:
     pause = _blocking(Scheduler.pause)
     resume = _blocking(Scheduler.resume)
 
-    def stats(self) -> Stats:
+    def stats(self, name: str | None = None) -> Stats:
         """:meth:`Scheduler.stats` (read in the loop thread, so it is consistent)."""
-        return self.portal.call(self._stats)
+        return self.portal.call(self._stats, name)
 
-    async def _stats(self) -> Stats:
-        return self.scheduler.stats()
+    async def _stats(self, name: str | None) -> Stats:
+        return self.scheduler.stats(name)

@@ -7,23 +7,29 @@ the tests give it a memory store on a :class:`~rehydrate.testing.FakeClock` and 
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import itertools
+import os
 import random
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from rehydrate import Backoff, Retry, Scheduler
 from rehydrate.stores import MemoryStore
 from rehydrate.testing import FakeClock
+from tests.test_cli_worker import entries, finish, start, wait_for
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -242,7 +248,137 @@ def test_script_runs(name: str, expected: list[str]) -> None:
 
 
 def test_examples_use_the_public_api_only() -> None:
-    for path in EXAMPLES.glob("*.py"):
+    for path in EXAMPLES.rglob("*.py"):
         source = path.read_text()
         assert "rehydrate._" not in source, path.name
         assert "from rehydrate.stores._" not in source, path.name
+
+
+# -- examples/web_app: a web process defers, a `rehydrate worker` process delivers ------------------
+
+WEB_APP = EXAMPLES / "web_app"
+
+
+def load_web_app(module: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, Path]:
+    """Import ``examples/web_app/<module>.py`` afresh on a SQLite store in ``tmp_path`` (its
+    ``tasks`` module reads ``$REHYDRATE_STORE`` when imported); and where its emails are logged."""
+    sent = tmp_path / "sent.log"
+    monkeypatch.setenv("REHYDRATE_STORE", f"sqlite:///{tmp_path / 'tasks.db'}")
+    monkeypatch.setenv("SENT", str(sent))
+    monkeypatch.syspath_prepend(str(WEB_APP))
+    for name in ("tasks", module):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    return importlib.import_module(module), sent
+
+
+def start_worker(tmp_path: Path) -> subprocess.Popen[str]:
+    """``rehydrate worker tasks:scheduler`` in ``examples/web_app``, as its docstring says."""
+    return start(
+        WEB_APP,
+        "tasks:scheduler",
+        env={"REHYDRATE_STORE": os.environ["REHYDRATE_STORE"], "SENT": os.environ["SENT"]},
+    )
+
+
+def sent_to(log: Path) -> list[str]:
+    return sorted(entry[3] for entry in entries(log))
+
+
+def stop_worker(worker: subprocess.Popen[str]) -> None:
+    worker.send_signal(signal.SIGTERM)
+    code, logs = finish(worker)
+    assert code == 0, logs
+
+
+@pytest.mark.anyio
+async def test_fastapi_app_defers_and_a_worker_delivers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lifespan runs the handlers' module with ``producer()``: requests defer into SQLite,
+    nothing is delivered in the web process nor is it listed as a worker; ``rehydrate worker``
+    delivers each signup once, and is the only worker listed."""
+    import httpx
+
+    web, sent = load_web_app("fastapi_app", tmp_path, monkeypatch)
+    store = web.scheduler.store
+    async with (
+        web.lifespan(web.app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=web.app), base_url="http://web") as client,
+    ):
+        emails = [f"user{i}@example.com" for i in range(5)]
+        replies: list[Any] = []
+
+        async def post(email: str) -> None:
+            reply = await client.post("/signup", json={"email": email})
+            replies.append((reply.status_code, reply.json()["status"]))
+
+        async with anyio.create_task_group() as tg:  # concurrent requests, as a server sees them
+            for email in emails:
+                tg.start_soon(post, email)
+        assert replies == [(202, "queued")] * 5
+        again = await client.post("/signup", json={"email": emails[0]})
+        assert (again.status_code, again.json()) == (202, {"status": "already queued"})
+        assert sorted(await store.ids("welcome_emails")) == [f"welcome-{e}" for e in emails]
+        await anyio.lowlevel.checkpoint()
+        assert await store.workers() == []  # the web process is no worker
+        assert not sent.exists()  # and runs no handler
+
+        worker = await anyio.to_thread.run_sync(start_worker, tmp_path)
+        try:
+            await anyio.to_thread.run_sync(
+                lambda: wait_for(lambda: len(entries(sent)) >= 5, worker, "5 welcome emails")
+            )
+            assert [w.data["pid"] for w in await store.workers()] == [worker.pid]
+        finally:
+            await anyio.to_thread.run_sync(stop_worker, worker)
+    assert sent_to(sent) == sorted(emails)
+    assert {entry[2] for entry in entries(sent)} == {str(worker.pid)}
+
+
+def test_flask_app_defers_from_request_threads_and_a_worker_delivers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``create_app()`` starts a producer ``SyncScheduler`` once; views on many threads defer
+    through it at once; ``rehydrate worker`` delivers; the web process is no worker."""
+    web, sent = load_web_app("flask_app", tmp_path, monkeypatch)
+    app = web.create_app()
+    tasks = app.extensions["tasks"]
+    try:
+        emails = [f"user{i}@example.com" for i in range(8)]
+        replies: list[Any] = []
+
+        def post(email: str) -> None:
+            reply = app.test_client().post("/signup", json={"email": email})
+            replies.append((reply.status_code, reply.get_json()["status"]))
+
+        threads = [threading.Thread(target=post, args=(email,)) for email in emails]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert replies == [(202, "queued")] * 8
+        post(emails[0])
+        assert replies[-1] == (202, "already queued")
+        store = tasks.scheduler.store
+        assert len(tasks.portal.call(store.ids, "welcome_emails")) == 8
+        assert tasks.portal.call(store.workers) == []
+
+        worker = start_worker(tmp_path)
+        try:
+            wait_for(lambda: len(entries(sent)) >= 8, worker, "8 welcome emails")
+            assert [w.data["pid"] for w in tasks.portal.call(store.workers)] == [worker.pid]
+        finally:
+            stop_worker(worker)
+    finally:
+        tasks.close()
+    assert sent_to(sent) == sorted(emails)
+
+
+@pytest.mark.parametrize("name", ["fastapi_app", "flask_app"])
+def test_the_web_apps_page_shows_the_examples_as_tested(name: str) -> None:
+    """docs/web-apps.md shows each app as it is in examples/web_app (below its docstring), so
+    the code a reader copies is the code the tests above run."""
+    source = (WEB_APP / f"{name}.py").read_text()
+    body = source.split('"""\n', 1)[1].strip()
+    page = (EXAMPLES.parent / "docs" / "web-apps.md").read_text()
+    assert f"```python\n# {name}.py\n{body}\n```" in page

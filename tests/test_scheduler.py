@@ -1098,6 +1098,73 @@ class TestHeartbeats:
         async with Scheduler(store, heartbeat=None):
             assert await store.workers() == []
 
+    async def test_a_producer_becomes_a_worker_when_it_serves(
+        self, scheduler: Scheduler, clock: FakeClock, store: MemoryStore
+    ) -> None:
+        """No handlers: no heartbeat, however long it runs; a handler registered while it runs,
+        or a channel, makes it a worker, which then beats every interval as any other."""
+        scheduler._heartbeat_clock = clock
+        scheduler.heartbeat = 1
+        async with scheduler:
+            await advance(clock, 5)
+            assert await store.workers() == []
+
+            @scheduler.handler("jobs")
+            async def job(element: int) -> None: ...
+
+            await settle()
+            (w,) = await store.workers()
+            assert (w.id, list(w.data["handlers"])) == (scheduler.worker_id, ["jobs"])
+            await advance(clock, 1)
+            (again,) = await store.workers()
+            assert again.last_seen > w.last_seen
+        assert await store.workers() == []
+
+        consumer = Scheduler(store, grace=0, heartbeat=1)
+        consumer._heartbeat_clock = clock
+        async with consumer:
+            await advance(clock, 2)
+            assert await store.workers() == []
+            async with consumer.channel("inbox"):
+                await settle()
+                (w,) = await store.workers()
+                assert (w.id, list(w.data["handlers"])) == (consumer.worker_id, ["inbox"])
+        assert await store.workers() == []
+
+    async def test_producer_mode_then_a_channel(self, scheduler: Scheduler, store: MemoryStore) -> None:
+        """``producer()`` serves no handler, even one registered while it runs; a channel opened
+        in it consumes (and registers). Running it again while it runs is refused."""
+        got: list[int] = []
+
+        @scheduler.handler("jobs")
+        async def job(element: int) -> None:
+            got.append(element)
+
+        async with scheduler.producer():
+            with pytest.raises(rehydrate.RehydrateError, match="already running"):
+                async with scheduler.producer():
+                    pass
+
+            @scheduler.handler("late")
+            async def late(element: int) -> None:
+                got.append(element)
+
+            await scheduler.defer("jobs", 1)
+            await scheduler.defer("late", 2)
+            await settle()
+            assert got == []
+            assert await store.workers() == []
+            async with scheduler.channel("jobs") as deliveries:
+                delivery = await deliveries.receive()
+                assert delivery.element == 1
+                await delivery.ack()
+                assert [w.id for w in await store.workers()] == [scheduler.worker_id]
+        assert got == []
+        assert await store.size("late") == 1
+        async with scheduler:  # served as usual afterwards
+            await settle()
+        assert got == [2]
+
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite", "redis"])
 async def test_calls_outside_async_with_say_so(

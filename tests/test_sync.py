@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import inspect
+import secrets
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import rehydrate
 from rehydrate import InvalidArgumentError, Scheduler, SchedulerNotRunningError, SyncScheduler
 
 
@@ -77,3 +82,207 @@ def test_defer_replace_through_the_facade() -> None:
         s.defer("docs", "a", id="d", delay=60)
         assert s.defer("docs", "b", id="d", delay=60, replace=True) == "d"
         assert s.cancel("docs", "d") == "b"
+
+
+def test_stats_takes_a_name_as_the_async_one_does() -> None:
+    assert list(inspect.signature(SyncScheduler.stats).parameters) == ["self", "name"]
+    scheduler = Scheduler(grace=0)
+    done = threading.Event()
+
+    @scheduler.handler("emails")
+    def send(element: Any) -> None:
+        done.set()
+
+    with SyncScheduler(scheduler) as s:
+        s.defer("emails", "x")
+        assert done.wait(5)
+        deadline = threading.Event()
+        while s.stats("emails").acked < 1 and not deadline.wait(0.01):
+            pass  # the ack goes out in the loop thread just after the handler returns
+        assert s.stats("emails").delivered == s.stats().delivered == 1
+        assert s.stats("other").delivered == 0
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_long_lived_start_and_close(backend: Any) -> None:
+    """A web app's form: started once, called from many request threads at once, closed at exit
+    (gracefully, idempotently); started again after, it runs anew."""
+    scheduler = Scheduler(grace=1)
+    got: list[int] = []
+    all_in = threading.Event()
+
+    @scheduler.handler("jobs")
+    async def job(element: int) -> None:
+        got.append(element)
+        if len(got) == 40:
+            all_in.set()
+
+    tasks = SyncScheduler(scheduler, backend=backend)
+
+    def running() -> bool:  # (read anew each time: mypy would take it as fixed after an assert)
+        return tasks.running
+
+    assert not running()
+    assert tasks.start() is tasks
+    assert running()
+    with pytest.raises(rehydrate.RehydrateError, match="already started"):
+        tasks.start()
+    threads = [
+        threading.Thread(target=lambda i=i: [tasks.defer("jobs", i * 10 + n) for n in range(10)])
+        for i in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all_in.wait(5)
+    assert sorted(got) == list(range(40))
+    tasks.close()
+    tasks.close()
+    assert not running()
+    with pytest.raises(SchedulerNotRunningError, match=r"\.start\(\)"):
+        tasks.defer("jobs", 99)
+    with tasks:
+        assert running()
+    assert not running()
+
+
+def _store_url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if kind == "redis":
+        from tests.redis_server import shared_server_url
+
+        return f"{shared_server_url(request.config)}?prefix=sync-{secrets.token_hex(4)}"
+    return f"sqlite:///{tmp_path / 'jobs.db'}"
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_a_producer_facade_defers_for_the_workers_and_is_no_worker(
+    kind: str, backend: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The web app's facade on the handlers' module (``producer=True``), and one on a scheduler
+    without handlers: neither runs a handler nor shows in the store's workers; a worker on the
+    same store delivers what they deferred, and is listed."""
+    url = _store_url(kind, tmp_path, request)
+    got: list[Any] = []
+    both = threading.Event()
+
+    def tasks_module() -> Scheduler:
+        scheduler = Scheduler(url, grace=1)
+
+        @scheduler.handler("emails")
+        def send(element: Any) -> None:
+            got.append(element)
+            if len(got) == 2:
+                both.set()
+
+        return scheduler
+
+    web = SyncScheduler(tasks_module(), backend=backend, producer=True).start()
+    bare = SyncScheduler(Scheduler(url), backend=backend).start()
+    try:
+        web.defer("emails", "from the web app", id="e1")
+        bare.defer("emails", "from a script", id="e2")
+        assert web.portal.call(web.scheduler.store.workers) == []
+        assert bare.portal.call(bare.scheduler.store.workers) == []
+        assert web.portal.call(web.scheduler.store.size, "emails") == 2
+        assert got == []
+        with SyncScheduler(tasks_module(), backend=backend) as worker:
+            assert both.wait(10)
+            workers = web.portal.call(web.scheduler.store.workers)
+            assert [w.id for w in workers] == [worker.scheduler.worker_id]
+    finally:
+        web.close()
+        bare.close()
+    assert sorted(got) == ["from a script", "from the web app"]
+
+
+SCRIPT_NEVER_CLOSED = """
+from rehydrate import Scheduler, SyncScheduler
+tasks = SyncScheduler(Scheduler({url!r}, grace=5)).start()
+tasks.defer("emails", "x", delay=3600, id="e1")
+print("deferred", flush=True)
+"""
+
+
+def test_a_facade_never_closed_is_closed_at_exit(tmp_path: Path) -> None:
+    """Its loop thread would hold the interpreter at exit for ever: exit closes it instead,
+    and the store keeps what was deferred."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", SCRIPT_NEVER_CLOSED.format(url=url)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "deferred\n", "")
+    with SyncScheduler(Scheduler(url)) as s:
+        assert s.portal.call(s.scheduler.store.size, "emails") == 1
+
+
+SCRIPT_FORKED = """
+import os, sys
+from rehydrate import Scheduler, SchedulerNotRunningError, SyncScheduler
+url = {url!r}
+tasks = SyncScheduler(Scheduler(url)).start()   # a pre-forking server's --preload
+pid = os.fork()
+if pid == 0:
+    try:
+        tasks.defer("emails", "from the child")
+    except SchedulerNotRunningError as exc:
+        print("child:", exc, flush=True)
+    tasks.close()  # the parent's thread: not the child's to stop
+    tasks = SyncScheduler(Scheduler(url)).start()  # one of its own, after the fork
+    tasks.defer("emails", "from the child", id="child")
+    tasks.close()
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+tasks.defer("emails", "from the parent", id="parent")
+print("parent: child exited", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+def test_a_forked_child_is_told_to_start_its_own(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT_FORKED.format(url=url)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    child, parent = done.stdout.splitlines()
+    assert child.startswith("child: this SyncScheduler was started in process ")
+    assert "start one in each process, after the fork" in child
+    assert parent == "parent: child exited 0"
+    with SyncScheduler(Scheduler(url)) as s:
+        assert sorted(s.portal.call(s.scheduler.store.ids, "emails")) == ["child", "parent"]
+
+
+def test_the_reference_documents_every_method() -> None:
+    """The API reference is read from the source, where the twins are ``_blocking(...)``
+    assignments: the site's griffe extension shows each as the method it is, with the async
+    one's parameters and docstring (before it, the reference listed ``stats`` alone)."""
+    import griffe
+
+    root = Path(__file__).resolve().parent.parent
+    extensions = griffe.load_extensions(f"{root / 'tools' / 'griffe_blocking_twins.py'}:BlockingTwins")
+    package = griffe.load("rehydrate", search_paths=[str(root)], extensions=extensions)
+    documented = package["_sync.SyncScheduler"]
+    public = {
+        name
+        for name, member in inspect.getmembers(SyncScheduler)
+        if not name.startswith("_") and callable(member)
+    }
+    assert public >= {"defer", "schedule", "resume", "start", "close", "stats"}
+    for name in public:
+        member = documented.members[name]
+        assert isinstance(member, griffe.Function), name
+        assert member.docstring is not None, name
+        if name in ASYNC_ONLY or not inspect.iscoroutinefunction(getattr(Scheduler, name, None)):
+            continue
+        original = package["_scheduler.Scheduler"].members[name]
+        assert [p.name for p in member.parameters] == [p.name for p in original.parameters], name
+        assert member.docstring.value.startswith(f"`Scheduler.{name}`, blocking"), name

@@ -484,7 +484,8 @@ def build_parser(*, store_verb: bool = False, only: str | None = None) -> argpar
     workers = command(
         "workers",
         "the workers alive (and those that died lately), from their heartbeats",
-        "List the workers (running schedulers) that send heartbeats to the store: alive or expired, "
+        "List the workers (running schedulers that serve handlers or channels; a process that only "
+        "defers is none) that send heartbeats to the store: alive or expired, "
         "host, pid, handlers with what each has in flight out of its concurrency, lateness (p50/p99 "
         "of recent deliveries) and when each was last heard from. A worker that stopped cleanly is "
         "not listed; one that died is listed as expired for an hour after its heartbeat ran out "

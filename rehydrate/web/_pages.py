@@ -353,8 +353,9 @@ def _layout(
         "dehydrator between two samples (acked, cancelled or dead-lettered), counted by id while it "
         "holds at most 10,000 elements, else its net fall in size (a lower bound). <b>Oldest due</b>: how "
         "long the earliest due element has waited, a floor on lateness. <b>Workers</b>: from the "
-        "heartbeats each running scheduler sends (every 5 s by default); lateness there is p50 / p99 of "
-        "its recent deliveries, and a worker that died shows as expired for an hour.</footer>"
+        "heartbeats each scheduler serving handlers sends (every 5 s by default; one that only defers "
+        "sends none); lateness there is p50 / p99 of its recent deliveries, and a worker that died shows "
+        "as expired for an hour.</footer>"
         + (f'<script nonce="{escape(nonce)}">{_SCRIPT % {"keep": keep}}</script>' if live else "")
         + "</body></html>"
     )
