@@ -64,7 +64,7 @@ from rehydrate._core import _validate, _workers
 from rehydrate._core._fence import attempt_of
 from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, new_claim
 from rehydrate._core._validate import Seconds
-from rehydrate.abc import Serializer, Subscription
+from rehydrate.abc import Capabilities, Serializer, Subscription
 from rehydrate.errors import (
     DuplicateIdError,
     ElementTooLargeError,
@@ -359,6 +359,8 @@ class PostgresStore(StoreBase):
             :class:`~rehydrate.errors.ElementTooLargeError` before anything is sent, and so does
             a ``push_many`` whose elements together pass 1000 MiB (one statement's parameters).
     """
+
+    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True)
 
     def __init__(
         self,

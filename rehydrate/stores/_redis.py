@@ -37,7 +37,7 @@ from rehydrate._core import _validate, _workers
 from rehydrate._core._fence import STAMP, stamp
 from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, new_claim
 from rehydrate._core._validate import Seconds
-from rehydrate.abc import Serializer, Subscription
+from rehydrate.abc import Capabilities, Serializer, Subscription
 from rehydrate.errors import (
     DuplicateIdError,
     InvalidArgumentError,
@@ -262,6 +262,8 @@ class RedisStore(StoreBase):
     Open and close the store in one task (``async with store:``): coredis ties its connections to
     the task that opened them.
     """
+
+    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True)
 
     def __init__(
         self,
