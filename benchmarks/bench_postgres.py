@@ -65,6 +65,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from rehydrate.stores._postgres import PostgresStore  # noqa: E402
+from tests.pg_server import drop_tables  # noqa: E402
 
 NAME = "bench"
 perf = time.perf_counter
@@ -331,7 +332,7 @@ async def churn(url: str, deliveries: int, batch: int) -> list[tuple[str, str]]:
         await anyio.sleep(1.0)
         _live, dead, size = await stats()
         rows.append((f"then {batch:,} more deliveries", f"{dead:,} dead, {size}"))
-        await store._drop_for_tests()
+        await drop_tables(store)
     return rows
 
 
@@ -407,7 +408,7 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
                 table = f"bench_{uuid.uuid4().hex[:8]}"
                 async with PostgresStore.from_url(url, table=table, synchronous_commit=mode) as store:
                     ops, seconds, cut = await fn(store, args.n, args.batch, args.cap)
-                    await store._drop_for_tests()
+                    await drop_tables(store)
                 if cut:
                     capped.add((mode, phase))
                 results.setdefault(mode, {}).setdefault(phase, []).append(ops / seconds)

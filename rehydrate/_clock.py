@@ -121,8 +121,9 @@ class ServerClock(RealClock):
     (due times, leases) in it. It reads ``local`` (this process's monotonic clock) plus the offset
     to the server's clock measured when the store opened (:meth:`set_offset`), and never goes
     backwards. Scripts and statements never use it: they read the server's clock themselves.
-    ``pinned_us`` and ``skew_us`` are for tests: the store hands them to the server side, so that
-    every script or statement reads the pinned and shifted time, and this clock agrees with them.
+    ``pinned_us`` and ``skew_us`` are for tests (``tests/stores/server_clock.py`` sets them): the
+    store hands them to the server side, so that every script or statement reads the pinned and
+    shifted time, and this clock agrees with them.
     """
 
     #: How often a store measures the offset again, in seconds of ``local``: a server whose clock

@@ -128,14 +128,12 @@ class Heartbeat:
         """Send one heartbeat; ``False`` (logged) if it failed. Never raises but cancellation."""
         if self._unsupported:
             return False
+        if not self.store.capabilities.workers:  # declared by the store's class (Store.capabilities)
+            return self._unsupported_store()
         try:
             await self.store.heartbeat(self.worker_id, self.data(), ttl=self.ttl)
-        except NotImplementedError:
-            self._unsupported = True
-            logger.warning(
-                "heartbeats: this store does not keep workers; none will be sent", store=repr(self.store)
-            )
-            return False
+        except NotImplementedError:  # declared, yet not implemented: the same, found out late
+            return self._unsupported_store()
         except Exception as exc:  # the store is down, a bug in a third-party store: never fatal
             if not self._failing:
                 logger.warning(
@@ -150,6 +148,14 @@ class Heartbeat:
             logger.info("heartbeat sent again", worker=self.worker_id)
             self._failing = False
         return True
+
+    def _unsupported_store(self) -> bool:
+        """No heartbeats to this store from now on (logged once); ``False``, as a failed beat."""
+        self._unsupported = True
+        logger.warning(
+            "heartbeats: this store does not keep workers; none will be sent", store=repr(self.store)
+        )
+        return False
 
     async def run(
         self, stopped: anyio.Event, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED

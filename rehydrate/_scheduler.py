@@ -119,16 +119,6 @@ RunNow: TypeAlias = Literal["schedule", "one-shot", "unknown", "held", "paused",
 Handler = TypeVar("Handler", bound=Callable[[Any], object])
 
 
-def _claims_ahead(store: Store) -> bool:
-    """Whether ``store.claim`` takes ``ahead`` (a store written before it does not; a wrapper
-    that passes ``**kwargs`` on is given the benefit of the doubt)."""
-    try:
-        parameters = inspect.signature(store.claim).parameters
-    except (TypeError, ValueError):
-        return False
-    return "ahead" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-
-
 def _as_store(store: Store | str | None) -> tuple[Store, bool]:
     """The store to use, and whether the scheduler owns it (opened from a URL, so closes it)."""
     if store is None:
@@ -1417,10 +1407,12 @@ class Scheduler:
             await self._stopped.wait()
 
     def _check_claim_ahead(self, handler: HandlerSpec) -> None:
-        if handler.claim_ahead and not _claims_ahead(self.store):
+        # Declared by the store's class (Store.capabilities), not found out by inspecting it.
+        if handler.claim_ahead and not self.store.capabilities.claim_ahead:
             raise InvalidArgumentError(
                 f"handler {handler.name!r} has claim_ahead={handler.claim_ahead:g} but "
-                f"{type(self.store).__name__}.claim takes no ahead= argument"
+                f"{type(self.store).__name__}.claim takes no ahead= argument "
+                "(its capabilities do not declare claim_ahead)"
             )
 
     def _start(self, handler: HandlerSpec) -> None:

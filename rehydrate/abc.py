@@ -3,7 +3,10 @@
 A *store* holds many named dehydrators, like keys in Redis, and offers the
 :class:`~rehydrate.Dehydrator` verbs with the dehydrator's name first. The memory, SQLite and Redis
 stores implement exactly this contract and pass one contract test suite
-(``tests/stores/test_contract.py``); a new store should too.
+(``rehydrate.testing.contract``, which ``tests/stores/test_contract.py`` runs against each); a new
+store should too, with one fixture (see that module). What a store offers beyond the verbs every
+store has (``claim(ahead=)``, ``rearm``, the worker registry) it declares in
+:attr:`Store.capabilities`.
 
 Rules that hold for every method unless its docstring says otherwise:
 
@@ -58,7 +61,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
+
+import attrs
 
 from rehydrate._core import _validate
 from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, is_held
@@ -67,7 +72,7 @@ from rehydrate._core._validate import Seconds
 if TYPE_CHECKING:
     import anyio
 
-__all__ = ["Clock", "Serializer", "Store", "Subscription"]
+__all__ = ["Capabilities", "Clock", "Serializer", "Store", "Subscription"]
 
 
 @runtime_checkable
@@ -149,6 +154,27 @@ class Subscription(ABC):
         """
 
 
+@attrs.frozen
+class Capabilities:
+    """What a store offers beyond the verbs every store has, declared by its class
+    (:attr:`Store.capabilities`) so that nobody has to find out by trying.
+
+    The scheduler reads it (a handler's ``claim_ahead`` on a store without ``claim_ahead`` is
+    refused when registered; heartbeats are not sent to a store without ``workers``), and so does
+    the contract suite (``rehydrate.testing.contract``), which skips the tests of what a store
+    does not declare. Declare only what the store implements as its docstring in :class:`Store`
+    says: a capability declared is a promise the suite holds the store to.
+    """
+
+    #: ``claim(ahead=...)`` takes elements that fall due within ``ahead`` (``claim_ahead``).
+    claim_ahead: bool = False
+    #: :meth:`Store.rearm` is implemented: the store serves recurring schedules.
+    rearm: bool = False
+    #: :meth:`Store.heartbeat`, :meth:`Store.deregister_worker` and :meth:`Store.workers` are
+    #: implemented: the worker registry (``rehydrate workers``, the dashboard's workers).
+    workers: bool = False
+
+
 class Store(ABC):
     """Many named dehydrators behind one async API. See the module docstring for the shared rules.
 
@@ -159,6 +185,9 @@ class Store(ABC):
 
     #: The clock that absolute times from this store are in, and that subscriptions sleep on.
     clock: Clock
+    #: What this store offers beyond the verbs every store has (by default, nothing): a class
+    #: attribute, declared, never probed. The stores of this package declare everything.
+    capabilities: ClassVar[Capabilities] = Capabilities()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -345,8 +374,9 @@ class Store(ABC):
         ``claim_ahead``). Their leases run from now, as any claim's. A claimed element is taken
         only once its lease has run out, never ahead of it: its worker may still be running it.
         (So the TTN after such a claim may be within ``ahead``: a lease, to wait for in full.) A
-        store that cannot take elements early should not accept the argument: the scheduler
-        then refuses ``claim_ahead`` with a clear error instead of delivering early.
+        store that takes it declares ``claim_ahead`` in :attr:`capabilities`; one that cannot
+        take elements early does not (and need not accept the argument): the scheduler then
+        refuses ``claim_ahead`` with a clear error instead of delivering early.
         """
 
     @abstractmethod
@@ -429,8 +459,9 @@ class Store(ABC):
         one given as that marker, in a call of its own, while it is still stored so (by the
         runner that claimed it after its worker died); given so but written into since
         (``Scheduler.schedule`` again), it is filed as stored, due at once. Both count as done.
-        Every store of this package implements it; a store that does not raises
-        ``NotImplementedError`` and cannot serve recurring schedules.
+        Every store of this package implements it and declares ``rearm`` in
+        :attr:`capabilities`; a store that does not raises ``NotImplementedError`` and cannot
+        serve recurring schedules.
         """
         raise NotImplementedError(f"{type(self).__name__} does not implement rearm (recurring schedules)")
 
@@ -488,7 +519,8 @@ class Store(ABC):
 
     # -- workers ---------------------------------------------------------------------------------
     # Not abstract: a store written before these verbs still serves handlers; a scheduler on it
-    # logs once that it cannot send heartbeats. Every store of this package implements them.
+    # logs once that it cannot send heartbeats. Every store of this package implements them and
+    # declares ``workers`` in its capabilities.
 
     async def heartbeat(self, worker: str, data: Mapping[str, Any], *, ttl: Seconds) -> None:
         """Say that ``worker`` is alive, with ``data``, until ``ttl`` seconds from now (store clock).

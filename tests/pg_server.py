@@ -21,12 +21,14 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:
     import pytest
 
-__all__ = ["PostgresServer", "pg_bin_dir", "shared_server_url", "skip_without_server"]
+    from rehydrate.stores import PostgresStore
+
+__all__ = ["PostgresServer", "drop_tables", "pg_bin_dir", "shared_server_url", "skip_without_server"]
 
 SKIP_REASON = "no PostgreSQL server binaries (initdb, pg_ctl): apt-get install postgresql"
 
@@ -198,3 +200,13 @@ def time_to_start() -> float:  # pragma: no cover - a helper for humans
     started = time.monotonic()
     with PostgresServer():
         return time.monotonic() - started
+
+
+async def drop_tables(store: PostgresStore) -> None:
+    """Drop ``store``'s tables: what a test (or a benchmark) made on a shared server goes with it."""
+
+    def drop(conn: Any) -> None:
+        for statement in store._sql.drop:
+            conn.execute(statement)
+
+    await store._run(drop)

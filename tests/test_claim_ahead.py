@@ -13,7 +13,7 @@ import pytest
 from anyio import wait_all_tasks_blocked
 
 from rehydrate import Every, InvalidArgumentError, InvalidTypeError, Scheduler, current_delivery
-from rehydrate.abc import Store
+from rehydrate.abc import Capabilities, Store
 from rehydrate.stores import MemoryStore, SQLiteStore
 from rehydrate.testing import FakeClock
 
@@ -304,7 +304,9 @@ class TestClaimAheadBadInput:
 
     async def test_a_store_without_ahead_is_refused(self, clock: FakeClock) -> None:
         class OldStore(MemoryStore):
-            """A store written before ``claim(ahead=...)``."""
+            """A store written before ``claim(ahead=...)``: it does not declare it."""
+
+            capabilities = Capabilities(rearm=True, workers=True)
 
             async def claim(self, name: str, *, lease: Any, limit: int | None = None) -> Any:  # type: ignore[override]
                 return await super().claim(name, lease=lease, limit=limit)
@@ -321,6 +323,20 @@ class TestClaimAheadBadInput:
         with pytest.raises(InvalidArgumentError, match="claim takes no ahead"):
             async with fine:
                 pass
+
+    def test_what_the_store_declares_decides_not_its_signature(self, clock: FakeClock) -> None:
+        """``claim_ahead`` goes by the store's declared capabilities (``Store.capabilities``): a
+        store that does not declare it is refused though its ``claim`` takes ``ahead``."""
+
+        class Undeclared(MemoryStore):
+            capabilities = Capabilities(rearm=True, workers=True)
+
+        scheduler = Scheduler(Undeclared(clock=clock))
+        with pytest.raises(
+            InvalidArgumentError, match=r"Undeclared\.claim takes no ahead.*do not declare claim_ahead"
+        ):
+            scheduler.handler("jobs", claim_ahead=0.1)(_noop)
+        assert scheduler.handlers == []
 
 
 async def _noop(element: Any) -> None:

@@ -248,7 +248,7 @@ def test_script_runs(name: str, expected: list[str]) -> None:
 
 
 def test_examples_use_the_public_api_only() -> None:
-    for path in EXAMPLES.rglob("*.py"):
+    for path in EXAMPLES.rglob("*.py"):  # (a store written against the contract too)
         source = path.read_text()
         assert "rehydrate._" not in source, path.name
         assert "from rehydrate.stores._" not in source, path.name

@@ -40,7 +40,7 @@ PUBLIC = {
     "open_store",
 }
 SUBMODULES = {
-    "rehydrate.abc": {"Clock", "Serializer", "Store", "Subscription"},
+    "rehydrate.abc": {"Capabilities", "Clock", "Serializer", "Store", "Subscription"},
     "rehydrate.errors": {
         "DuplicateIdError",
         "ElementTooLargeError",
@@ -58,6 +58,18 @@ SUBMODULES = {
     "rehydrate.serializers": {"JSONSerializer", "MsgpackSerializer", "PickleSerializer", "get_serializer"},
     "rehydrate.stores": {"MemoryStore", "PostgresStore", "RedisStore", "SQLiteStore", "open_store"},
     "rehydrate.testing": {"FakeClock"},
+    "rehydrate.testing.contract": {
+        "BadInputContract",
+        "Harness",
+        "LeasesContract",
+        "LifecycleContract",
+        "SerializersContract",
+        "StoreContract",
+        "SubscriptionsContract",
+        "SummaryContract",
+        "VerbsContract",
+        "WorkersContract",
+    },
     "rehydrate.web": {"app"},
 }
 

@@ -30,6 +30,7 @@ from rehydrate import (
     _runner,
     current_delivery,
 )
+from rehydrate.abc import Capabilities
 from rehydrate.stores import MemoryStore
 from rehydrate.testing import FakeClock
 
@@ -1164,6 +1165,33 @@ class TestHeartbeats:
         async with scheduler:  # served as usual afterwards
             await settle()
         assert got == [2]
+
+    async def test_a_store_that_declares_no_workers_is_sent_none(self, clock: FakeClock) -> None:
+        """Heartbeats go by the store's declared capabilities (``Store.capabilities``): to a store
+        that does not declare ``workers`` none is sent (logged once), its registry untouched,
+        and the scheduler serves its handlers all the same."""
+
+        class NoRegistry(MemoryStore):
+            capabilities = Capabilities(claim_ahead=True, rearm=True)
+
+        async with NoRegistry(clock=clock) as store:
+            scheduler = Scheduler(store, grace=0, heartbeat=1)
+            scheduler._heartbeat_clock = clock
+            done: list[int] = []
+
+            @scheduler.handler("jobs")
+            async def job(element: int) -> None:
+                done.append(element)
+
+            with capture_logs() as logs:
+                async with scheduler:
+                    await scheduler.defer("jobs", 1)
+                    await advance(clock, 1)
+                    await advance(clock, 1)
+                    assert done == [1]
+                    assert await store.workers() == []
+            unsupported = [e for e in logs if e["event"].startswith("heartbeats: this store")]
+            assert len(unsupported) == 1
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite", "redis"])

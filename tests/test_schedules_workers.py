@@ -69,6 +69,7 @@ def store_url(kind: str, config: pytest.Config, tmp_path: Path) -> Iterator[str]
             anyio.run(drop_prefix, url, prefix)
     else:
         from rehydrate.stores import PostgresStore
+        from tests.pg_server import drop_tables
         from tests.pg_server import shared_server_url as pg_url
 
         table = f"sched_{uuid.uuid4().hex[:8]}"
@@ -76,7 +77,7 @@ def store_url(kind: str, config: pytest.Config, tmp_path: Path) -> Iterator[str]
 
         async def drop() -> None:
             async with PostgresStore.from_url(url, table=table) as store:
-                await store._drop_for_tests()
+                await drop_tables(store)
 
         try:
             yield f"{url}?table={table}"

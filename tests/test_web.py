@@ -40,8 +40,8 @@ from rehydrate.web import app
 from rehydrate.web._history import History, Reading
 from rehydrate.web._sampling import Sampler
 from rehydrate.web._security import Guard, is_loopback_host, origin_refusal
+from tests.pg_server import drop_tables, skip_without_server
 from tests.pg_server import shared_server_url as pg_url
-from tests.pg_server import skip_without_server
 from tests.redis_server import drop_prefix
 from tests.redis_server import shared_server_url as redis_url
 
@@ -1087,7 +1087,7 @@ async def dashboard_store(kind: str, config: pytest.Config, tmp_path: Path) -> A
             if isinstance(store, RedisStore):
                 await drop_prefix(redis_url(config), url.rpartition("prefix=")[2])
             elif isinstance(store, PostgresStore):
-                await store._drop_for_tests()
+                await drop_tables(store)
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
@@ -1238,7 +1238,7 @@ async def shared_store(kind: str, config: pytest.Config) -> AsyncIterator[Store]
         try:
             yield store
         finally:
-            await store._drop_for_tests()
+            await drop_tables(store)
 
 
 @pytest.mark.parametrize("kind", ["redis", "postgresql"])

@@ -15,7 +15,7 @@ from rehydrate._core._dehydrator import Dehydrator
 from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, is_held, new_claim
 from rehydrate._core._validate import Seconds
 from rehydrate._schedules import is_removed
-from rehydrate.abc import Clock, Serializer, Subscription
+from rehydrate.abc import Capabilities, Clock, Serializer, Subscription
 from rehydrate.errors import InvalidArgumentError, InvalidTypeError
 from rehydrate.stores._base import StoreBase, as_str, merge_next, url_options
 from rehydrate.stores._subscription import EventSubscription
@@ -41,6 +41,8 @@ class MemoryStore(StoreBase):
     (:class:`~rehydrate.errors.StoreNotOpenError`); its elements stay in the object, so opening
     it again finds them.
     """
+
+    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True)
 
     #: Nothing to gain from coalescing concurrent defers: a push costs no round trip here.
     _coalesce_pushes = False

@@ -64,7 +64,7 @@ from rehydrate._core import _validate, _workers
 from rehydrate._core._fence import attempt_of
 from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, new_claim
 from rehydrate._core._validate import Seconds
-from rehydrate.abc import Serializer, Subscription
+from rehydrate.abc import Capabilities, Serializer, Subscription
 from rehydrate.errors import (
     DuplicateIdError,
     ElementTooLargeError,
@@ -359,6 +359,8 @@ class PostgresStore(StoreBase):
             :class:`~rehydrate.errors.ElementTooLargeError` before anything is sent, and so does
             a ``push_many`` whose elements together pass 1000 MiB (one statement's parameters).
     """
+
+    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True)
 
     def __init__(
         self,
@@ -663,29 +665,6 @@ class PostgresStore(StoreBase):
 
         before, after, micros = await self._run(sample)
         self.clock.set_offset(micros / 1e6, (before + after) / 2)
-
-    async def _drop_for_tests(self) -> None:
-        """Drop this store's tables (test harnesses only)."""
-
-        def drop(conn: psycopg.Connection[Any]) -> None:
-            for statement in self._sql.drop:
-                conn.execute(statement)
-
-        await self._run(drop)
-
-    # -- test hooks ------------------------------------------------------------------------------
-
-    def _advance_for_tests(self, seconds: float) -> float:
-        """Move this store's time forward without sleeping (every statement adds the skew)."""
-        self.clock.skew_us += _micros(_validate.seconds(seconds, "seconds"))
-        return self.clock()
-
-    async def _freeze_for_tests(self) -> float:
-        """Stop this store's time at the server's current time; only :meth:`_advance_for_tests` moves it."""
-        row = await self._run(lambda conn: conn.execute(self._sql.now, {"pin": None, "skew": 0}).fetchone())
-        assert row is not None
-        self.clock.pinned_us = int(row[0])
-        return self.clock()
 
     # -- plumbing --------------------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ from rehydrate._core import _validate, _workers
 from rehydrate._core._fence import STAMP, stamp
 from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, new_claim
 from rehydrate._core._validate import Seconds
-from rehydrate.abc import Serializer, Subscription
+from rehydrate.abc import Capabilities, Serializer, Subscription
 from rehydrate.errors import (
     DuplicateIdError,
     InvalidArgumentError,
@@ -263,6 +263,8 @@ class RedisStore(StoreBase):
     the task that opened them.
     """
 
+    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True)
+
     def __init__(
         self,
         url: str = "redis://localhost:6379/0",
@@ -420,25 +422,6 @@ class RedisStore(StoreBase):
         samples = [await self._server_time() for _ in range(3)]
         micros, before, after = min(samples, key=lambda s: s[2] - s[1])
         self.clock.set_offset(micros / 1e6, (before + after) / 2)
-
-    # -- test hooks ------------------------------------------------------------------------------
-
-    def _advance_for_tests(self, seconds: float) -> float:
-        """Move this store's time forward without sleeping; return the new :attr:`clock` reading.
-
-        For test harnesses only. Every script adds the accumulated skew to the server's time (and
-        so does :attr:`clock`), so elements come due as if ``seconds`` had passed. Only calls made
-        through this store object see it.
-        """
-        self.clock.skew_us += _micros(seconds, "seconds")
-        return self.clock()
-
-    async def _freeze_for_tests(self) -> float:
-        """Stop this store's time at the server's current ``TIME``; only :meth:`_advance_for_tests`
-        moves it from then on. For test harnesses that compare durations exactly."""
-        micros, _, _ = await self._server_time()
-        self.clock.pinned_us = micros
-        return self.clock()
 
     # -- plumbing --------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from rehydrate._core import _validate, _workers
 from rehydrate._core._fence import attempt_of, stamp
 from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, new_claim
 from rehydrate._core._validate import MAX_SECONDS, Seconds
-from rehydrate.abc import Clock, Serializer, Subscription
+from rehydrate.abc import Capabilities, Clock, Serializer, Subscription
 from rehydrate.errors import (
     DuplicateIdError,
     InvalidArgumentError,
@@ -265,6 +265,8 @@ class SQLiteStore(StoreBase):
             row's other columns); a larger one raises
             :class:`~rehydrate.errors.ElementTooLargeError` before anything is written.
     """
+
+    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True)
 
     def __init__(
         self,

@@ -14,9 +14,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from rehydrate.stores._postgres import PostgresStore
-from tests.pg_server import shared_server_url
+from tests.pg_server import drop_tables, shared_server_url
 
 from .harnesses import Harness
+from .server_clock import advance, freeze
 
 
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
@@ -25,11 +26,11 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     store = PostgresStore.from_url(url, table=table, retries=2, retry_backoff=0.05)
     async with store:
         try:
-            await store._freeze_for_tests()
+            await freeze(store)
             yield Harness(
                 store=store,
-                advance=store._advance_for_tests,
+                advance=lambda seconds: advance(store, seconds),
                 twin=lambda **kw: PostgresStore.from_url(url, table=table, retries=2, **kw),
             )
         finally:
-            await store._drop_for_tests()
+            await drop_tables(store)

@@ -20,6 +20,7 @@ from rehydrate.stores._redis import RedisStore
 from tests.redis_server import available_servers, drop_prefix, shared_server_url
 
 from .harnesses import Harness
+from .server_clock import advance, freeze
 
 
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
@@ -47,10 +48,10 @@ async def url_harness(url: str, drop: Callable[[str, str], Awaitable[None]]) -> 
     store = RedisStore.from_url(url, prefix=prefix, retries=2, retry_backoff=0.05)
     try:
         async with store:
-            await store._freeze_for_tests()
+            await freeze(store)
             yield Harness(
                 store=store,
-                advance=store._advance_for_tests,
+                advance=lambda seconds: advance(store, seconds),
                 twin=lambda **kw: RedisStore.from_url(url, prefix=prefix, retries=2, **kw),
             )
     finally:

@@ -1,7 +1,7 @@
 """The registry of store harnesses for the contract suite.
 
 A store adds ``tests/stores/harness_<name>.py`` defining ``async def harness(request)`` (an async
-generator yielding a :class:`Harness`); it is picked up here by name.
+generator yielding a :class:`rehydrate.testing.contract.Harness`); it is picked up here by name.
 """
 
 from __future__ import annotations
@@ -10,26 +10,12 @@ import importlib
 import pkgutil
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
-import attrs
 import pytest
 
-from rehydrate.abc import Store
+from rehydrate.testing.contract import Harness
 
-
-@attrs.define
-class Harness:
-    store: Store
-    #: Move the store's time forward by this many seconds, without sleeping.
-    advance: Callable[[float], Any]
-    #: Another store on the same backend (file, server and key prefix), not opened, built with
-    #: these extra constructor keywords (``serializer=...``); for the memory store, a new one.
-    #: The lifecycle and serializer rules of the contract are checked through it.
-    twin: Callable[..., Store] | None = None
-    #: Whether ``twin`` sees what ``store`` holds (a file, a server): not so for a memory store,
-    #: whose twin is a store of its own, so the tests of two store objects on one backend skip it.
-    shared: bool = True
+__all__ = ["HARNESSES", "Harness", "HarnessFactory"]
 
 
 HarnessFactory = Callable[[pytest.FixtureRequest], AsyncIterator[Harness]]

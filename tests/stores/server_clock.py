@@ -1,8 +1,8 @@
-"""Checks shared by the stores whose clock is the server's (``ServerClock``: Redis, PostgreSQL).
-
-Each test module calls them with a store of its own: the batch verbs count their ttls from the
-call, a drifted reading of the server's clock never files anything early, and the offset to the
-server's clock is measured again after ``resync_every``.
+"""What the tests of the stores whose clock is the server's (``ServerClock``: Redis, PostgreSQL)
+share: how to stop and move their time without sleeping (:func:`freeze`, :func:`advance`, which
+the harnesses use), and checks each test module calls with a store of its own: the batch verbs
+count their ttls from the call, a drifted reading of the server's clock never files anything
+early, and the offset to the server's clock is measured again after ``resync_every``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from rehydrate._clock import ServerClock
+from rehydrate._core import _validate
 from rehydrate.abc import Store
 
 N = "jobs"
@@ -39,6 +40,35 @@ def _server_clock(store: Store) -> ServerClock:
     clock = store.clock
     assert isinstance(clock, ServerClock)
     return clock
+
+
+def advance(store: Store, seconds: float) -> float:
+    """Move ``store``'s time forward by ``seconds`` without sleeping; its new clock reading.
+
+    Every script (Redis) or statement (PostgreSQL) adds the clock's skew to the server's time, and
+    so does the clock, so elements come due as if ``seconds`` had passed. Only calls made through
+    this store object see it.
+    """
+    clock = _server_clock(store)
+    clock.skew_us += round(_validate.seconds(seconds, "seconds") * 1_000_000)
+    return clock()
+
+
+async def freeze(store: Store) -> float:
+    """Stop ``store``'s time at the server's current time: only :func:`advance` moves it from
+    then on, so that durations compare exactly, as on a FakeClock. Its clock reading."""
+    from rehydrate.stores import PostgresStore, RedisStore
+
+    clock = _server_clock(store)
+    if isinstance(store, RedisStore):
+        clock.pinned_us, _, _ = await store._server_time()
+    else:
+        assert isinstance(store, PostgresStore)
+        sql = store._sql.now
+        row = await store._run(lambda conn: conn.execute(sql, {"pin": None, "skew": 0}).fetchone())
+        assert row is not None
+        clock.pinned_us = int(row[0])
+    return clock()
 
 
 def read_behind(store: Store, seconds: float) -> float:

@@ -35,12 +35,14 @@ from rehydrate import (
     UnsupportedStoreError,
 )
 from rehydrate.stores import PostgresStore, _postgres, open_store
-from tests.pg_server import PostgresServer, shared_server_url, skip_without_server
+from tests.pg_server import PostgresServer, drop_tables, shared_server_url, skip_without_server
 from tests.stores.server_clock import (
     SlowJSON,
+    advance,
     batch_ttls_count_from_the_call,
     clock_is_measured_again,
     drifted_estimate_never_files_early,
+    freeze,
 )
 from tests.test_faults import lines, start_worker, wait_for
 
@@ -65,7 +67,7 @@ async def store(url: str, table: str) -> AsyncIterator[PostgresStore]:
         try:
             yield s
         finally:
-            await s._drop_for_tests()
+            await drop_tables(s)
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +167,7 @@ async def test_create_false_refuses_missing_tables_then_works_after_migrate(url:
                 await s.push(N, "x", ttl=0, id="x")
                 assert await s.poll(N) == ["x"]
         finally:
-            await creator._drop_for_tests()
+            await drop_tables(creator)
 
 
 async def test_a_schema_of_another_version_is_refused(store: PostgresStore, url: str, table: str) -> None:
@@ -184,7 +186,7 @@ async def test_two_tables_in_one_database_are_separate(url: str, store: Postgres
             assert await s2.look(N, "x") == "b"
             assert s2.table == f"rh_other.{other}"
         finally:
-            await s2._drop_for_tests()
+            await drop_tables(s2)
 
 
 # -- time ------------------------------------------------------------------------------------------
@@ -329,7 +331,7 @@ async def test_a_push_many_of_ten_thousand_is_one_statement(store: PostgresStore
 async def test_push_many_checks_every_ttl_though_each_distinct_one_once(store: PostgresStore) -> None:
     """push_many remembers the TTLs it has checked: a bad one after good ones of equal value
     (True after 1) is still refused, with nothing written, and 1, 1.0 and a timedelta all work."""
-    await store._freeze_for_tests()
+    await freeze(store)
     bads: tuple[Any, ...] = (True, float("nan"), -1, "1")
     for bad in bads:
         with pytest.raises((InvalidArgumentError, InvalidTypeError)):
@@ -348,7 +350,7 @@ async def test_batch_ttls_count_from_the_call(url: str, table: str) -> None:
         try:
             await batch_ttls_count_from_the_call(s)
         finally:
-            await s._drop_for_tests()
+            await drop_tables(s)
 
 
 async def test_the_clock_is_measured_again_every_so_often(store: PostgresStore) -> None:
@@ -397,14 +399,14 @@ async def test_elements_of_another_serializer_are_refused_not_removed(url: str, 
 
 async def test_summary_counts_follow_every_verb(store: PostgresStore) -> None:
     """size and claimed come from counters: they must agree with the rows after every kind of write."""
-    await store._freeze_for_tests()
+    await freeze(store)
     await store.push_many(N, [(i, 0, f"e{i}") for i in range(10)])
     claims = await store.claim(N, lease=5, limit=6)
     await store.ack(N, [(c.id, c.token) for c in claims[:2]])
     await store.reschedule(N, claims[2].id, ttl=0, token=claims[2].token)
     await store.push(N, "r", ttl=0, id=claims[3].id, replace=True)
     await store.pull(N, claims[4].id)
-    store._advance_for_tests(5)
+    advance(store, 5)
     await store.xack(N, claims[5].id)
     await store.poll(N, limit=1)
     (size, claimed), *_ = await sql(
@@ -488,7 +490,7 @@ async def test_subscriptions_wake_again_after_a_server_restart(own_server: Postg
                 await writer.push(N, "x", ttl=0, id="x")
                 with anyio.fail_after(10):
                     assert await sub.wait(None) is True
-        await s._drop_for_tests()
+        await drop_tables(s)
 
 
 async def test_aclose_stops_the_listening_thread(url: str, table: str) -> None:
@@ -497,7 +499,7 @@ async def test_aclose_stops_the_listening_thread(url: str, table: str) -> None:
             pass
         listener = s._listener
         assert listener is not None
-        await s._drop_for_tests()
+        await drop_tables(s)
     assert listener._thread is not None
     assert not listener._thread.is_alive()
 
@@ -520,7 +522,7 @@ async def test_calls_ride_out_a_server_crash_and_restart(own_server: PostgresSer
             restarter.join()
         assert await s.size(N) == 101
         assert len(await s.poll(N)) == 101
-        await s._drop_for_tests()
+        await drop_tables(s)
 
 
 async def test_a_server_that_stays_down_is_unavailable(own_server: PostgresServer) -> None:
@@ -535,7 +537,7 @@ async def test_a_server_that_stays_down_is_unavailable(own_server: PostgresServe
         finally:
             own_server.start()
         await s.push(N, "x", ttl=0, id="x")  # and it recovers on its own
-        await s._drop_for_tests()
+        await drop_tables(s)
 
 
 # -- real processes --------------------------------------------------------------------------------
@@ -555,6 +557,11 @@ async def call(url: str, table: str, method: str, *args: Any, **kwargs: Any) -> 
         return await getattr(s, method)(*args, **kwargs)
 
 
+async def _drop(url: str, table: str) -> None:
+    async with PostgresStore.from_url(url, table=table) as s:
+        await drop_tables(s)
+
+
 @pytest.fixture
 def process_table(pytestconfig: pytest.Config) -> Iterator[tuple[str, str]]:
     url = shared_server_url(pytestconfig)
@@ -563,7 +570,7 @@ def process_table(pytestconfig: pytest.Config) -> Iterator[tuple[str, str]]:
 
     async def drop() -> None:
         async with PostgresStore.from_url(url, table=table) as s:
-            await s._drop_for_tests()
+            await drop_tables(s)
 
     anyio.run(drop)
 
@@ -663,7 +670,7 @@ def test_a_server_crash_mid_run_loses_nothing_acknowledged(
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(10)
-        run(call(url, table, "_drop_for_tests"))
+        run(_drop(url, table))
     assert len(pushed) == 800
     assert worker.returncode == 0
 

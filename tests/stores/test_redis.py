@@ -51,9 +51,11 @@ from rehydrate.testing import FakeClock
 from tests.redis_server import KINDS, RedisServer, available_servers, drop_prefix, shared_server_url
 from tests.stores.server_clock import (
     SlowJSON,
+    advance,
     batch_ttls_count_from_the_call,
     clock_is_measured_again,
     drifted_estimate_never_files_early,
+    freeze,
 )
 
 pytestmark = pytest.mark.anyio
@@ -433,9 +435,9 @@ async def test_a_drifted_clock_estimate_never_makes_a_batch_due_early(store: Red
 async def test_xpoll_pages_over_interleaved_ttls(url: str, prefix: str, raw: coredis.Redis[bytes]) -> None:
     """Many TTLs interleaved, more elements than a page holds: every id comes once, in order."""
     async with RedisStore.from_url(url, prefix=prefix, batch_size=50) as s:
-        await s._freeze_for_tests()
+        await freeze(s)
         await s.push_many(N, [(i, 1 + (i % 120) / 1000, f"e{i:04}") for i in range(360)])
-        s._advance_for_tests(2)
+        advance(s, 2)
         expected = [f"e{i:04}" for i in sorted(range(360), key=lambda i: (i % 120, i))]
         assert await s.xpoll(N) == expected
         assert await s.xpoll(N, limit=130) == expected[:130]
@@ -452,9 +454,9 @@ async def test_pages_resume_where_a_vanished_member_was(
     filed anew elsewhere: the next page starts right after the place it had (found by bisection
     among the members that share its due time), and ids keeps each id's first place."""
     async with RedisStore.from_url(url, prefix=prefix, batch_size=3) as s:
-        await s._freeze_for_tests()
+        await freeze(s)
         await s.push_many(N, [(i, 1 + (i % 2), f"e{i}") for i in range(10)])  # two runs of ties
-        s._advance_for_tests(2)
+        advance(s, 2)
         expected = [f"e{i}" for i in (0, 2, 4, 6, 8, 1, 3, 5, 7, 9)]
         real = s._eval
         meddle: list[str] = []
@@ -544,7 +546,7 @@ async def test_keys_of_one_dehydrator_share_a_slot(
 ) -> None:
     await store.push(name, "x", ttl=1, id="a")
     await store.push(name, "y", ttl=2, id="b")
-    store._advance_for_tests(1)
+    advance(store, 1)
     await store.claim(name, lease=5)
     await store.pull(name, "b")
     keys = [key async for key in raw.scan_iter(match=f"{prefix}:*")]
@@ -576,7 +578,7 @@ async def test_memory_stays_bounded(store: RedisStore, raw: coredis.Redis[bytes]
     await check_invariants(raw, prefix, N)
     kept = [f"m{i}" for i in range(1000) if await store.look(N, f"m{i}") is not None]
     assert await store.ids(N) == ["head", *kept]
-    store._advance_for_tests(3600)
+    advance(store, 3600)
     claims = await store.claim(N, lease=60, limit=50)
     assert await store.ack(N, [(c.id, c.token) for c in claims]) == [True] * 50
     due = await store.xpoll(N, limit=20)
@@ -589,10 +591,10 @@ async def test_memory_stays_bounded(store: RedisStore, raw: coredis.Redis[bytes]
 
 async def test_big_batches_loop(url: str, prefix: str, raw: coredis.Redis[bytes]) -> None:
     async with RedisStore.from_url(url, prefix=prefix, batch_size=100) as s:
-        await s._freeze_for_tests()
+        await freeze(s)
         for ttl in (3, 1, 2):
             await s.push_many(N, [(f"{ttl}-{i}", ttl, f"{ttl}-{i}") for i in range(120)])
-        s._advance_for_tests(3)
+        advance(s, 3)
         expected = [f"{ttl}-{i}" for ttl in (1, 2, 3) for i in range(120)]
         assert await s.xpoll(N) == expected
         assert await s.xpoll(N, limit=250) == expected[:250]
@@ -625,7 +627,7 @@ async def test_time_is_the_servers(
         assert await s.poll(N) == []
         await anyio.sleep(0.35)  # real time passes on the server
         assert await s.poll(N) == ["x"]
-        s._advance_for_tests(100)  # and the skew moves this store's time only
+        advance(s, 100)  # and the skew moves this store's time only
         await s.push(N, "y", ttl=50, id="y")
         assert s.clock() == pytest.approx(server + 100.35, abs=0.5)
     async with RedisStore.from_url(url, prefix=prefix) as t:
@@ -637,14 +639,14 @@ async def test_time_is_the_servers(
 async def test_due_order_survives_ties_across_queues(
     store: RedisStore, raw: coredis.Redis[bytes], prefix: str
 ) -> None:
-    await store._freeze_for_tests()
+    await freeze(store)
     await store.push(N, "a", ttl=2, id="a")
     await store.push(N, "b", ttl=1, id="b")
-    store._advance_for_tests(1)
+    advance(store, 1)
     await store.push(N, "c", ttl=1, id="c")  # due with a, filed after it
     await store.push(N, "d", ttl=0, id="d")  # due with b's queue... and now
     assert await store.ids(N) == ["b", "d", "a", "c"]
-    store._advance_for_tests(1)
+    advance(store, 1)
     assert await store.xpoll(N) == ["b", "d", "a", "c"]
     claims = await store.claim(N, lease=1, limit=2)
     assert [c.id for c in claims] == ["b", "d"]
@@ -858,7 +860,7 @@ async def test_aof_keeps_every_acknowledged_push(owned_kind: str, tmp_path: Path
         server.start()
         async with RedisStore.from_url(server.url, prefix=prefix) as s:
             assert await s.size(N) == 1000
-            s._advance_for_tests(60)
+            advance(s, 60)
             assert sorted(await s.poll(N)) == list(range(1000))
     finally:
         server.cleanup()
@@ -1003,7 +1005,9 @@ async def _apply(store: Any, op: tuple[Any, ...], n: int, tokens: dict[str, list
                     None if info is None else (round(info.due - now, 3), info.ttl, info.attempt, info.claimed)
                 )
             case "advance":
-                return store._advance_for_tests(args[0]) and None
+                return (
+                    store.fake.advance(args[0]) if isinstance(store, _MemoryTwin) else advance(store, args[0])
+                ) and None
             case "ttn":
                 ttn = await store.ttn(N)
                 return None if ttn is None else round(ttn, 3)
@@ -1019,9 +1023,6 @@ class _MemoryTwin(MemoryStore):
         self.fake = FakeClock(1000.0)
         super().__init__(clock=self.fake)
 
-    def _advance_for_tests(self, seconds: float) -> float:
-        return self.fake.advance(seconds)
-
 
 async def _same_answers(url: str, batch_size: int, cluster: bool, ops: list[tuple[Any, ...]]) -> None:
     prefix = f"rhtest-{uuid.uuid4().hex[:12]}"
@@ -1032,7 +1033,7 @@ async def _same_answers(url: str, batch_size: int, cluster: bool, ops: list[tupl
             RedisStore.from_url(url, prefix=prefix, batch_size=batch_size, cluster=cluster) as redis,
             coredis.Redis.from_url(url) as raw,  # plain: a one-node cluster serves every slot
         ):
-            await redis._freeze_for_tests()
+            await freeze(redis)
             memory_tokens: dict[str, list[int]] = {}
             redis_tokens: dict[str, list[int]] = {}
             for n, op in enumerate(ops):
@@ -1242,7 +1243,7 @@ async def test_a_claim_ahead_in_pages_never_takes_its_own_claims_again(
     """Page after page (batch_size 3), a claim ahead of time with lease=0 files each claim again
     at once, due at the first page's time: the later pages must not take those again."""
     async with RedisStore.from_url(url, prefix=prefix, batch_size=3) as s:
-        await s._freeze_for_tests()
+        await freeze(s)
         await s.push_many(N, [(i, 1 + i / 100, f"e{i}") for i in range(10)])
         claims = await s.claim(N, lease=0, ahead=5)
         assert [c.id for c in claims] == [f"e{i}" for i in range(10)]
