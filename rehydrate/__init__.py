@@ -26,6 +26,7 @@ from rehydrate.errors import (
 )
 
 if TYPE_CHECKING:
+    from rehydrate._admin import Admin, DehydratorInfo
     from rehydrate._core._dehydrator import Dehydrator
     from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord
     from rehydrate._core._retry import Backoff, Retry
@@ -33,15 +34,17 @@ if TYPE_CHECKING:
     from rehydrate._deliveries import DeadLetter, Delivery, Stats, current_delivery
     from rehydrate._scheduler import Scheduler
     from rehydrate._schedules import ScheduleInfo
-    from rehydrate._sync import SyncScheduler
+    from rehydrate._sync import SyncAdmin, SyncScheduler
     from rehydrate.stores import open_store
 
 __all__ = [
+    "Admin",
     "Backoff",
     "Claim",
     "Cron",
     "DeadLetter",
     "Dehydrator",
+    "DehydratorInfo",
     "Delivery",
     "DuplicateIdError",
     "ElementTooLargeError",
@@ -61,6 +64,7 @@ __all__ = [
     "StoreRefusedError",
     "StoreUnavailableError",
     "Summary",
+    "SyncAdmin",
     "SyncScheduler",
     "UnknownIdError",
     "UnsupportedStoreError",
@@ -72,6 +76,8 @@ __all__ = [
 #: Where each name not imported above lives. They are imported on first use, so that importing
 #: ``rehydrate.cli`` (a ``rehydrate push`` from a shell script) does not pay for the scheduler.
 _LAZY = {
+    "Admin": "rehydrate._admin",
+    "DehydratorInfo": "rehydrate._admin",
     "Dehydrator": "rehydrate._core._dehydrator",
     "Claim": "rehydrate._core._records",
     "ElementInfo": "rehydrate._core._records",
@@ -84,6 +90,7 @@ _LAZY = {
     "Stats": "rehydrate._deliveries",
     "current_delivery": "rehydrate._deliveries",
     "Scheduler": "rehydrate._scheduler",
+    "SyncAdmin": "rehydrate._sync",
     "SyncScheduler": "rehydrate._sync",
     "Cron": "rehydrate._core._triggers",
     "Every": "rehydrate._core._triggers",

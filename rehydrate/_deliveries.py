@@ -21,16 +21,20 @@ from rehydrate.abc import Store
 from rehydrate.errors import SchedulerNotRunningError
 
 __all__ = [
+    "DEAD_SUFFIX",
     "LATENESS_BUCKETS",
     "Counters",
     "DeadLetter",
     "Delivery",
     "Stats",
     "current_delivery",
+    "delivery_from_claim",
     "delivery_var",
     "stats_of",
 ]
 
+#: Suffix of the dehydrator that holds a dehydrator's dead letters.
+DEAD_SUFFIX: Final = ".dead"
 #: How many lateness samples the stats keep (the most recent ones), per dehydrator.
 _LATENESS_SAMPLES: Final = 10_000
 #: The upper bounds (seconds) of the lateness histogram that ``rehydrate worker --metrics-port``
@@ -96,45 +100,46 @@ class Delivery:
         """Keep the claim for ``lease`` more seconds; the new ``lease_until``, or ``None`` if lost."""
         return await self._store.extend(self.name, self.id, lease=lease, token=self.token)
 
-    @classmethod
-    def _from_claim(
-        cls,
-        name: str,
-        claim: Claim,
-        store: Store,
-        counters: Counters | None = None,
-        *,
-        element: Any,
-        scheduled_for: datetime | None = None,
-    ) -> Delivery:
-        """``element`` is what the handler gets: the claimed element without its trace context, or
-        a schedule's element.
 
-        One is made per element delivered, so its ``__dict__`` is given whole, in one step:
-        attrs's frozen ``__init__`` goes through ``object.__setattr__`` per field, and slots
-        filled one by one through their setters took half as long again as this (the class is
-        not slotted for that). The object is the same as the public constructor makes (equal,
-        same ``repr``).
-        """
-        delivery = _new(cls)
-        _set(
-            delivery,
-            "__dict__",
-            {
-                "name": name,
-                "id": claim.id,
-                "element": element,
-                "attempt": claim.attempt,
-                "due": claim.due,
-                "claimed_at": claim.claimed_at,
-                "lease_until": claim.lease_until,
-                "token": claim.token,
-                "_store": store,
-                "_counters": counters,
-                "scheduled_for": scheduled_for,
-            },
-        )
-        return delivery
+def delivery_from_claim(
+    name: str,
+    claim: Claim,
+    store: Store,
+    counters: Counters | None = None,
+    *,
+    element: Any,
+    scheduled_for: datetime | None = None,
+) -> Delivery:
+    """A :class:`Delivery` of ``claim`` from ``name``, made as fast as can be.
+
+    ``element`` is what the handler gets: the claimed element without its trace context, or
+    a schedule's element.
+
+    One is made per element delivered, so its ``__dict__`` is given whole, in one step:
+    attrs's frozen ``__init__`` goes through ``object.__setattr__`` per field, and slots
+    filled one by one through their setters took half as long again as this (the class is
+    not slotted for that). The object is the same as the public constructor makes (equal,
+    same ``repr``).
+    """
+    delivery = _new(Delivery)
+    _set(
+        delivery,
+        "__dict__",
+        {
+            "name": name,
+            "id": claim.id,
+            "element": element,
+            "attempt": claim.attempt,
+            "due": claim.due,
+            "claimed_at": claim.claimed_at,
+            "lease_until": claim.lease_until,
+            "token": claim.token,
+            "_store": store,
+            "_counters": counters,
+            "scheduled_for": scheduled_for,
+        },
+    )
+    return delivery
 
 
 _new = object.__new__
@@ -184,6 +189,12 @@ class Stats:
     lateness_p50: float | None
     lateness_p99: float | None
     lateness_max: float | None
+    #: Deliveries by lateness, per bucket of :data:`LATENESS_BUCKETS` (upper bounds, seconds) and
+    #: one more for the rest (not cumulative); ``None`` unless
+    #: :meth:`Scheduler.keep_lateness_histogram` was called.
+    lateness_histogram: tuple[int, ...] | None = None
+    #: The sum of the lateness counted in ``lateness_histogram`` (``0.0`` without one).
+    lateness_sum: float = 0.0
 
 
 @attrs.define(eq=False)
@@ -229,6 +240,7 @@ def stats_of(parts: Iterable[Counters], in_flight: int) -> Stats:
     parts = list(parts)
     ordered = sorted(sample for part in parts for sample in part.lateness)
     maxima = [part.lateness_max for part in parts if part.lateness_max is not None]
+    histograms = [part.histogram for part in parts if part.histogram is not None]
     return Stats(
         delivered=sum(part.delivered for part in parts),
         acked=sum(part.acked for part in parts),
@@ -239,6 +251,8 @@ def stats_of(parts: Iterable[Counters], in_flight: int) -> Stats:
         lateness_p50=_percentile(ordered, 0.50) if ordered else None,
         lateness_p99=_percentile(ordered, 0.99) if ordered else None,
         lateness_max=max(maxima) if maxima else None,
+        lateness_histogram=tuple(map(sum, zip(*histograms, strict=True))) if histograms else None,
+        lateness_sum=sum(part.lateness_sum for part in parts),
     )
 
 

@@ -32,10 +32,10 @@ import structlog
 from anyio.streams.memory import MemoryObjectSendStream
 
 from rehydrate._clock import wall, wall_reader
-from rehydrate._core._records import Claim, _claim_claimed_at
+from rehydrate._core._records import Claim, set_claimed_at
 from rehydrate._core._retry import Retry
 from rehydrate._core._triggers import US, Every, Trigger, trigger_from_dict, us
-from rehydrate._deliveries import Counters, Delivery, delivery_var
+from rehydrate._deliveries import DEAD_SUFFIX, Counters, Delivery, delivery_from_claim, delivery_var
 from rehydrate._retries import Rescheduler
 from rehydrate._schedules import KEY as SCHEDULE_KEY
 from rehydrate._schedules import (
@@ -69,8 +69,6 @@ __all__ = [
 
 logger = structlog.get_logger("rehydrate")
 
-#: Suffix of the dehydrator that holds a dehydrator's dead letters.
-DEAD_SUFFIX: Final = ".dead"
 #: Store errors in a loop are retried after this backoff, doubling up to the cap.
 _ERROR_BACKOFF: Final = (0.05, 5.0)
 #: A lease renewal later than this fraction of the lease means the event loop was blocked.
@@ -614,7 +612,7 @@ class _Held:
             k += 1
         if k:
             for claim in claims[:k]:
-                _claim_claimed_at(claim, now)
+                set_claimed_at(claim, now)
             due_now, claims = claims[:k], claims[k:]
         else:
             due_now = []
@@ -638,7 +636,7 @@ class _Held:
         end = bisect.bisect_right(self._dues, now, head)
         out = self._claims[head:end]
         for claim in out:
-            _claim_claimed_at(claim, now)
+            set_claimed_at(claim, now)
         if end == len(self._claims):
             self._dues.clear()
             self._claims.clear()
@@ -725,7 +723,7 @@ class Runner:
         if is_envelope(claim.element):
             self._held.add([claim], -math.inf)
             return False
-        _claim_claimed_at(claim, self._store.clock())
+        set_claimed_at(claim, self._store.clock())
         self._workers.dispatch_many([claim])
         return True
 
@@ -910,7 +908,7 @@ class Runner:
                 span = None  # (what tracing.delivery says then, without building its answer)
             else:
                 element, span = tracing.delivery(handler.name, claim, element)
-            delivery = Delivery._from_claim(handler.name, claim, self._store, element=element)
+            delivery = delivery_from_claim(handler.name, claim, self._store, element=element)
         else:
             element = occurrence.envelope.get("element")
             if (type(element) is not dict or TRACE_KEY not in element) and tracing.idle():
@@ -921,7 +919,7 @@ class Runner:
                 )
             nominal = occurrence.nominal
             when = self._last_when if nominal == self._last_nominal else self._when(nominal)
-            delivery = Delivery._from_claim(
+            delivery = delivery_from_claim(
                 handler.name, claim, self._store, element=element, scheduled_for=when
             )
         # Set, never reset: a reset costs as much again, and the next delivery of this worker
@@ -1050,7 +1048,7 @@ class Runner:
             elif type(anchor := envelope.get("anchor")) is int:
                 # ``trigger.after_us(nominal_us, anchor)``, written out: the call was a large part
                 # of an occurrence's own work (``bench_instructions.py``).
-                step = trigger._step
+                step = trigger.interval_us
                 k = (nominal_us - anchor) // step + 1
                 following = anchor + k * step if k > 0 else anchor
             else:
@@ -1275,7 +1273,7 @@ async def feed_channel(
                 try:
                     # A channel's consumer runs in its own task and context: no span, only the element.
                     element = unwrap(claim.element)[0]
-                    await send.send(Delivery._from_claim(name, claim, store, counters, element=element))
+                    await send.send(delivery_from_claim(name, claim, store, counters, element=element))
                 except BaseException as exc:
                     # The consumer left: hand back this claim and the rest of the batch.
                     with anyio.CancelScope(shield=True):

@@ -20,7 +20,6 @@ and stop); ``_runner.py`` serves each handler; ``_deliveries.py`` holds the reco
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import math
@@ -29,7 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Self, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar
 
 import anyio
 import anyio.abc
@@ -37,6 +36,7 @@ import attrs
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream
 
+from rehydrate._admin import Admin, RunNow, change_held, remove_schedule
 from rehydrate._batcher import DeferBatcher
 from rehydrate._clock import wall
 from rehydrate._core import _validate
@@ -58,31 +58,23 @@ from rehydrate._runner import (
 )
 from rehydrate._schedules import (
     PAUSED_TTL,
-    REMOVED,
     Envelope,
     ScheduleInfo,
-    anchor_of,
     check_trigger,
-    extra_time,
     first_run,
     is_envelope,
     is_removed,
     is_schedule,
     make_envelope,
     nominal_of,
-    offset_of,
-    replay_envelope,
     spread_offset,
     ttl_until,
     validate_misfire,
     validate_spread,
     with_declared,
-    with_extra,
-    with_next,
-    with_paused,
     with_policy,
 )
-from rehydrate._tracing import Tracing, unwrap, wrap
+from rehydrate._tracing import Tracing, unwrap
 from rehydrate.abc import Clock, Store
 from rehydrate.errors import (
     DuplicateIdError,
@@ -91,7 +83,6 @@ from rehydrate.errors import (
     RehydrateError,
     SchedulerNotRunningError,
     StoreNotOpenError,
-    UnknownIdError,
 )
 
 __all__ = [
@@ -109,10 +100,6 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
 logger = structlog.get_logger("rehydrate")
-
-#: What :meth:`Scheduler.run_now` did: made a schedule's extra run or one-shot work due, or not
-#: (no such element, a worker holds it, a paused schedule, or claimed or removed meanwhile).
-RunNow: TypeAlias = Literal["schedule", "one-shot", "unknown", "held", "paused", "changed"]
 
 #: A handler: called with one argument, the element (``async def`` or plain ``def``). Bound so
 #: that a type checker refuses ``async def handle()`` where registration would refuse it.
@@ -268,19 +255,6 @@ def _new_schedule(
     return envelope, first
 
 
-def _nominal_of_record(record: dict[str, Any]) -> float | None:
-    """The nominal time (Unix seconds) of the occurrence a dead letter holds, ``None`` for
-    one-shot work (or a record whose ``scheduled_for`` cannot be read: it goes back as it is)."""
-    text = record.get("scheduled_for")
-    if not isinstance(text, str):
-        return None
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return None if when.tzinfo is None else when.timestamp()
-
-
 def _delay_until(at: datetime, clock: Clock) -> float:
     """Seconds from now until ``at``, by the store's clock (a FakeClock's wall time in tests)."""
     if not isinstance(at, datetime):
@@ -297,8 +271,6 @@ _P = ParamSpec("_P")
 # schedule_many files new schedules this many to a push_many, and upserts the rest this many at once.
 _SCHEDULE_BATCH = 1000
 _UPSERT_CONCURRENCY = 64
-# schedules() and dead_letters() read elements this many to a look_many.
-_LOOK_BATCH = 1000
 _T = TypeVar("_T")
 
 
@@ -469,22 +441,26 @@ class Scheduler:
     def dead_letter_ttl(self, value: Seconds) -> None:
         self._settings.dead_letter_ttl = _validate.seconds(value, "dead_letter_ttl")
 
-    def _override(self, *, store: Store | str | None = None, concurrency: int | None = None) -> None:
-        """For ``rehydrate worker --store/--concurrency``: change how a scheduler runs before it does.
-
-        ``concurrency`` replaces every handler's (and its claim batch becomes ``min(N, 100)``).
-        """
+    def use_store(self, store: Store | str) -> None:
+        """Serve ``store`` (a :class:`~rehydrate.abc.Store` or a URL) instead of the one given at
+        construction: how ``rehydrate worker --store`` points a user's scheduler elsewhere. Only
+        before it runs; a store made from a URL is opened and closed with the scheduler."""
         if self._running:
-            raise RehydrateError("a running scheduler cannot change its store or concurrency")
-        if concurrency is not None:
-            _positive_int(concurrency, "concurrency")
-        if store is not None:
-            self.store, self._owns_store = _as_store(store)
-        if concurrency is not None:
-            for name, handler in self._handlers.items():
-                self._handlers[name] = attrs.evolve(
-                    handler, concurrency=concurrency, batch=min(concurrency, 100)
-                )
+            raise RehydrateError("a running scheduler cannot change its store")
+        if store is None:
+            raise InvalidTypeError("store must be a Store or a URL, not None")
+        self.store, self._owns_store = _as_store(store)
+        self._batcher = DeferBatcher(self.store)
+
+    def set_concurrency(self, concurrency: int) -> None:
+        """Give every handler registered so far this ``concurrency`` (and a claim batch of
+        ``min(concurrency, 100)``), as ``rehydrate worker --concurrency`` does: the capacity of a
+        process is the deployer's call, not the code's. Only before the scheduler runs."""
+        if self._running:
+            raise RehydrateError("a running scheduler cannot change its concurrency")
+        _positive_int(concurrency, "concurrency")
+        for name, handler in self._handlers.items():
+            self._handlers[name] = attrs.evolve(handler, concurrency=concurrency, batch=min(concurrency, 100))
 
     # -- registration ----------------------------------------------------------------------------
 
@@ -676,46 +652,18 @@ class Scheduler:
     @_needs_the_store
     async def run_now_outcome(self, name: str, id: str) -> RunNow:
         """:meth:`run_now`, saying what it did, so that a tool can tell a person why nothing ran:
-
-        * ``"schedule"``: an extra run of the schedule ``id`` is due now (its next run is kept);
-        * ``"one-shot"``: the element ``id`` is due now;
-        * ``"unknown"``: there is no such element (or it is a schedule being removed);
-        * ``"held"``: a worker holds it under a running lease (it is running now);
-        * ``"paused"``: it is a paused schedule (resume it first);
-        * ``"changed"``: a worker claimed it, or it was removed, between the look and the change.
-
-        The dashboard's *run now* and ``rehydrate run-now`` answer from it.
+        see :meth:`Admin.run_now <rehydrate.Admin.run_now>` for the outcomes. An element this
+        process claimed ahead of its due time (``claim_ahead``) runs at once (``"one-shot"``).
         """
         return await self._run_now(name, id)
 
     async def _run_now(self, name: str, id: str) -> RunNow:
         _validate.element_id(name, "name")
         _validate.element_id(id)
-        store = self.store
         runner = self._runners.get(name)
         if runner is not None and runner.run_held_now(id):  # claimed ahead here: run it now
             return "one-shot"
-        info = await store.info(name, id)
-        if info is None:
-            return "unknown"
-        if self._holds(info):
-            return "held"
-        element = await store.look(name, id)
-        if is_removed(element):  # unscheduled during a run whose worker died: it goes
-            return "unknown"
-        schedule = is_schedule(element)
-        if schedule:
-            if element.get("paused"):
-                return "paused"
-            try:
-                await store.update(name, id, with_extra(element, extra_time(element, wall(store.clock))))
-            except UnknownIdError:
-                return "unknown"
-        # Fenced by the attempt: a worker that claimed it meanwhile keeps it (and a request left
-        # in a schedule's element is dropped when that occurrence ends, see ``with_extra``).
-        if not await store.reschedule(name, id, ttl=0, attempt=info.attempt):
-            return "changed"
-        return "schedule" if schedule else "one-shot"
+        return await Admin(self.store).run_now(name, id)
 
     def _check_running(self, method: str) -> None:
         """Refuse a call that needs the store open, the same way for every store.
@@ -912,7 +860,7 @@ class Scheduler:
                 if declared:
                     envelope = with_declared(envelope, True)
                 if held:
-                    if await self._change_held(name, id, existing, envelope):
+                    if await change_held(store, name, id, existing, envelope):
                         return
                     continue  # changed meanwhile: compare with that
                 # (A runner that claims the marker meanwhile runs nothing: replacing it is safe.)
@@ -969,7 +917,7 @@ class Scheduler:
                 if declared:
                     envelope = with_declared(envelope, True)
             if held:
-                if await self._change_held(name, id, existing, envelope):
+                if await change_held(store, name, id, existing, envelope):
                     return
                 continue  # changed meanwhile: compare with that
             if same:
@@ -994,129 +942,44 @@ class Scheduler:
         """Whether a worker holds the element now (see :func:`~rehydrate._core._records.is_held`)."""
         return is_held(info, self.store.clock())
 
-    async def _change_held(self, name: str, id: str, existing: Envelope, envelope: Envelope) -> bool:
-        """Change a schedule while one of its occurrences runs: ``envelope`` (``existing``
-        changed, its ``next`` kept; or, for a new trigger, re-planned: its first occurrence after
-        the one that runs) goes into the element the worker holds, its claim and lease kept, and
-        the occurrence after it is filed as changed when it ends (``Store.rearm`` keeps what was
-        written meanwhile; a re-planned schedule it files at once, for the runner that claims it
-        to file for its time). Filing the schedule anew instead would file its next occurrence
-        at once, to run beside the one still running.
-
-        ``False`` if the element was not ``existing`` any more (the occurrence ended, say): it is
-        put back as it was, for the caller to compare with it again.
-        """
-        try:
-            old = await self.store.update(name, id, envelope)
-        except UnknownIdError:
-            return False  # removed meanwhile
-        if old == existing:
-            return True
-        with contextlib.suppress(UnknownIdError):
-            await self.store.update(name, id, old)
-        return False
-
     @_needs_the_store
     async def unschedule(self, name: str, id: str) -> bool:
         """Remove the schedule ``id`` of ``name``; ``True`` if it existed. A running occurrence
         finishes and files nothing, and a schedule filed under ``id`` again meanwhile waits for
-        it (one-shot work under ``id`` is left alone: use :meth:`cancel`)."""
+        it (one-shot work under ``id`` is left alone: use :meth:`cancel`). See
+        :meth:`Admin.unschedule <rehydrate.Admin.unschedule>`."""
         _validate.element_id(name, "name")
         _validate.element_id(id)
-        while True:
-            existing = await self.store.look(name, id)
-            if not is_schedule(existing):
-                return False
-            if (removed := await self._remove_schedule(name, id, existing)) is not None:
-                return removed
-
-    async def _remove_schedule(self, name: str, id: str, existing: Envelope) -> bool | None:
-        """Remove the schedule ``existing`` (as read) under ``id``: ``True`` once done, ``False``
-        if it was gone, ``None`` if it changed meanwhile (for the caller to read it again)."""
-        store = self.store
         runner = self._runners.get(name)
-        if runner is not None and runner.forget_held(id) is not None:  # (claimed ahead here)
-            return await store.pull(name, id) is not None
-        # Removed unless an occurrence runs, in one store step (a check, then a pull, would pull
-        # one claimed between the two from under its worker).
-        pulled = await store.pull_unless_held(name, id)
-        if pulled is not False:
-            return bool(pulled)
-        # An occurrence runs: the schedule stays under its claim, as REMOVED, and goes when the
-        # run ends (Store.rearm), so that nothing filed under this id meanwhile (a ``schedule()``
-        # again) comes due beside the run.
-        if await self._change_held(name, id, existing, dict(REMOVED)):
-            return True
-        return None  # (changed meanwhile, the run ended say: compare with that)
+        if runner is not None:
+            # Claimed ahead of its due time here (``claim_ahead``): no run to wait for, so it goes
+            # at once (the store would take the claim for a running occurrence, and wait for it).
+            existing = await self.store.look(name, id)
+            if is_schedule(existing) and runner.forget_held(id) is not None:
+                return await self.store.pull(name, id) is not None
+        return await Admin(self.store).unschedule(name, id)
 
     @_needs_the_store
     async def schedules(self, name: str, *, limit: int | None = None) -> list[ScheduleInfo]:
-        """The schedules of ``name``, next to run first (paused ones last), at most ``limit``.
-
-        Reads the ids of ``name`` (one-shot work included), then their elements a batch at a
-        time (``Store.look_many``: one round trip per 1,000 on Redis and PostgreSQL) until
-        ``limit`` schedules are found: for inspection, not a hot path.
-        """
-        _validate.element_id(name, "name")
-        if limit is not None:
-            _positive_int(limit, "limit")
-        ids = await self.store.ids(name)
-        out: list[ScheduleInfo] = []
-        for start in range(0, len(ids), _LOOK_BATCH):
-            chunk = ids[start : start + _LOOK_BATCH]
-            for id, envelope in zip(chunk, await self.store.look_many(name, chunk), strict=True):
-                if is_schedule(envelope):
-                    with contextlib.suppress(RehydrateError):
-                        out.append(ScheduleInfo._from_envelope(id, envelope))
-                        if limit is not None and len(out) >= limit:
-                            return out
-        return out
+        """The schedules of ``name``, next to run first (paused ones last), at most ``limit``:
+        :meth:`Admin.schedules <rehydrate.Admin.schedules>`."""
+        return await Admin(self.store).schedules(name, limit=limit)
 
     @_needs_the_store
     async def pause(self, name: str, id: str) -> bool:
-        """Stop the schedule ``id`` from running until :meth:`resume`; ``False`` if unknown.
-        A running occurrence finishes, and the schedule is filed paused after it."""
-        paused = await self._set_paused(name, id, True)
+        """Stop the schedule ``id`` from running until :meth:`resume`; ``False`` if unknown (and
+        ``True`` if paused already). A running occurrence finishes, and the schedule is filed
+        paused after it. :meth:`Admin.pause <rehydrate.Admin.pause>` says which it was."""
+        outcome = await Admin(self.store).pause(name, id)
         await self._unhold(name, id, give_back=True)  # (comes back paused, and is skipped)
-        return paused
+        return outcome in ("paused", "unchanged")
 
     @_needs_the_store
     async def resume(self, name: str, id: str) -> bool:
         """Run a paused schedule again, from its next occurrence after now (those missed while
         paused are not run), or from the one it was paused at if that is still to come; ``False``
-        if unknown."""
-        return await self._set_paused(name, id, False)
-
-    async def _set_paused(self, name: str, id: str, paused: bool) -> bool:
-        _validate.element_id(name, "name")
-        _validate.element_id(id)
-        store = self.store
-        existing = await store.look(name, id)
-        if not is_schedule(existing):
-            return False
-        if bool(existing.get("paused")) == paused:
-            return True
-        if paused:
-            envelope, ttl = with_paused(existing, True), PAUSED_TTL
-        else:
-            trigger = trigger_from_dict(existing["trigger"])
-            now = wall(store.clock)
-            offset = offset_of(id, existing)
-            # The first occurrence from now on, but not before the one the schedule was paused
-            # at (resumed at once, that one has not run; an earlier one has).
-            upcoming = max(first_run(trigger, anchor_of(existing), now - offset), nominal_of(existing))
-            envelope = with_next(with_paused(existing, False), upcoming)
-            ttl = ttl_until(upcoming + offset, now)
-        # As if no occurrence ran; the store says whether one does, in the same step.
-        done = await store.replace_unless_held(name, id, envelope, ttl=ttl)
-        if done:
-            return True
-        # An occurrence runs: paused (or resumed) in the element it holds, so that the next
-        # occurrence is filed so when it ends (paused, it comes due and is filed again without
-        # running, until resumed), and never beside it.
-        if done is False and await self._change_held(name, id, existing, with_paused(existing, paused)):
-            return True
-        return await self._set_paused(name, id, paused)  # changed or removed meanwhile: again
+        if unknown. :meth:`Admin.resume <rehydrate.Admin.resume>` says which it was."""
+        return await Admin(self.store).resume(name, id) in ("resumed", "unchanged")
 
     async def _declare(self) -> None:
         """File the schedules declared with handlers, as declared (an upsert each: see
@@ -1133,7 +996,7 @@ class Scheduler:
             if (
                 is_schedule(existing)
                 and existing.get("declared")
-                and await self._remove_schedule(name, name, existing)
+                and await remove_schedule(self.store, name, name, existing)
             ):
                 # A warning: a process whose code still declares it (another app serving the same
                 # name) would file it again at its start, and the two would take turns.
@@ -1148,53 +1011,18 @@ class Scheduler:
 
     @_needs_the_store
     async def dead_letters(self, name: str, *, limit: int | None = None) -> list[DeadLetter]:
-        """The elements of ``name`` that failed every attempt, oldest first."""
-        dead = _validate.element_id(name, "name") + DEAD_SUFFIX
-        letters = []
-        ids = await self.store.ids(dead, limit=limit)
-        records: list[Any] = []
-        for start in range(0, len(ids), _LOOK_BATCH):
-            records += await self.store.look_many(dead, ids[start : start + _LOOK_BATCH])
-        for id, record in zip(ids, records, strict=True):
-            if isinstance(record, dict):
-                letters.append(
-                    DeadLetter(
-                        id=id,
-                        element=record.get("element"),
-                        error=str(record.get("error", "")),
-                        attempts=int(record.get("attempts", 0)),
-                        failed_at=float(record.get("failed_at", 0.0)),
-                    )
-                )
-        return letters
+        """The elements of ``name`` that failed every attempt, oldest first:
+        :meth:`Admin.dead_letters <rehydrate.Admin.dead_letters>`."""
+        return await Admin(self.store).dead_letters(name, limit=limit)
 
     @_needs_the_store
     async def requeue(self, name: str, ids: Iterable[str] | None = None, *, delay: Seconds = 0) -> list[str]:
         """Put dead letters back into ``name`` (all of them, or ``ids``), due in ``delay``; the ids moved.
 
         A dead letter whose id is live again in ``name`` stays where it is.
+        (:meth:`Admin.requeue <rehydrate.Admin.requeue>`.)
         """
-        dead = _validate.element_id(name, "name") + DEAD_SUFFIX
-        ttl = _validate.seconds(delay, "delay")
-        chosen = list(await self.store.ids(dead)) if ids is None else list(_validate.ids(tuple(ids)))
-        moved = []
-        for id in chosen:
-            record = await self.store.look(dead, id)
-            if not isinstance(record, dict):
-                continue
-            # The trace context it was deferred with goes back with it; a schedule's occurrence
-            # goes back as that occurrence (its scheduled_for, the key its first runs had).
-            element = wrap(record.get("element"), record.get("trace"))
-            nominal = _nominal_of_record(record)
-            if nominal is not None:
-                element = replay_envelope(record.get("element"), nominal)
-            try:
-                await self.store.push(name, element, ttl=ttl, id=id)
-            except DuplicateIdError:
-                continue
-            await self.store.pull(dead, id)
-            moved.append(id)
-        return moved
+        return await Admin(self.store).requeue(name, ids, delay=delay)
 
     # -- stats -----------------------------------------------------------------------------------
 
@@ -1218,8 +1046,15 @@ class Scheduler:
                 counters.keep_histogram()
         return counters
 
-    def _keep_histograms(self) -> None:
-        """Count lateness into histogram buckets from now on (for ``--metrics-port``)."""
+    def stats_by_name(self) -> dict[str, Stats]:
+        """:meth:`stats` of each dehydrator it served (handlers and channels), by name: what
+        ``rehydrate worker --metrics-port`` serves, read in one step."""
+        return {name: self.stats(name) for name in sorted(self._counters)}
+
+    def keep_lateness_histogram(self) -> None:
+        """Count lateness into the buckets of :attr:`Stats.lateness_histogram` from now on
+        (``rehydrate worker --metrics-port`` does): a scheduler nobody scrapes pays nothing
+        for them per delivery. Idempotent."""
         self._histograms = True
         for counters in self._counters.values():
             counters.keep_histogram()

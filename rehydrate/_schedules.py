@@ -57,6 +57,7 @@ __all__ = [
     "offset_of",
     "plan",
     "replay_envelope",
+    "schedule_info",
     "schedule_row",
     "spread_offset",
     "stored_trigger",
@@ -84,7 +85,7 @@ SKIP_GRACE: Final = 1.0
 
 @attrs.frozen(kw_only=True)
 class ScheduleInfo:
-    """One recurring schedule, as :meth:`Scheduler.schedules` lists it."""
+    """One recurring schedule, as :meth:`Admin.schedules` (and :meth:`Scheduler.schedules`) lists it."""
 
     id: str
     trigger: Trigger
@@ -102,21 +103,22 @@ class ScheduleInfo:
     #: fixed place in ``spread``, from a hash of its id; 0 without a spread.
     offset: float = 0.0
 
-    @classmethod
-    def _from_envelope(cls, id: str, envelope: Envelope) -> ScheduleInfo:
-        paused = bool(envelope.get("paused"))
-        misfire = envelope.get("misfire", "coalesce")
-        return cls(
-            id=id,
-            trigger=trigger_from_dict(envelope["trigger"]),
-            next_run=None if paused else datetime.fromtimestamp(nominal_of(envelope), UTC),
-            element=envelope.get("element"),
-            paused=paused,
-            misfire=misfire,
-            grace=(envelope.get("grace") or SKIP_GRACE) if misfire == "skip" else None,
-            spread=envelope.get("spread"),
-            offset=offset_of(id, envelope),
-        )
+
+def schedule_info(id: str, envelope: Envelope) -> ScheduleInfo:
+    """The :class:`ScheduleInfo` of the schedule ``id`` filed as ``envelope``."""
+    paused = bool(envelope.get("paused"))
+    misfire = envelope.get("misfire", "coalesce")
+    return ScheduleInfo(
+        id=id,
+        trigger=trigger_from_dict(envelope["trigger"]),
+        next_run=None if paused else datetime.fromtimestamp(nominal_of(envelope), UTC),
+        element=envelope.get("element"),
+        paused=paused,
+        misfire=misfire,
+        grace=(envelope.get("grace") or SKIP_GRACE) if misfire == "skip" else None,
+        spread=envelope.get("spread"),
+        offset=offset_of(id, envelope),
+    )
 
 
 def schedule_row(name: str, info: ScheduleInfo) -> dict[str, Any]:

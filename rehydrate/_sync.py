@@ -1,12 +1,14 @@
-"""A blocking facade over the async scheduler, for code that is not async (a Flask view, a script).
+"""Blocking facades over the async scheduler and admin, for code that is not async (a Flask
+view, a script).
 
-The scheduler runs in an event loop in a thread of its own (an anyio blocking portal); each method
-here hands a call to that loop and waits for the answer.
+Each runs an event loop in a thread of its own (an anyio blocking portal); each method here hands
+a call to that loop and waits for the answer.
 
-The thread is started here rather than by anyio's ``start_blocking_portal``, whose context manager
-is a generator: a process forked from one that started it (a pre-forking web server's worker)
-inherits that generator, and its finaliser waits for a thread the child does not have, so the
-child hung when it closed the facade or exited. Here the child merely drops what it inherited.
+The scheduler's thread is started here rather than by anyio's ``start_blocking_portal``, whose
+context manager is a generator: a process forked from one that started it (a pre-forking web
+server's worker) inherits that generator, and its finaliser waits for a thread the child does not
+have, so the child hung when it closed the facade or exited. Here the child merely drops what it
+inherited. (:class:`SyncAdmin` lives for a ``with`` block, which a fork does not cross.)
 """
 
 from __future__ import annotations
@@ -18,17 +20,19 @@ import os
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from types import TracebackType
 from typing import Any, Concatenate, Literal, ParamSpec, Self, TypeVar
 
 import anyio
-from anyio.from_thread import BlockingPortal
+from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from rehydrate._admin import Admin
 from rehydrate._scheduler import Scheduler, SchedulerNotRunningError, Stats
+from rehydrate.abc import Store
 from rehydrate.errors import InvalidArgumentError, InvalidTypeError, RehydrateError
 
-__all__ = ["SyncScheduler"]
+__all__ = ["SyncAdmin", "SyncScheduler"]
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -225,3 +229,92 @@ class SyncScheduler:
 
     async def _stats(self, name: str | None) -> Stats:
         return self.scheduler.stats(name)
+
+
+def _blocking_admin(
+    method: Callable[Concatenate[Admin, _P], Awaitable[_T]],
+) -> Callable[Concatenate[SyncAdmin, _P], _T]:
+    """The blocking twin of an :class:`Admin` method (as :func:`_blocking` for the scheduler)."""
+    name = method.__name__
+
+    def call(self: SyncAdmin, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        bound: Callable[_P, Awaitable[_T]] = getattr(self.admin, name)
+        return self.portal.call(functools.partial(bound, *args, **kwargs))
+
+    functools.update_wrapper(call, method)
+    call.__qualname__ = f"SyncAdmin.{name}"
+    call.__doc__ = f":meth:`Admin.{name}`, blocking (run in the admin's event loop).\n\n" + (
+        method.__doc__ or ""
+    )
+    return call
+
+
+class SyncAdmin:
+    """:class:`Admin` from blocking code: the store is opened in an event loop in a thread of its
+    own for the ``with`` block, and closed when it ends.
+
+    ::
+
+        with SyncAdmin("sqlite:///jobs.db") as admin:
+            admin.pause("reports", "daily")
+            print([info.name for info in admin.dehydrators()])
+
+    ``store`` is a store URL or a :class:`~rehydrate.abc.Store` not opened yet (a store lives in
+    the event loop it is opened in, so this one is opened, and closed, in the admin's).
+    """
+
+    def __init__(self, store: Store | str, *, backend: Literal["asyncio", "trio"] = "asyncio") -> None:
+        if isinstance(store, str):
+            from rehydrate.stores import open_store
+
+            store = open_store(store)
+        if backend not in ("asyncio", "trio"):
+            raise InvalidArgumentError(f"backend must be 'asyncio' or 'trio', not {backend!r}")
+        self.admin = Admin(store)
+        self._backend = backend
+        self._stack: ExitStack | None = None
+        self._portal: BlockingPortal | None = None
+
+    def __enter__(self) -> Self:
+        stack = ExitStack()
+        try:
+            portal_cm: AbstractContextManager[BlockingPortal] = start_blocking_portal(self._backend)
+            portal = stack.enter_context(portal_cm)
+            stack.enter_context(portal.wrap_async_context_manager(self.admin.store))
+        except BaseException:
+            stack.close()
+            raise
+        self._stack, self._portal = stack, portal
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        stack, self._stack, self._portal = self._stack, None, None
+        if stack is not None:
+            stack.__exit__(exc_type, exc, tb)
+
+    @property
+    def portal(self) -> BlockingPortal:
+        if self._portal is None:
+            raise SchedulerNotRunningError("use SyncAdmin in a with block: `with SyncAdmin(store) as admin:`")
+        return self._portal
+
+    names = _blocking_admin(Admin.names)
+    dehydrator = _blocking_admin(Admin.dehydrator)
+    dehydrators = _blocking_admin(Admin.dehydrators)
+    workers = _blocking_admin(Admin.workers)
+    elements = _blocking_admin(Admin.elements)
+    remove = _blocking_admin(Admin.remove)
+    run_now = _blocking_admin(Admin.run_now)
+    schedules = _blocking_admin(Admin.schedules)
+    find_schedule = _blocking_admin(Admin.find_schedule)
+    pause = _blocking_admin(Admin.pause)
+    resume = _blocking_admin(Admin.resume)
+    unschedule = _blocking_admin(Admin.unschedule)
+    dead_letters = _blocking_admin(Admin.dead_letters)
+    requeue = _blocking_admin(Admin.requeue)
+    delete_dead_letter = _blocking_admin(Admin.delete_dead_letter)

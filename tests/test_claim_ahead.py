@@ -319,7 +319,7 @@ class TestClaimAheadBadInput:
         # The store swapped for one without ahead after registering (rehydrate worker --store).
         fine = Scheduler(MemoryStore(clock=clock))
         fine.handler("jobs", claim_ahead=0.1)(_noop)
-        fine._override(store=old)
+        fine.use_store(old)
         with pytest.raises(InvalidArgumentError, match="claim takes no ahead"):
             async with fine:
                 pass

@@ -8,11 +8,13 @@ import pkgutil
 import rehydrate
 
 PUBLIC = {
+    "Admin",
     "Backoff",
     "Claim",
     "Cron",
     "DeadLetter",
     "Dehydrator",
+    "DehydratorInfo",
     "Delivery",
     "DuplicateIdError",
     "ElementTooLargeError",
@@ -32,6 +34,7 @@ PUBLIC = {
     "StoreNotOpenError",
     "StoreRefusedError",
     "StoreUnavailableError",
+    "SyncAdmin",
     "SyncScheduler",
     "UnknownIdError",
     "UnsupportedStoreError",

@@ -74,10 +74,11 @@ def test_a_delivery_made_from_a_claim_is_the_one_its_constructor_makes() -> None
     from datetime import UTC, datetime
 
     from rehydrate import Delivery
+    from rehydrate._deliveries import delivery_from_claim
     from rehydrate.stores import MemoryStore
 
     store, when = MemoryStore(), datetime(2026, 11, 26, 9, tzinfo=UTC)
-    fast = Delivery._from_claim("jobs", _claim(), store, None, element="el", scheduled_for=when)
+    fast = delivery_from_claim("jobs", _claim(), store, None, element="el", scheduled_for=when)
     made = Delivery(
         name="jobs",
         id="a",

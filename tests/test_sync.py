@@ -286,3 +286,27 @@ def test_the_reference_documents_every_method() -> None:
         original = package["_scheduler.Scheduler"].members[name]
         assert [p.name for p in member.parameters] == [p.name for p in original.parameters], name
         assert member.docstring.value.startswith(f"`Scheduler.{name}`, blocking"), name
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_sync_admin_from_blocking_code(backend: Any, tmp_path: Any) -> None:
+    """SyncAdmin opens the store in its own loop for the with block, and mirrors Admin."""
+    from rehydrate import Admin, Every, SyncAdmin
+
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    with SyncScheduler(Scheduler(url, heartbeat=None), backend=backend) as s:
+        s.schedule("reports", Every(3600), id="daily")
+    with SyncAdmin(url, backend=backend) as admin:
+        assert admin.names() == ["reports"]
+        assert admin.pause("reports", "daily") == "paused"
+        assert admin.pause("reports", "daily") == "unchanged"
+        assert admin.requeue("reports", ["nope"]) == []
+    with pytest.raises(SchedulerNotRunningError):
+        admin.names()
+    public = {
+        name for name, _ in inspect.getmembers(Admin, inspect.iscoroutinefunction) if not name.startswith("_")
+    }
+    for name in public:
+        twin = getattr(SyncAdmin, name, None)
+        assert twin is not None, f"SyncAdmin lacks {name}"
+        assert inspect.signature(twin) == inspect.signature(getattr(Admin, name)), name

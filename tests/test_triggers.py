@@ -356,7 +356,7 @@ def test_an_envelope_stores_only_what_differs_from_the_defaults() -> None:
     """The envelope read at every occurrence leaves out default values (a third of its JSON), keeps
     times as whole microseconds with ``next`` last (the end a store rewrites for the next
     occurrence), and reads back as the same schedule."""
-    from rehydrate._schedules import ScheduleInfo, make_envelope, with_paused, with_policy
+    from rehydrate._schedules import make_envelope, schedule_info, with_paused, with_policy
 
     lean = make_envelope(Every(60), element={"u": 1}, next=120.0, anchor=60.0, misfire="coalesce", grace=None)
     assert lean == {
@@ -379,7 +379,7 @@ def test_an_envelope_stores_only_what_differs_from_the_defaults() -> None:
     assert list(cron)[-1] == "next"
     assert list(with_paused(cron, True))[-1] == "next"
     assert list(with_policy(lean, "all", None, 30.0))[-1] == "next"
-    info = ScheduleInfo._from_envelope("c", with_paused(cron, True))
+    info = schedule_info("c", with_paused(cron, True))
     assert (info.trigger, info.misfire, info.grace, info.paused, info.next_run) == (
         Cron("0 9 * * *"),
         "skip",

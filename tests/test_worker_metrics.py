@@ -57,7 +57,7 @@ async def test_metrics_match_the_scheduler_stats() -> None:
     clock = FakeClock()
     async with MemoryStore(clock=clock) as store:
         scheduler = Scheduler(store, grace=0, heartbeat=None)
-        scheduler._keep_histograms()
+        scheduler.keep_lateness_histogram()
 
         @scheduler.handler("jobs")
         async def job(element: int) -> None: ...

@@ -112,7 +112,7 @@ class Claim(_Record):
         _claim_lease_until(self, lease_until)
         _claim_token(self, token)
         _claim_due(self, due)
-        _claim_claimed_at(self, claimed_at)
+        set_claimed_at(self, claimed_at)
 
     @property
     def lateness(self) -> float:
@@ -131,7 +131,7 @@ CLAIM_SETTERS: Final = tuple(vars(Claim)[name].__set__ for name in Claim._fields
     _claim_lease_until,
     _claim_token,
     _claim_due,
-    _claim_claimed_at,
+    set_claimed_at,
 ) = CLAIM_SETTERS
 
 
@@ -147,7 +147,7 @@ def new_claim(
     _claim_lease_until(claim, lease_until)
     _claim_token(claim, token)
     _claim_due(claim, due)
-    _claim_claimed_at(claim, claimed_at)
+    set_claimed_at(claim, claimed_at)
     return claim
 
 

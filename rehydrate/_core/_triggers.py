@@ -327,11 +327,11 @@ class Every:
 
     interval: float = attrs.field(converter=_as_interval)
     start: float | None = attrs.field(default=None, kw_only=True, converter=_start)
-    #: ``interval`` in microseconds.
-    _step: int = attrs.field(init=False, eq=False, repr=False)
+    #: ``interval`` in whole microseconds (what the occurrences are counted in).
+    interval_us: int = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        object.__setattr__(self, "_step", us(self.interval))
+        object.__setattr__(self, "interval_us", us(self.interval))
 
     def after(self, ts: float, anchor: float) -> float:
         """The first occurrence strictly after ``ts``, counting from ``anchor``."""
@@ -339,21 +339,21 @@ class Every:
 
     def after_us(self, t: int, anchor: int) -> int:
         """:meth:`after` in whole microseconds (what envelopes keep): no float on the way."""
-        k = (t - anchor) // self._step + 1
-        return anchor + k * self._step if k > 0 else anchor  # (max() costs a call: once per occurrence)
+        k = (t - anchor) // self.interval_us + 1
+        return anchor + k * self.interval_us if k > 0 else anchor  # (max() costs a call: once per occurrence)
 
     def at_or_after(self, ts: float, anchor: float) -> float:
         """The first occurrence at or after ``ts`` (a time within its microsecond counts)."""
         a = us(anchor)
-        k = -((a - math.floor(ts * US)) // self._step)
-        return (a + max(k, 0) * self._step) / US
+        k = -((a - math.floor(ts * US)) // self.interval_us)
+        return (a + max(k, 0) * self.interval_us) / US
 
     def before(self, ts: float, anchor: float) -> float | None:
         """The last occurrence at or before ``ts`` (``None`` before the anchor)."""
         a, t = us(anchor), us(ts)
         if t < a:
             return None
-        return (a + (t - a) // self._step * self._step) / US
+        return (a + (t - a) // self.interval_us * self.interval_us) / US
 
     def to_dict(self) -> dict[str, Any]:
         return {"every": self.interval, "start": self.start}

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any, Final, TextIO
 
 from rehydrate._core._durations import parse_duration
-from rehydrate.errors import InvalidArgumentError
+from rehydrate.errors import InvalidArgumentError, RehydrateError
 
 if TYPE_CHECKING:
     from rehydrate.abc import Store
@@ -330,6 +330,29 @@ def utc_text(timestamp: float, timespec: str = "seconds") -> str:
 
 
 # -- logging -----------------------------------------------------------------------------------
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions ``exc`` is made of: itself, or those its (nested) groups hold."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for e in exc.exceptions for leaf in leaves(e)]
+    return [exc]
+
+
+def person_error(exc: BaseException) -> BaseException | None:
+    """The mistake to report in one line, if ``exc`` is (or a task group wraps only) such mistakes."""
+    found = leaves(exc)
+    if found and all(isinstance(leaf, (CLIError, RehydrateError)) for leaf in found):
+        return found[0]
+    return None
+
+
+def error_message(exc: BaseException) -> str:
+    """The one line a mistake is reported in (its type named, unless it is the CLI's own)."""
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    if isinstance(exc, CLIError):
+        return text
+    return f"{text} ({type(exc).__name__})" if text else type(exc).__name__
 
 
 def error_line(message: str, log_format: str) -> str:

@@ -26,17 +26,18 @@ from rehydrate._version import __version__
 from rehydrate.cli import _common
 from rehydrate.cli._common import (
     BadValue,
-    CLIError,
     aware_datetime,
     duration,
     error_line,
+    error_message,
     interval,
+    leaves,
     payload,
+    person_error,
     positive_int,
     unicode_text,
 )
 from rehydrate.cli._dashboard import TOKEN_ENV, port
-from rehydrate.errors import RehydrateError
 
 if TYPE_CHECKING:
     from rehydrate.abc import Store
@@ -575,30 +576,9 @@ def _run_verb(args: argparse.Namespace, store: Store | None = None) -> int:
         raise  # 130; poll has released its claims, pull and xack put back what they took
 
 
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for e in exc.exceptions for leaf in _leaves(e)]
-    return [exc]
-
-
-def _person_error(exc: BaseException) -> BaseException | None:
-    """The mistake to report in one line, if ``exc`` is (or a task group wraps only) such mistakes."""
-    leaves = _leaves(exc)
-    if leaves and all(isinstance(leaf, (CLIError, RehydrateError)) for leaf in leaves):
-        return leaves[0]
-    return None
-
-
 def _closed_pipe(exc: BaseException) -> bool:
-    leaves = _leaves(exc)
-    return bool(leaves) and all(isinstance(leaf, BrokenPipeError) for leaf in leaves)
-
-
-def _message(exc: BaseException) -> str:
-    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-    if isinstance(exc, CLIError):
-        return text
-    return f"{text} ({type(exc).__name__})" if text else type(exc).__name__
+    found = leaves(exc)
+    return bool(found) and all(isinstance(leaf, BrokenPipeError) for leaf in found)
 
 
 def _merge(args: argparse.Namespace) -> None:
@@ -645,10 +625,10 @@ def _run(argv: Sequence[str] | None, store: Store | None) -> int:
     except KeyboardInterrupt:
         return 130
     except BaseException as exc:
-        mistake = _person_error(exc)
+        mistake = person_error(exc)
         if mistake is None:
             raise
-        print(error_line(_message(mistake), args.log_format), file=sys.stderr)
+        print(error_line(error_message(mistake), args.log_format), file=sys.stderr)
         if args.verbosity > 0:
             raise
         return 1

@@ -1,7 +1,8 @@
 """``rehydrate schedules|schedule|unschedule|pause|resume|run-now``: recurring schedules from the shell.
 
-Each is one :class:`~rehydrate.Scheduler` call on the store (no handler needed: the workers that
-serve the dehydrator run the occurrences). An unknown id exits with status 1, like ``pull``.
+Each is one :class:`~rehydrate.Admin` call on the store (``schedule``: one
+:meth:`~rehydrate.Scheduler.schedule`), no handler needed: the workers that serve the dehydrator
+run the occurrences. An unknown id exits with status 1, like ``pull``.
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ def _trigger(args: argparse.Namespace) -> Trigger:
 
 
 async def schedule(args: argparse.Namespace, store: Store) -> int:
+    from rehydrate._admin import Admin
     from rehydrate._core._durations import format_duration
     from rehydrate._scheduler import Scheduler
 
@@ -183,7 +185,7 @@ async def schedule(args: argparse.Namespace, store: Store) -> int:
         grace=args.grace,
         spread=args.spread,
     )
-    info = await _one(store, args.name, args.id)
+    info = await Admin(store).find_schedule(args.name, args.id)
     if wants_json(args):
         emit_json(_row(args.name, info) if info is not None else {"name": args.name, "id": args.id})
     elif info is not None:
@@ -196,36 +198,30 @@ async def schedule(args: argparse.Namespace, store: Store) -> int:
     return 0
 
 
-async def _one(store: Store, name: str, id: str) -> ScheduleInfo | None:
-    """The schedule ``id`` of ``name`` (one look, not a listing of ``name``)."""
-    from rehydrate._schedules import ScheduleInfo, is_schedule
-
-    envelope = await store.look(name, id)
-    return ScheduleInfo._from_envelope(id, envelope) if is_schedule(envelope) else None
-
-
 async def unschedule(args: argparse.Namespace, store: Store) -> int:
-    from rehydrate._scheduler import Scheduler
+    from rehydrate._admin import Admin
 
-    return _done(args, await Scheduler(store).unschedule(args.name, args.id), "removed")
+    return _done(args, await Admin(store).unschedule(args.name, args.id), "removed")
 
 
 async def pause(args: argparse.Namespace, store: Store) -> int:
-    from rehydrate._scheduler import Scheduler
+    from rehydrate._admin import Admin
 
-    return _done(args, await Scheduler(store).pause(args.name, args.id), "paused")
+    outcome = await Admin(store).pause(args.name, args.id)
+    return _done(args, outcome in ("paused", "unchanged"), "paused")
 
 
 async def resume(args: argparse.Namespace, store: Store) -> int:
-    from rehydrate._scheduler import Scheduler
+    from rehydrate._admin import Admin
 
-    return _done(args, await Scheduler(store).resume(args.name, args.id), "resumed")
+    outcome = await Admin(store).resume(args.name, args.id)
+    return _done(args, outcome in ("resumed", "unchanged"), "resumed")
 
 
 async def run_now(args: argparse.Namespace, store: Store) -> int:
-    from rehydrate._scheduler import Scheduler
+    from rehydrate._admin import Admin
 
-    outcome = await Scheduler(store).run_now_outcome(args.name, args.id)
+    outcome = await Admin(store).run_now(args.name, args.id)
     due = outcome in ("one-shot", "schedule")
     if wants_json(args):
         emit_json({"name": args.name, "id": args.id, "due": due})
@@ -267,16 +263,16 @@ def _row(name: str, info: ScheduleInfo) -> dict[str, Any]:
 
 
 async def schedules(args: argparse.Namespace, store: Store) -> int:
-    from rehydrate._scheduler import DEAD_SUFFIX, Scheduler
+    from rehydrate._admin import Admin
 
-    scheduler = Scheduler(store)
-    names = [args.name] if args.name else [n for n in await store.names() if not n.endswith(DEAD_SUFFIX)]
+    admin = Admin(store)
+    names = [args.name] if args.name else await admin.names()
     found: list[tuple[str, ScheduleInfo]] = []
     for name in names:
         left = None if args.limit is None else args.limit - len(found)
         if left == 0:
             break
-        found += [(name, info) for info in await scheduler.schedules(name, limit=left)]
+        found += [(name, info) for info in await admin.schedules(name, limit=left)]
     if wants_json(args):
         emit_json([_row(name, info) for name, info in found])
         return 0

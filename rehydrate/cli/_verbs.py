@@ -232,23 +232,22 @@ async def update(args: argparse.Namespace, store: Store) -> int:
 async def _stats_rows(store: Store, only: str | None) -> list[dict[str, Any]]:
     # ``x.dead`` holds x's dead letters (the scheduler's naming): its count is x's DEAD column, and
     # ``rehydrate dead x`` lists every element it holds, so the two always agree.
-    if only is not None:
-        names = [only]
-    else:
-        names = sorted({n.removesuffix(DEAD_SUFFIX) for n in await store.names()})
+    from rehydrate._admin import Admin
+
+    admin = Admin(store)
     rows = []
-    for name in names:
-        summary = await store.summary(name)
+    for name in [only] if only is not None else await admin.names():
+        info = await admin.dehydrator(name)
         now = time.time()
         rows.append(
             {
                 "name": name,
-                "size": summary.size,
-                "due": summary.due,
-                "claimed": summary.claimed,
-                "dead": await store.size(name + DEAD_SUFFIX),
-                "next_due_in": summary.ttn,
-                "next_due_at": None if summary.ttn is None else utc_text(now + summary.ttn, "milliseconds"),
+                "size": info.size,
+                "due": info.due,
+                "claimed": info.claimed,
+                "dead": info.dead,
+                "next_due_in": info.ttn,
+                "next_due_at": None if info.ttn is None else utc_text(now + info.ttn, "milliseconds"),
             }
         )
     return rows
@@ -315,9 +314,10 @@ def _lateness_text(row: dict[str, Any]) -> str:
 
 
 async def workers(args: argparse.Namespace, store: Store) -> int:
+    from rehydrate._admin import Admin
     from rehydrate._core._workers import summary
 
-    rows = [summary(w) for w in await store.workers()]
+    rows = [summary(w) for w in await Admin(store).workers()]
     if wants_json(args):
         emit(json_text(rows))
         return 0
@@ -410,10 +410,10 @@ async def dead(args: argparse.Namespace, store: Store) -> int:
 
 
 async def requeue(args: argparse.Namespace, store: Store) -> int:
-    from rehydrate._scheduler import Scheduler
+    from rehydrate._admin import Admin
 
     asked = args.ids or None
-    moved = await Scheduler(store).requeue(args.name, asked, delay=args.delay)
+    moved = await Admin(store).requeue(args.name, asked, delay=args.delay)
     missing = [id for id in (asked or []) if id not in set(moved)]
     if wants_json(args):
         emit(json_text({"requeued": moved, "missing": missing}))

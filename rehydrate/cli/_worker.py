@@ -42,7 +42,14 @@ import structlog
 
 from rehydrate._scheduler import Scheduler
 from rehydrate.abc import Store
-from rehydrate.cli._common import STORE_ENV, CLIError, configure_logging, seconds_text
+from rehydrate.cli._common import (
+    STORE_ENV,
+    CLIError,
+    configure_logging,
+    error_message,
+    person_error,
+    seconds_text,
+)
 from rehydrate.errors import StoreUnavailableError
 from rehydrate.stores import MemoryStore
 
@@ -118,12 +125,10 @@ def run(args: argparse.Namespace) -> int:
             raise
         # Failed before serving: tell the supervisor why (it decides whether to give up and says
         # it in one line), rather than print the same line once per attempt.
-        from rehydrate.cli._main import _message, _person_error
-
-        mistake = _person_error(exc)
+        mistake = person_error(exc)
         if mistake is None:
             raise  # a bug: keep its traceback
-        supervisor.report(f"error {_message(mistake)}")
+        supervisor.report(f"error {error_message(mistake)}")
         return 1
 
 
@@ -132,7 +137,10 @@ def _run(args: argparse.Namespace, supervisor: _Supervisor | None) -> int:
         raise CLIError("--backend trio needs trio: pip install 'rehydrate[trio]'")
     scheduler = load_target(args.target)
     url, source = _store_choice(args)
-    scheduler._override(store=url, concurrency=args.concurrency)
+    if url is not None:
+        scheduler.use_store(url)
+    if args.concurrency is not None:
+        scheduler.set_concurrency(args.concurrency)
     if args.grace is not None:
         scheduler.grace = args.grace
     if args.heartbeat is not None:

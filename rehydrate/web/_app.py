@@ -18,10 +18,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from rehydrate import Scheduler
+from rehydrate._admin import Admin
 from rehydrate._clock import wall
 from rehydrate._core import _workers
-from rehydrate._schedules import ScheduleInfo, is_removed, is_schedule
+from rehydrate._schedules import ScheduleInfo, is_schedule
 from rehydrate.abc import Store
 from rehydrate.errors import (
     InvalidArgumentError,
@@ -99,9 +99,8 @@ class _Dashboard:
         self, store: Store, *, guard: Guard, sample_interval: float, keep: int, page_size: int
     ) -> None:
         self.store = store
-        #: Never run (no handler, no heartbeat): the dashboard calls its public methods on the
-        #: store (``schedules``, ``pause``, ``run_now_outcome``...), as ``rehydrate`` verbs do.
-        self.scheduler = Scheduler(store, heartbeat=None)
+        #: Every action goes through it, as ``rehydrate`` verbs do: one rule for each.
+        self.admin = Admin(store)
         self.guard = guard
         self.sampler = Sampler(store, interval=sample_interval, keep=keep)
         self.keep = keep
@@ -276,7 +275,7 @@ class _Dashboard:
     async def _workers(self) -> list[dict[str, Any]] | None:
         """The workers as ``rehydrate workers`` shows them; ``None`` if the store keeps none or failed."""
         try:
-            found = [_workers.summary(w) for w in await self.store.workers()]
+            found = [_workers.summary(w) for w in await self.admin.workers()]
         except (NotImplementedError, RehydrateError) as exc:
             if not self._workers_failed:  # once, not at every sample of every open page
                 log.warning("dashboard could not read the workers", error=repr(exc))
@@ -307,13 +306,7 @@ class _Dashboard:
         name = _required(request.query_params, "name")
         offset = _int_param(request, "offset", 0, 0, 10**9)
         limit = _int_param(request, "limit", self.page_size, 1, _MAX_LIMIT)
-        ids = (await self.store.ids(name, limit=offset + limit))[offset:]
-        rows = []
-        elements = await self.store.look_many(name, ids)  # one round trip for the page's elements
-        for id, element in zip(ids, elements, strict=True):
-            info = await self.store.info(name, id)
-            if info is not None:  # delivered meanwhile
-                rows.append((info, element))
+        rows = await self.admin.elements(name, offset=offset, limit=limit)
         total = await self.store.size(name)
         latest = await self._latest()
         if _wants_json(request):
@@ -373,7 +366,7 @@ class _Dashboard:
         name = _required(request.query_params, "name")
         offset = _int_param(request, "offset", 0, 0, 10**9)
         limit = _int_param(request, "limit", self.page_size, 1, _MAX_LIMIT)
-        letters = (await self.scheduler.dead_letters(name, limit=offset + limit))[offset:]
+        letters = await self.admin.dead_letters(name, limit=limit, offset=offset)
         total = await self.store.size(name + DEAD_SUFFIX)
         if _wants_json(request):
             return JSONResponse(
@@ -398,15 +391,13 @@ class _Dashboard:
         name = request.query_params.get("name") or None
         offset = _int_param(request, "offset", 0, 0, 10**9)
         limit = _int_param(request, "limit", self.page_size, 1, _MAX_LIMIT)
-        names = [name] if name is not None else await dehydrator_names(self.store)
+        names = [name] if name is not None else await self.admin.names()
         wanted = offset + limit + 1  # one more than the page: is there a later page?
         found: list[tuple[str, ScheduleInfo]] = []
         for each in names:
             if len(found) >= wanted:
                 break
-            found += [
-                (each, info) for info in await self.scheduler.schedules(each, limit=wanted - len(found))
-            ]
+            found += [(each, info) for info in await self.admin.schedules(each, limit=wanted - len(found))]
         more = len(found) > offset + limit
         now, wall_now = self.store.clock(), wall(self.store.clock)
         rows = []
@@ -447,16 +438,15 @@ class _Dashboard:
     async def requeue(self, request: Request, session: Session | None) -> Response:
         form: dict[str, str] = request.state.form
         name = _required(form, "name")
-        scheduler = self.scheduler
         if form.get("all"):
-            moved = await scheduler.requeue(name)
+            moved = await self.admin.requeue(name)
             left = await self.store.size(name + DEAD_SUFFIX)
             message = f"requeued {len(moved)} dead letters into {name}"
             if left:
                 message += f"; {left} stayed (their ids are live again in {name}, or arrived meanwhile)"
             return self._done(request, message, _pages.relative("dead", name=name))
         id = _required(form, "id")
-        if not await scheduler.requeue(name, [id]):
+        if not await self.admin.requeue(name, [id]):
             if await self.store.info(name + DEAD_SUFFIX, id) is None:
                 raise _Refusal(404, f"no dead letter {id!r} in {name!r}: requeued or deleted already?")
             raise _Refusal(
@@ -467,7 +457,7 @@ class _Dashboard:
     async def delete(self, request: Request, session: Session | None) -> Response:
         form: dict[str, str] = request.state.form
         name, id = _required(form, "name"), _required(form, "id")
-        if await self.store.pull(name + DEAD_SUFFIX, id) is None:
+        if not await self.admin.delete_dead_letter(name, id):
             raise _Refusal(404, f"no dead letter {id!r} in {name!r}: requeued or deleted already?")
         return self._done(
             request, f"deleted the dead letter {id} of {name}", _pages.relative("dead", name=name)
@@ -476,43 +466,36 @@ class _Dashboard:
     async def cancel(self, request: Request, session: Session | None) -> Response:
         form: dict[str, str] = request.state.form
         name, id = _required(form, "name"), _required(form, "id")
-        element = await self.store.look(name, id)
-        if is_removed(element):  # (left under its last run's claim until the run ends)
+        removed = await self.admin.remove(name, id)  # (a schedule: a run in flight ends first)
+        if removed == "ending":  # (left under its last run's claim until the run ends)
             raise _Refusal(404, f"the schedule {id!r} of {name!r} is removed: its last run is ending")
-        if is_schedule(element):
-            # Unscheduled (Scheduler.unschedule): a run in flight is not pulled from under its
-            # worker, and nothing filed under this id again comes due beside it.
-            if not await self.scheduler.unschedule(name, id):
-                raise _Refusal(404, f"no schedule {id!r} in {name!r}: removed meanwhile?")
+        if removed == "unknown":
+            raise _Refusal(404, f"no element {id!r} in {name!r}: it was delivered, cancelled, or never there")
+        if removed == "schedule":
             return self._done(
                 request, f"removed the schedule {id} of {name}", _pages.relative("elements", name=name)
             )
-        if await self.store.pull(name, id) is None:
-            raise _Refusal(404, f"no element {id!r} in {name!r}: it was delivered, cancelled, or never there")
         return self._done(request, f"cancelled {id} in {name}", _pages.relative("elements", name=name))
 
-    async def _schedule_of(self, name: str, id: str) -> dict[str, Any]:
-        """The envelope of the schedule ``id``, or the refusal that says why there is none."""
-        element = await self.store.look(name, id)
-        if is_removed(element):
-            raise _Refusal(404, f"the schedule {id!r} of {name!r} is removed: its last run is ending")
-        if is_schedule(element):
-            envelope: dict[str, Any] = element
-            return envelope
-        if await self.store.info(name, id) is None:
-            raise _Refusal(404, f"no schedule {id!r} in {name!r}: removed, or never there")
-        raise _Refusal(
-            409, f"{id!r} in {name!r} is not a schedule but one-shot work: run it now or cancel it instead"
-        )
+    @staticmethod
+    def _not_a_schedule(outcome: str, name: str, id: str) -> _Refusal:
+        """The refusal of a pause or resume of something that is not a schedule."""
+        if outcome == "one-shot":
+            return _Refusal(
+                409,
+                f"{id!r} in {name!r} is not a schedule but one-shot work: run it now or cancel it instead",
+            )
+        return _Refusal(404, f"no schedule {id!r} in {name!r}: removed, or never there")
 
     async def pause(self, request: Request, session: Session | None) -> Response:
-        """``POST /pause``: ``Scheduler.pause`` (a run in flight finishes; nothing runs until resumed)."""
+        """``POST /pause``: ``Admin.pause`` (a run in flight finishes; nothing runs until resumed)."""
         form: dict[str, str] = request.state.form
         name, id = _required(form, "name"), _required(form, "id")
-        if (await self._schedule_of(name, id)).get("paused"):
+        outcome = await self.admin.pause(name, id)
+        if outcome == "unchanged":
             raise _Refusal(409, f"the schedule {id!r} of {name!r} is paused already: resume it to run it")
-        if not await self.scheduler.pause(name, id):
-            raise _Refusal(404, f"no schedule {id!r} in {name!r}: removed meanwhile?")
+        if outcome != "paused":
+            raise self._not_a_schedule(outcome, name, id)
         return self._done(
             request,
             f"paused the schedule {id} of {name}: it runs no more until resumed",
@@ -520,27 +503,26 @@ class _Dashboard:
         )
 
     async def resume(self, request: Request, session: Session | None) -> Response:
-        """``POST /resume``: ``Scheduler.resume`` (from its next occurrence; none missed runs)."""
+        """``POST /resume``: ``Admin.resume`` (from its next occurrence; none missed runs)."""
         form: dict[str, str] = request.state.form
         name, id = _required(form, "name"), _required(form, "id")
-        if not (await self._schedule_of(name, id)).get("paused"):
+        outcome = await self.admin.resume(name, id)
+        if outcome == "unchanged":
             raise _Refusal(409, f"the schedule {id!r} of {name!r} is not paused")
-        if not await self.scheduler.resume(name, id):
-            raise _Refusal(404, f"no schedule {id!r} in {name!r}: removed meanwhile?")
+        if outcome != "resumed":
+            raise self._not_a_schedule(outcome, name, id)
         message = f"resumed the schedule {id} of {name}"
-        resumed = await self.store.look(name, id)
-        if is_schedule(resumed) and not resumed.get("paused"):
-            info = ScheduleInfo._from_envelope(id, resumed)
-            if info.next_run is not None:
-                message += f": next run {iso(info.next_run.timestamp())}"
+        info = await self.admin.find_schedule(name, id)
+        if info is not None and info.next_run is not None:
+            message += f": next run {iso(info.next_run.timestamp())}"
         return self._done(request, message, _pages.relative("schedules", name=name))
 
     async def run_now(self, request: Request, session: Session | None) -> Response:
         form: dict[str, str] = request.state.form
         name, id = _required(form, "name"), _required(form, "id")
-        # A schedule runs an extra occurrence now and keeps its next run (Scheduler.run_now);
+        # A schedule runs an extra occurrence now and keeps its next run (Admin.run_now);
         # fenced by the attempt: a worker that claims it meanwhile keeps it.
-        outcome = await self.scheduler.run_now_outcome(name, id)
+        outcome = await self.admin.run_now(name, id)
         if outcome == "unknown":
             raise _Refusal(404, f"no element {id!r} in {name!r}: it was delivered, cancelled, or never there")
         if outcome == "held":

@@ -19,7 +19,14 @@ import attrs
 from rehydrate import DeadLetter, ElementInfo
 from rehydrate._core._durations import format_duration
 from rehydrate._core._triggers import trigger_from_dict
-from rehydrate._schedules import ScheduleInfo, is_envelope, is_removed, is_schedule, schedule_row
+from rehydrate._schedules import (
+    ScheduleInfo,
+    is_envelope,
+    is_removed,
+    is_schedule,
+    schedule_info,
+    schedule_row,
+)
 from rehydrate.errors import RehydrateError
 from rehydrate.web._history import Point, iso
 
@@ -670,7 +677,7 @@ def element_page(
     """One element; a schedule shows its trigger, next run, state and element (not its envelope)."""
     if is_schedule(element):
         try:
-            schedule = ScheduleInfo._from_envelope(info.id, element)
+            schedule = schedule_info(info.id, element)
         except RehydrateError:
             pass  # an envelope this version cannot read: shown as it is stored
         else:

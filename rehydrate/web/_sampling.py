@@ -8,6 +8,7 @@ from collections.abc import Callable
 import anyio
 import structlog
 
+from rehydrate._admin import Admin
 from rehydrate._scheduler import DEAD_SUFFIX
 from rehydrate.abc import Store
 from rehydrate.errors import RehydrateError
@@ -20,7 +21,7 @@ log = structlog.get_logger("rehydrate.web")
 
 async def dehydrator_names(store: Store) -> list[str]:
     """The dehydrators worth showing: those holding elements or dead letters (``x.dead`` folds into ``x``)."""
-    return sorted({name.removesuffix(DEAD_SUFFIX) for name in await store.names()})
+    return await Admin(store).names()
 
 
 async def next_due(store: Store, name: str, ttn: float | None) -> float | None:

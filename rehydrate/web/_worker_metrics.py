@@ -3,7 +3,7 @@
 The dashboard's ``/metrics`` reads the store (what is waiting, due, dead); this endpoint reads one
 worker process's scheduler (what it did): ``rehydrate_deliveries_total{name,outcome}``, the
 ``rehydrate_lateness_seconds{name}`` histogram, deliveries started and in flight. A collector
-reads :meth:`Scheduler.stats` and the per-dehydrator counters at each scrape, in a registry of its
+reads :meth:`Scheduler.stats_by_name` at each scrape, in a registry of its
 own (nothing global, so several schedulers in one process or one test never collide), and
 prometheus_client writes the exposition format.
 
@@ -51,7 +51,6 @@ class SchedulerCollector(Collector):
 
     def collect(self) -> Iterator[Any]:
         scheduler = self.scheduler
-        names = sorted(scheduler._counters)
         info = GaugeMetricFamily(
             "rehydrate_worker_info",
             "1, labelled with this worker's id and version.",
@@ -76,19 +75,19 @@ class SchedulerCollector(Collector):
             "Seconds between an element's due time and its claim.",
             labels=["name"],
         )
-        for name in names:
-            stats = scheduler.stats(name)
+        for name, stats in scheduler.stats_by_name().items():
             for outcome in OUTCOMES:
                 outcomes.add_metric([name, outcome], float(getattr(stats, outcome)))
             started.add_metric([name], float(stats.delivered))
             in_flight.add_metric([name], float(stats.in_flight))
-            counters = scheduler._counters[name]
-            if counters.histogram is not None:
+            if stats.lateness_histogram is not None:
                 buckets, total = [], 0
-                for bound, count in zip([*LATENESS_BUCKETS, float("inf")], counters.histogram, strict=True):
+                for bound, count in zip(
+                    [*LATENESS_BUCKETS, float("inf")], stats.lateness_histogram, strict=True
+                ):
                     total += count
                     buckets.append(("+Inf" if bound == float("inf") else repr(bound), float(total)))
-                lateness.add_metric([name], buckets, sum_value=counters.lateness_sum)
+                lateness.add_metric([name], buckets, sum_value=stats.lateness_sum)
         yield outcomes
         yield started
         yield in_flight
@@ -145,7 +144,7 @@ async def serve(scheduler: Scheduler, listener: socket.socket, backend: str) -> 
 
     from rehydrate.web._hypercorn import serve as serve_hypercorn
 
-    scheduler._keep_histograms()
+    scheduler.keep_lateness_histogram()
     config = Config()
     config.bind = [f"fd://{listener.detach()}"]
     config.accesslog = None

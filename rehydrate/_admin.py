@@ -1,0 +1,459 @@
+"""Operating a store: what ``rehydrate`` commands, the dashboard and users' own tools do to it.
+
+:class:`Admin` needs no handlers and no running scheduler: only a store (opened by its owner). It
+is the one place where pausing, resuming, removing and running schedules now, and listing and
+requeueing dead letters, are written; :class:`~rehydrate.Scheduler`'s methods of the same names
+call it (after dropping what their own process holds ahead of time, see ``claim_ahead``).
+
+Every operation that can fail for a reason an operator should hear about (no such element, a
+worker holds it, a paused schedule) answers with what it did, as a string a tool can branch on,
+rather than raising: those are states of the data, not mistakes in the call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, Literal, TypeAlias
+
+import attrs
+
+from rehydrate._clock import wall
+from rehydrate._core import _validate
+from rehydrate._core._records import ElementInfo, Summary, WorkerRecord, is_held
+from rehydrate._core._triggers import trigger_from_dict
+from rehydrate._core._validate import Seconds
+from rehydrate._deliveries import DEAD_SUFFIX, DeadLetter
+from rehydrate._schedules import (
+    PAUSED_TTL,
+    REMOVED,
+    Envelope,
+    ScheduleInfo,
+    anchor_of,
+    extra_time,
+    first_run,
+    is_removed,
+    is_schedule,
+    nominal_of,
+    offset_of,
+    replay_envelope,
+    schedule_info,
+    ttl_until,
+    with_extra,
+    with_next,
+    with_paused,
+)
+from rehydrate.abc import Store
+from rehydrate.errors import (
+    DuplicateIdError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    RehydrateError,
+    UnknownIdError,
+)
+
+__all__ = [
+    "Admin",
+    "DehydratorInfo",
+    "Pause",
+    "Removal",
+    "Resume",
+    "RunNow",
+    "change_held",
+    "remove_schedule",
+]
+
+#: What :meth:`Admin.run_now` did: made a schedule's extra run or one-shot work due, or not
+#: (no such element, a worker holds it, a paused schedule, or claimed or removed meanwhile).
+RunNow: TypeAlias = Literal["schedule", "one-shot", "unknown", "held", "paused", "changed"]
+#: What :meth:`Admin.pause` did: paused it, found it paused already, found nothing, or found
+#: one-shot work (which has no schedule to pause).
+Pause: TypeAlias = Literal["paused", "unchanged", "unknown", "one-shot"]
+#: What :meth:`Admin.resume` did: resumed it, found it not paused, found nothing, or one-shot work.
+Resume: TypeAlias = Literal["resumed", "unchanged", "unknown", "one-shot"]
+#: What :meth:`Admin.remove` did: cancelled one-shot work, unscheduled a schedule, found nothing,
+#: or found a schedule removed already whose last run is still ending.
+Removal: TypeAlias = Literal["one-shot", "schedule", "unknown", "ending"]
+
+# Elements are read this many to a look_many when listing.
+_LOOK_BATCH = 1000
+
+
+@attrs.frozen(kw_only=True)
+class DehydratorInfo:
+    """One dehydrator at a glance: :class:`~rehydrate.Summary`'s counts and its dead letters."""
+
+    name: str
+    #: Every element held: waiting, due and claimed (schedules included).
+    size: int
+    #: Elements due now, claims whose lease has run out included.
+    due: int
+    #: Elements under a claim that has not been acked or rescheduled.
+    claimed: int
+    #: Dead letters kept for it (in ``<name>.dead``).
+    dead: int
+    #: Seconds until the next element is due (``0.0`` if one is); ``None`` when empty.
+    ttn: float | None
+
+
+def _positive_limit(limit: object) -> int | None:
+    if limit is None:
+        return None
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise InvalidArgumentError(f"limit must be an int of at least 1, got {limit!r}")
+    return limit
+
+
+def _offset(offset: object) -> int:
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise InvalidArgumentError(f"offset must be an int of at least 0, got {offset!r}")
+    return offset
+
+
+def _nominal_of_record(record: dict[str, Any]) -> float | None:
+    """The nominal time (Unix seconds) of the occurrence a dead letter holds, ``None`` for
+    one-shot work (or a record whose ``scheduled_for`` cannot be read: it goes back as it is)."""
+    text = record.get("scheduled_for")
+    if not isinstance(text, str):
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return None if when.tzinfo is None else when.timestamp()
+
+
+async def change_held(store: Store, name: str, id: str, existing: Envelope, envelope: Envelope) -> bool:
+    """Change a schedule while one of its occurrences runs: ``envelope`` (``existing``
+    changed, its ``next`` kept; or, for a new trigger, re-planned: its first occurrence after
+    the one that runs) goes into the element the worker holds, its claim and lease kept, and
+    the occurrence after it is filed as changed when it ends (``Store.rearm`` keeps what was
+    written meanwhile; a re-planned schedule it files at once, for the runner that claims it
+    to file for its time). Filing the schedule anew instead would file its next occurrence
+    at once, to run beside the one still running.
+
+    ``False`` if the element was not ``existing`` any more (the occurrence ended, say): it is
+    put back as it was, for the caller to compare with it again.
+    """
+    try:
+        old = await store.update(name, id, envelope)
+    except UnknownIdError:
+        return False  # removed meanwhile
+    if old == existing:
+        return True
+    with contextlib.suppress(UnknownIdError):
+        await store.update(name, id, old)
+    return False
+
+
+async def remove_schedule(store: Store, name: str, id: str, existing: Envelope) -> bool | None:
+    """Remove the schedule ``existing`` (as read) under ``id``: ``True`` once done, ``False``
+    if it was gone, ``None`` if it changed meanwhile (for the caller to read it again)."""
+    # Removed unless an occurrence runs, in one store step (a check, then a pull, would pull
+    # one claimed between the two from under its worker).
+    pulled = await store.pull_unless_held(name, id)
+    if pulled is not False:
+        return bool(pulled)
+    # An occurrence runs: the schedule stays under its claim, as REMOVED, and goes when the
+    # run ends (Store.rearm), so that nothing filed under this id meanwhile (a ``schedule()``
+    # again) comes due beside the run.
+    if await change_held(store, name, id, existing, dict(REMOVED)):
+        return True
+    return None  # (changed meanwhile, the run ended say: compare with that)
+
+
+@attrs.frozen
+class Admin:
+    """Inspect and operate a store's dehydrators, schedules and dead letters; no handlers needed.
+
+    ::
+
+        async with open_store("redis://localhost:6379/0") as store:
+            admin = Admin(store)
+            for info in await admin.dehydrators():
+                print(info.name, info.size, info.dead)
+            await admin.pause("reports", "daily")
+            await admin.requeue("emails")
+
+    What ``rehydrate`` commands and the dashboard do, from your own code. The store must be
+    open (``async with store``, or opened by whoever lends it): an ``Admin`` neither opens nor
+    closes it. A :class:`~rehydrate.Scheduler` serving the store need not run in this process.
+
+    A change made here to an element that a worker has claimed *ahead* of its due time
+    (``claim_ahead``) in another process comes too late for that claim; made through that
+    worker's own :class:`~rehydrate.Scheduler`, it does not.
+    """
+
+    store: Store = attrs.field()
+
+    @store.validator
+    def _check_store(self, _: attrs.Attribute[Store], value: object) -> None:
+        if not isinstance(value, Store):
+            raise InvalidTypeError(f"store must be a rehydrate.abc.Store, not {type(value).__name__}")
+
+    # -- dehydrators -----------------------------------------------------------------------------
+
+    async def names(self) -> list[str]:
+        """The dehydrators holding elements or dead letters, sorted (``x.dead`` counts as ``x``)."""
+        return sorted({name.removesuffix(DEAD_SUFFIX) for name in await self.store.names()})
+
+    async def dehydrator(self, name: str) -> DehydratorInfo:
+        """``name``'s counts now (zeros for a dehydrator that holds nothing)."""
+        _validate.element_id(name, "name")
+        summary: Summary = await self.store.summary(name)
+        return DehydratorInfo(
+            name=name,
+            size=summary.size,
+            due=summary.due,
+            claimed=summary.claimed,
+            dead=await self.store.size(name + DEAD_SUFFIX),
+            ttn=summary.ttn,
+        )
+
+    async def dehydrators(self) -> list[DehydratorInfo]:
+        """:meth:`dehydrator` of each of :meth:`names`."""
+        return [await self.dehydrator(name) for name in await self.names()]
+
+    async def workers(self) -> list[WorkerRecord]:
+        """The workers whose heartbeats the store keeps (alive, and expired for a while).
+
+        Raises ``NotImplementedError`` for a store that keeps none (a third-party store).
+        """
+        return await self.store.workers()
+
+    # -- elements --------------------------------------------------------------------------------
+
+    async def elements(
+        self, name: str, *, offset: int = 0, limit: int = 100
+    ) -> list[tuple[ElementInfo, Any]]:
+        """A page of ``name``'s elements in due order (schedules' envelopes included, as stored):
+        ``limit`` of them from ``offset``, each with its :class:`~rehydrate.ElementInfo`. One
+        delivered between the two reads is left out."""
+        _validate.element_id(name, "name")
+        start = _offset(offset)
+        count = _validate.limit(limit)
+        if count is None:
+            raise InvalidArgumentError("limit must be an int of at least 1: a page has an end")
+        ids = (await self.store.ids(name, limit=start + count))[start:]
+        rows = []
+        for id, element in zip(ids, await self.store.look_many(name, ids), strict=True):
+            info = await self.store.info(name, id)
+            if info is not None:
+                rows.append((info, element))
+        return rows
+
+    async def remove(self, name: str, id: str) -> Removal:
+        """Remove ``id`` from ``name``, whatever it is: one-shot work is cancelled (it will not
+        be delivered), a schedule unscheduled (as :meth:`unschedule`: a run in flight ends, and
+        files nothing). ``"unknown"`` if there is nothing under ``id``, ``"ending"`` if it is a
+        schedule removed already whose last run is ending."""
+        _validate.element_id(name, "name")
+        _validate.element_id(id)
+        while True:
+            element = await self.store.look(name, id)
+            if is_removed(element):
+                return "ending"
+            if is_schedule(element):
+                removed = await remove_schedule(self.store, name, id, element)
+                if removed is None:
+                    continue  # changed meanwhile: look again
+                return "schedule" if removed else "unknown"
+            # (``look`` answers ``None`` for an element that is ``None`` too: ask whether it is there)
+            if await self.store.info(name, id) is None:
+                return "unknown"
+            await self.store.pull(name, id)
+            return "one-shot"
+
+    async def run_now(self, name: str, id: str) -> RunNow:
+        """Deliver ``id`` of ``name`` now rather than at its time, and say what was done:
+
+        * ``"schedule"``: an extra run of the schedule ``id`` is due now (its next run is kept:
+          see :meth:`Scheduler.run_now <rehydrate.Scheduler.run_now>`);
+        * ``"one-shot"``: the element ``id`` is due now;
+        * ``"unknown"``: there is no such element (or it is a schedule being removed);
+        * ``"held"``: a worker holds it under a running lease (it is running now);
+        * ``"paused"``: it is a paused schedule (resume it first);
+        * ``"changed"``: a worker claimed it, or it was removed, between the look and the change.
+        """
+        _validate.element_id(name, "name")
+        _validate.element_id(id)
+        store = self.store
+        info = await store.info(name, id)
+        if info is None:
+            return "unknown"
+        if is_held(info, store.clock()):
+            return "held"
+        element = await store.look(name, id)
+        if is_removed(element):  # unscheduled during a run whose worker died: it goes
+            return "unknown"
+        schedule = is_schedule(element)
+        if schedule:
+            if element.get("paused"):
+                return "paused"
+            try:
+                await store.update(name, id, with_extra(element, extra_time(element, wall(store.clock))))
+            except UnknownIdError:
+                return "unknown"
+        # Fenced by the attempt: a worker that claimed it meanwhile keeps it (and a request left
+        # in a schedule's element is dropped when that occurrence ends, see ``with_extra``).
+        if not await store.reschedule(name, id, ttl=0, attempt=info.attempt):
+            return "changed"
+        return "schedule" if schedule else "one-shot"
+
+    # -- schedules -------------------------------------------------------------------------------
+
+    async def schedules(self, name: str, *, limit: int | None = None) -> list[ScheduleInfo]:
+        """The schedules of ``name``, next to run first (paused ones last), at most ``limit``.
+
+        Reads the ids of ``name`` (one-shot work included), then their elements a batch at a
+        time (``Store.look_many``: one round trip per 1,000 on Redis and PostgreSQL) until
+        ``limit`` schedules are found: for inspection, not a hot path.
+        """
+        _validate.element_id(name, "name")
+        _positive_limit(limit)
+        ids = await self.store.ids(name)
+        out: list[ScheduleInfo] = []
+        for start in range(0, len(ids), _LOOK_BATCH):
+            chunk = ids[start : start + _LOOK_BATCH]
+            for id, envelope in zip(chunk, await self.store.look_many(name, chunk), strict=True):
+                if is_schedule(envelope):
+                    with contextlib.suppress(RehydrateError):  # (a damaged envelope: not listed)
+                        out.append(schedule_info(id, envelope))
+                        if limit is not None and len(out) >= limit:
+                            return out
+        return out
+
+    async def find_schedule(self, name: str, id: str) -> ScheduleInfo | None:
+        """The schedule ``id`` of ``name`` (one read), ``None`` if there is none (nothing, one-shot
+        work, or a schedule removed whose last run is ending)."""
+        _validate.element_id(name, "name")
+        _validate.element_id(id)
+        envelope = await self.store.look(name, id)
+        return schedule_info(id, envelope) if is_schedule(envelope) else None
+
+    async def pause(self, name: str, id: str) -> Pause:
+        """Stop the schedule ``id`` from running until :meth:`resume`. A running occurrence
+        finishes, and the schedule is filed paused after it. ``"unchanged"`` if it was paused."""
+        return "paused" if (done := await self._set_paused(name, id, True)) == "done" else done
+
+    async def resume(self, name: str, id: str) -> Resume:
+        """Run a paused schedule again, from its next occurrence after now (those missed while
+        paused are not run), or from the one it was paused at if that is still to come.
+        ``"unchanged"`` if it was not paused."""
+        return "resumed" if (done := await self._set_paused(name, id, False)) == "done" else done
+
+    async def _set_paused(
+        self, name: str, id: str, paused: bool
+    ) -> Literal["done", "unchanged", "unknown", "one-shot"]:
+        _validate.element_id(name, "name")
+        _validate.element_id(id)
+        store = self.store
+        while True:
+            existing = await store.look(name, id)
+            if not is_schedule(existing):
+                if existing is None or is_removed(existing) or await store.info(name, id) is None:
+                    return "unknown"
+                return "one-shot"
+            if bool(existing.get("paused")) == paused:
+                return "unchanged"
+            if paused:
+                envelope, ttl = with_paused(existing, True), PAUSED_TTL
+            else:
+                trigger = trigger_from_dict(existing["trigger"])
+                now = wall(store.clock)
+                offset = offset_of(id, existing)
+                # The first occurrence from now on, but not before the one the schedule was
+                # paused at (resumed at once, that one has not run; an earlier one has).
+                upcoming = max(first_run(trigger, anchor_of(existing), now - offset), nominal_of(existing))
+                envelope = with_next(with_paused(existing, False), upcoming)
+                ttl = ttl_until(upcoming + offset, now)
+            # As if no occurrence ran; the store says whether one does, in the same step.
+            done = await store.replace_unless_held(name, id, envelope, ttl=ttl)
+            if done:
+                return "done"
+            # An occurrence runs: paused (or resumed) in the element it holds, so that the next
+            # occurrence is filed so when it ends (paused, it comes due and is filed again without
+            # running, until resumed), and never beside it.
+            if done is False and await change_held(store, name, id, existing, with_paused(existing, paused)):
+                return "done"
+            # (changed or removed meanwhile: again)
+
+    async def unschedule(self, name: str, id: str) -> bool:
+        """Remove the schedule ``id`` of ``name``; ``True`` if it existed. A running occurrence
+        finishes and files nothing, and a schedule filed under ``id`` again meanwhile waits for
+        it (one-shot work under ``id`` is left alone: see :meth:`remove`)."""
+        _validate.element_id(name, "name")
+        _validate.element_id(id)
+        while True:
+            existing = await self.store.look(name, id)
+            if not is_schedule(existing):
+                return False
+            if (removed := await remove_schedule(self.store, name, id, existing)) is not None:
+                return removed
+
+    # -- dead letters ----------------------------------------------------------------------------
+
+    async def dead_letters(self, name: str, *, limit: int | None = None, offset: int = 0) -> list[DeadLetter]:
+        """The elements of ``name`` that failed every attempt, oldest first: ``limit`` of them
+        (all by default) from ``offset``. Anything else pushed into ``<name>.dead`` by hand (not
+        a dead-letter record) is left out."""
+        start = _offset(offset)
+        count = _validate.limit(limit)
+        dead = _validate.element_id(name, "name") + DEAD_SUFFIX
+        ids = await self.store.ids(dead, limit=None if count is None else start + count)
+        ids = ids[start:]
+        records: list[Any] = []
+        for at in range(0, len(ids), _LOOK_BATCH):
+            records += await self.store.look_many(dead, ids[at : at + _LOOK_BATCH])
+        return [
+            DeadLetter(
+                id=id,
+                element=record.get("element"),
+                error=str(record.get("error", "")),
+                attempts=int(record.get("attempts", 0)),
+                failed_at=float(record.get("failed_at", 0.0)),
+            )
+            for id, record in zip(ids, records, strict=True)
+            if isinstance(record, dict)
+        ]
+
+    async def requeue(self, name: str, ids: Iterable[str] | None = None, *, delay: Seconds = 0) -> list[str]:
+        """Put dead letters back into ``name`` (all of them, or ``ids``), due in ``delay``; the ids moved.
+
+        A dead letter whose id is live again in ``name`` stays where it is, and so does an id
+        that is no dead letter: compare the answer with ``ids`` to find them.
+        """
+        from rehydrate._tracing import wrap  # (not at import: it brings structlog, which verbs avoid)
+
+        dead = _validate.element_id(name, "name") + DEAD_SUFFIX
+        ttl = _validate.seconds(delay, "delay")
+        store = self.store
+        chosen = list(await store.ids(dead)) if ids is None else list(_validate.ids(tuple(ids)))
+        moved = []
+        for id in chosen:
+            record = await store.look(dead, id)
+            if not isinstance(record, dict):
+                continue
+            # The trace context it was deferred with goes back with it; a schedule's occurrence
+            # goes back as that occurrence (its scheduled_for, the key its first runs had).
+            element = wrap(record.get("element"), record.get("trace"))
+            nominal = _nominal_of_record(record)
+            if nominal is not None:
+                element = replay_envelope(record.get("element"), nominal)
+            try:
+                await store.push(name, element, ttl=ttl, id=id)
+            except DuplicateIdError:
+                continue
+            await store.pull(dead, id)
+            moved.append(id)
+        return moved
+
+    async def delete_dead_letter(self, name: str, id: str) -> bool:
+        """Delete the dead letter ``id`` of ``name`` for good; ``False`` if there is none."""
+        dead = _validate.element_id(name, "name") + DEAD_SUFFIX
+        _validate.element_id(id)
+        if await self.store.info(dead, id) is None:
+            return False
+        await self.store.pull(dead, id)
+        return True
