@@ -17,6 +17,7 @@ which is filed next); the scheduler and its runners do the store calls.
 from __future__ import annotations
 
 import hashlib
+import math
 from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple, cast
 
@@ -57,13 +58,18 @@ __all__ = [
     "is_schedule",
     "make_envelope",
     "next_run",
+    "new_schedule",
     "nominal_of",
     "offset_of",
     "plan",
+    "replanned",
     "replay_envelope",
+    "rewritten",
+    "running_us",
     "schedule_row",
     "spread_offset",
     "stored_trigger",
+    "trigger_of",
     "ttl_until",
     "validate_misfire",
     "validate_spread",
@@ -423,6 +429,128 @@ def first_run(trigger: Trigger, anchor: float | None, now: float) -> float:
         assert anchor is not None
         return trigger.at_or_after(now, anchor)
     return trigger.after(now)
+
+
+def new_schedule(
+    id: str,
+    trigger: Trigger,
+    element: Any,
+    now: float,
+    *,
+    misfire: Misfire,
+    grace: float | None,
+    spread: float | None,
+    declared: bool = False,
+    paused: bool = False,
+    after_us: int | None = None,
+) -> tuple[Envelope, float, bool]:
+    """The schedule ``id`` filed at wall time ``now``: its envelope, when its first occurrence is
+    due (wall time: its nominal time, found on the schedule's own clock, plus its spread offset;
+    ``inf`` while paused), and whether that occurrence is after ``after_us``.
+
+    With ``after_us`` (whole microseconds), its first occurrence after it: a schedule written
+    into one whose occurrence runs, which must not take that occurrence's time (its key, and the
+    end the store compares). Filed a microsecond later each time, four times at most (one or two
+    do); the last one tried if none is.
+    """
+    offset = spread_offset(id, spread)
+    for _ in range(4):
+        # An ``Every`` counts from its ``start``, or from when it is first filed (that
+        # microsecond, so its first occurrence is due at once).
+        anchor = None
+        if isinstance(trigger, Every):
+            anchor = math.floor(now * US) / US if trigger.start is None else trigger.start
+        first = first_run(trigger, anchor, now - offset)
+        envelope = make_envelope(
+            trigger,
+            element=element,
+            next=first,
+            anchor=anchor,
+            misfire=misfire,
+            grace=grace,
+            paused=paused,
+            spread=spread,
+        )
+        found = after_us is None or envelope["next"] > after_us
+        if found:
+            break
+        now += 1 / US
+    if declared:
+        envelope = with_declared(envelope, True)
+    return envelope, math.inf if paused else first + offset, found
+
+
+def rewritten(
+    id: str,
+    existing: Envelope,
+    element: Any,
+    *,
+    misfire: Misfire,
+    grace: float | None,
+    spread: float | None,
+    declared: bool = False,
+) -> tuple[Envelope, float]:
+    """The schedule ``id`` filed as ``existing`` given again with its trigger: its element, policy
+    and mark changed, the occurrence it stands for kept; and when that one is due (wall time,
+    with the spread given; ``inf`` while paused)."""
+    envelope = with_declared(with_policy({**existing, "element": element}, misfire, grace, spread), declared)
+    if existing.get("paused"):
+        return envelope, math.inf
+    return envelope, nominal_of(existing) + spread_offset(id, spread)
+
+
+def replanned(
+    id: str,
+    existing: Envelope,
+    trigger: Trigger,
+    element: Any,
+    now: float,
+    *,
+    running: bool,
+    misfire: Misfire,
+    grace: float | None,
+    spread: float | None,
+    declared: bool = False,
+) -> tuple[Envelope, float, bool]:
+    """The schedule ``id`` filed as ``existing`` given another trigger at wall time ``now``: filed
+    anew from now on (paused if it was). While an occurrence runs (``running``), from its first
+    occurrence after the one that runs: never that one (a new ``next`` is what tells the store it
+    was re-planned; a microsecond after it at the least, as the envelope counts it). As
+    :func:`new_schedule`; found ``False``: none after it (then it is filed as if none ran)."""
+    offset = spread_offset(id, spread)
+    after = running_us(existing, now - offset) if running else None
+    since = now if after is None else max(now, after / US + offset)
+    return new_schedule(
+        id,
+        trigger,
+        element,
+        since,
+        misfire=misfire,
+        grace=grace,
+        spread=spread,
+        declared=declared,
+        paused=bool(existing.get("paused")),
+        after_us=after,
+    )
+
+
+def running_us(envelope: Envelope, now: float) -> int:
+    """The nominal time (whole microseconds) of the occurrence that runs while ``envelope`` is
+    held, at ``now`` on the schedule's own clock: the extra run asked for by ``run_now`` while
+    the occurrence it stands for is still to come (:func:`plan`'s rule), else ``next``."""
+    upcoming = envelope["next"]
+    requested = envelope.get("extra")
+    if type(requested) is int and now < upcoming / US:
+        return requested
+    return int(upcoming)
+
+
+def trigger_of(envelope: Envelope) -> Trigger | None:
+    """The trigger an envelope holds (``None`` if it cannot be read: then it differs from any)."""
+    try:
+        return trigger_from_dict(envelope["trigger"])
+    except (RehydrateError, KeyError, TypeError, ValueError):
+        return None
 
 
 def first_after(envelope: Envelope, trigger: Trigger, ts: float) -> float:
