@@ -1,10 +1,13 @@
 """The machinery that serves one handler: claims, runs, renews, acks, retries, dead-letters.
 
 A :class:`Runner` per handler owns that handler's running state and the small workers that share
-the job: the :class:`_LeaseKeeper` renews leases, the :class:`_Acker` sends acks in batches, the
-:class:`_Workers` run the handler up to its concurrency. What a handler *is* (its name, function,
-retry policy, lease, concurrency) is a frozen :class:`HandlerSpec`, registered on the scheduler before
-anything runs; the scheduler itself only registers handlers, starts runners and stops them.
+the job: the :class:`_LeaseKeeper` renews leases, the :class:`_Acker` sends acks in batches (the
+:class:`_Rearmer` the next occurrences of schedules), the :class:`_Workers` run the handler up to
+its concurrency. A schedule's claimed occurrence is planned and filed again by its
+:class:`~rehydrate._occurrences.Occurrences`: the runner delivers it as any element. What a
+handler *is* (its name, function, retry policy, lease, concurrency) is a frozen
+:class:`HandlerSpec`, registered on the scheduler before anything runs; the scheduler itself only
+registers handlers, starts runners and stops them.
 
 The hot path (claim, dispatch, deliver, ack) is written inline with locals on purpose:
 ``benchmarks/bench_scheduler.py`` measures it against the event loop's own timers.
