@@ -1,10 +1,13 @@
 """The machinery that serves one handler: claims, runs, renews, acks, retries, dead-letters.
 
 A :class:`Runner` per handler owns that handler's running state and the small workers that share
-the job: the :class:`_LeaseKeeper` renews leases, the :class:`_Acker` sends acks in batches, the
-:class:`_Workers` run the handler up to its concurrency. What a handler *is* (its name, function,
-retry policy, lease, concurrency) is a frozen :class:`HandlerSpec`, registered on the scheduler before
-anything runs; the scheduler itself only registers handlers, starts runners and stops them.
+the job: the :class:`_LeaseKeeper` renews leases, the :class:`_Acker` sends acks in batches (the
+:class:`_Rearmer` the next occurrences of schedules), the :class:`_Workers` run the handler up to
+its concurrency. A schedule's claimed occurrence is planned and filed again by its
+:class:`~rehydrate._occurrences.Occurrences`: the runner delivers it as any element. What a
+handler *is* (its name, function, retry policy, lease, concurrency) is a frozen
+:class:`HandlerSpec`, registered on the scheduler before anything runs; the scheduler itself only
+registers handlers, starts runners and stops them.
 
 The hot path (claim, dispatch, deliver, ack) is written inline with locals on purpose:
 ``benchmarks/bench_scheduler.py`` measures it against the event loop's own timers.
@@ -22,7 +25,6 @@ import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any, Final
 
 import anyio
@@ -31,30 +33,19 @@ import attrs
 import structlog
 from anyio.streams.memory import MemoryObjectSendStream
 
-from rehydrate._clock import wall, wall_reader
+from rehydrate._clock import wall
 from rehydrate._core._records import Claim, set_claimed_at
 from rehydrate._core._retry import Retry
-from rehydrate._core._triggers import US, Every, Trigger, trigger_from_dict, us
+from rehydrate._core._triggers import Trigger
 from rehydrate._deliveries import DEAD_SUFFIX, Counters, Delivery, delivery_from_claim, delivery_var
+from rehydrate._occurrences import Occurrences
 from rehydrate._retries import Rescheduler
 from rehydrate._schedules import KEY as SCHEDULE_KEY
-from rehydrate._schedules import (
-    PAUSED_TTL,
-    Envelope,
-    first_after,
-    is_envelope,
-    is_removed,
-    next_run,
-    nominal_of,
-    offset_of,
-    plan,
-    with_next,
-    without_extra,
-)
+from rehydrate._schedules import PAUSED_TTL, Envelope, Occurrence, is_envelope
 from rehydrate._tracing import KEY as TRACE_KEY
 from rehydrate._tracing import Tracing, unwrap
 from rehydrate.abc import Store, Subscription
-from rehydrate.errors import DuplicateIdError, RehydrateError, UnknownIdError
+from rehydrate.errors import DuplicateIdError, RehydrateError
 
 __all__ = [
     "DEAD_SUFFIX",
@@ -86,10 +77,6 @@ _STRIDE: Final = 128
 #: docs/benchmarks.md, "Measurements behind the code"), so that its acks do not stop the loop
 #: half-way through it.
 _BOOKKEEPING_DELAY: Final = 0.05
-#: An occurrence claimed more than this long (a second, in microseconds) before its nominal time
-#: (its due time, for a spread schedule) was made due early: it is filed for its time instead of
-#: run (a wall clock read a little behind the store's is not that).
-_EARLY_US: Final = 1_000_000
 #: A stopping runner hands its claims back this many to a store call, each call given 2 s.
 _RELEASE_BATCH: Final = 1000
 #: Claims held (``claim_ahead``) and due within this long of the last release are the same burst:
@@ -135,37 +122,6 @@ def handler_label(func: Callable[..., Any]) -> str:
     """A handler's name for the logs: ``module.qualname``."""
     name = getattr(func, "__qualname__", None) or type(func).__qualname__
     return f"{getattr(func, '__module__', None) or type(func).__module__}.{name}"
-
-
-class _Occurrence:
-    """A claimed occurrence of a schedule: its trigger (``None`` if unreadable), its envelope (the
-    nominal time planned), and that time (Unix seconds).
-
-    A plain slotted class: one is made per occurrence delivered, and a frozen attrs class costs
-    markedly more to make (``benchmarks/bench_schedules.py``). Never changed once made.
-    """
-
-    __slots__ = ("envelope", "following", "moved", "nominal", "offset", "trigger")
-
-    def __init__(
-        self,
-        trigger: Trigger | None,
-        envelope: Envelope,
-        nominal: float,
-        following: int | None = None,
-        moved: bool = False,
-        offset: float = 0.0,
-    ) -> None:
-        self.trigger = trigger
-        self.envelope = envelope
-        self.nominal = nominal
-        #: The occurrence to file when this one ends, if planning already knew it (whole
-        #: microseconds, as envelopes keep it).
-        self.following = following
-        #: Planning moved the nominal time (coalesced, or ``all`` starting later): to be written back.
-        self.moved = moved
-        #: How long after its nominal times the schedule runs (its share of a ``spread``).
-        self.offset = offset
 
 
 class _GaveUp(Exception):
@@ -693,15 +649,8 @@ class Runner:
         self._acker = _Acker(store, handler.name, counters, self._workers, handler.lease)
         self._rearmer = _Rearmer(store, handler.name, counters, self._workers, handler.lease)
         self._rescheduler = Rescheduler(store, handler.name)
-        #: The last ``scheduled_for`` made (see :meth:`_when`).
-        self._last_nominal = math.nan
-        self._last_when = datetime.fromtimestamp(0, UTC)
-        #: The last stored trigger read, and the trigger it stands for (see :meth:`_trigger`).
-        self._last_raw: object = None
-        self._last_trigger: Trigger | None = None
-        #: The store clock's wall time, looked up once (a store's clock is made with it): it is
-        #: read at every occurrence.
-        self._wall = wall_reader(store.clock)
+        #: What a schedule's claimed occurrence stands for, and what is filed when it ends.
+        self._occurrences = Occurrences(store, handler.name, file=self._rearmer.add, ack=self._acker.add)
         #: Claims taken ahead of their due time (``claim_ahead``), until due; and, at shutdown,
         #: those never handed over, for ``run`` to give back.
         self._held = _Held()
@@ -879,24 +828,20 @@ class Runner:
 
     async def _deliver(self, claim: Claim) -> None:
         handler, counters = self.handler, self._counters
-        occurrence: _Occurrence | None = None
+        occurrence: Occurrence | None = None
         # (the key tested first, in place: one-shot work, dicts included, makes no call here)
         if type(element := claim.element) is dict and SCHEDULE_KEY in element and is_envelope(element):
             try:
-                occurrence = self._occurrence(claim)
+                occurrence = self._occurrences.begin(claim)
                 if occurrence is not None and occurrence.moved:
-                    await self._write_back(claim, occurrence)
+                    await self._occurrences.write_back(claim, occurrence)
             except BaseException:
                 self._keeper.discard(claim.id, claim.token)
                 self._done()
                 raise
-            if occurrence is None:  # skipped or paused: the next occurrence is filed
-                try:
-                    if is_removed(claim.element):
-                        await self._remove(claim)
-                finally:
-                    self._keeper.discard(claim.id, claim.token)
-                    self._done()
+            if occurrence is None:  # not to run: what comes after it is filed already
+                self._keeper.discard(claim.id, claim.token)
+                self._done()
                 return
         counters.delivered += 1
         late = claim.claimed_at - claim.due
@@ -910,17 +855,15 @@ class Runner:
                 element, span = tracing.delivery(handler.name, claim, element)
             delivery = delivery_from_claim(handler.name, claim, self._store, element=element)
         else:
-            element = occurrence.envelope.get("element")
+            element = occurrence.element
             if (type(element) is not dict or TRACE_KEY not in element) and tracing.idle():
                 span = None  # (as for one-shot work above)
             else:
                 element, span = tracing.delivery(
                     handler.name, claim, element, scheduled_for=occurrence.nominal
                 )
-            nominal = occurrence.nominal
-            when = self._last_when if nominal == self._last_nominal else self._when(nominal)
             delivery = delivery_from_claim(
-                handler.name, claim, self._store, element=element, scheduled_for=when
+                handler.name, claim, self._store, element=element, scheduled_for=occurrence.scheduled_for
             )
         # Set, never reset: a reset costs as much again, and the next delivery of this worker
         # sets it anew (an idle worker clears it, so it keeps no element alive).
@@ -958,209 +901,13 @@ class Runner:
         else:
             if occurrence is None:
                 self._acker.add(claim.id, claim.token)
-            elif (upcoming := occurrence.following) is not None:
-                # _file_next's common case (planning knew the next occurrence), written out: an
-                # occurrence's own work is what keeps it from a one-shot delivery's pace.
-                envelope = occurrence.envelope.copy()
-                envelope["next"] = upcoming
-                self._rearmer.add(claim.id, claim.token, envelope, upcoming / US + occurrence.offset, True)
             else:
-                self._file_next(claim, occurrence)
+                self._occurrences.finish(claim, occurrence)
         finally:
             if span is not None:
                 span.end(outcome, error)
             self._keeper.discard(claim.id, claim.token)
             self._done()
-
-    def _when(self, nominal: float) -> datetime:
-        """``scheduled_for`` of an occurrence: the aware datetime of its nominal time.
-
-        The last one is kept: the occurrences of a burst share their nominal time (a cron
-        minute, a fan-out), and making a datetime costs a tenth of a delivery.
-        """
-        if nominal != self._last_nominal:
-            self._last_nominal = nominal
-            self._last_when = datetime.fromtimestamp(nominal, UTC)
-        return self._last_when
-
-    def _trigger(self, raw: object) -> Trigger:
-        """The trigger a schedule's envelope stores (``trigger_from_dict``), the last one kept.
-
-        The occurrences of a burst mostly share their trigger: the very dict on the memory store,
-        an equal one decoded on the others; comparing it with the last costs less than the
-        cache's hashing of its parts.
-        """
-        last = self._last_trigger
-        if last is not None and (raw is self._last_raw or raw == self._last_raw):
-            return last
-        trigger = trigger_from_dict(raw)
-        self._last_raw, self._last_trigger = raw, trigger
-        return trigger
-
-    def _occurrence(self, claim: Claim) -> _Occurrence | None:
-        """Plan a claimed occurrence of a schedule by its misfire policy, on the store's clock.
-
-        ``None`` when it is not to run (skipped, or paused): then the occurrence to come is
-        already filed, in place of this one (fenced by the claim, as every rearm). Not async: an
-        occurrence on time (the common case) needs no store call before it runs, and a coroutine
-        per occurrence costs more than its planning; one whose nominal time moved is ``moved``.
-        """
-        handler = self.handler
-        envelope: Envelope = claim.element
-        try:
-            trigger = self._trigger(envelope["trigger"])
-        except (RehydrateError, KeyError, TypeError, ValueError) as exc:
-            if envelope.get("replay"):  # a requeued occurrence (it has no trigger): run it once
-                return _Occurrence(None, envelope, nominal_of(envelope))
-            if is_removed(envelope):
-                return None  # (see _deliver)
-            logger.error(
-                "a schedule's trigger cannot be read; it is run once",
-                dehydrator=handler.name,
-                id=claim.id,
-                exc_info=exc,
-            )
-            try:
-                nominal = nominal_of(envelope)
-            except (KeyError, TypeError, ValueError):
-                nominal = 0.0
-            return _Occurrence(None, envelope, nominal)
-        now = float(self._wall())
-        # The common case, written out (it is ``plan``'s first steps), in whole microseconds as
-        # the envelope keeps them: a first delivery of a schedule neither paused nor spread nor
-        # ``skip``, with no later occurrence missed yet, and not early (below). Now in whole
-        # microseconds too (floored: the same answers against whole numbers), for comparisons
-        # of ints: an int of more than 48 bits against a float takes CPython's slow path, several
-        # times the cost of comparing two ints (docs/benchmarks.md, "Measurements behind the code").
-        now_us = int(now * US)
-        nominal_us = envelope["next"]
-        if (
-            claim.attempt == 1
-            and type(nominal_us) is int
-            and "paused" not in envelope
-            and "spread" not in envelope
-            and "extra" not in envelope
-            and envelope.get("misfire") != "skip"
-            and nominal_us <= now_us + _EARLY_US
-        ):
-            if not isinstance(trigger, Every):
-                following = us(trigger.after(nominal_us / US))
-            elif type(anchor := envelope.get("anchor")) is int:
-                # ``trigger.after_us(nominal_us, anchor)``, written out: the call was a large part
-                # of an occurrence's own work (``bench_instructions.py``).
-                step = trigger.interval_us
-                k = (nominal_us - anchor) // step + 1
-                following = anchor + k * step if k > 0 else anchor
-            else:
-                following = 0  # a damaged envelope: planning says what becomes of it
-            if following > now_us:
-                return _Occurrence(trigger, envelope, nominal_us / US, following)
-        # A spread schedule runs ``offset`` after its nominal times: planned on its own clock.
-        offset = offset_of(claim.id, envelope) if "spread" in envelope else 0.0
-        if (
-            type(nominal_us) is int
-            and nominal_us + int(offset * US) > now_us + _EARLY_US
-            and "extra" not in envelope
-            and not envelope.get("paused")
-        ):
-            # Due before its time: re-planned while an occurrence ran (``Scheduler.schedule``
-            # gave it another trigger; the store filed it at once when that run ended), or made
-            # due early by hand. Filed for its time, not run.
-            self._rearmer.add(claim.id, claim.token, envelope, nominal_us / US + offset, False)
-            return None
-        if envelope.get("paused"):
-            # Paused while an occurrence ran (``pause`` writes into a running schedule): not run,
-            # filed again, still paused, for its first occurrence after now. Not for the longest
-            # ttl: a ``resume`` made while this claim lasts is written into it too, and the
-            # schedule is then filed as resumed, for that occurrence.
-            try:
-                upcoming = first_after(envelope, trigger, now - offset)
-            except (KeyError, TypeError, ValueError):  # a damaged envelope: left paused for good
-                self._rearmer.add(claim.id, claim.token, envelope, now + PAUSED_TTL, False)
-                return None
-            self._rearmer.add(claim.id, claim.token, with_next(envelope, upcoming), upcoming + offset, False)
-            return None
-        if "extra" in envelope:
-            # An extra run asked for by ``Scheduler.run_now``: out of turn while the occurrence
-            # it stands for is still to come, filed again for that one once it ends. A request
-            # still there at that occurrence's time (its run failing since) is that occurrence.
-            requested = envelope["extra"]
-            if type(requested) is int and type(nominal_us) is int and now < nominal_us / US + offset:
-                # Its time is kept (``last_extra``): a request made later within the same
-                # microsecond gets a key of its own (see ``extra_time``).
-                envelope = without_extra(envelope, ran=requested)
-                return _Occurrence(trigger, envelope, requested / US, nominal_us, False, offset)
-            envelope = without_extra(envelope)
-        decided = plan(envelope, trigger, now - offset, claim.attempt)
-        if decided.nominal != nominal_of(envelope):
-            envelope = with_next(envelope, decided.nominal)
-        if not decided.run:
-            logger.info(
-                "schedule: an occurrence later than its grace was skipped",
-                dehydrator=handler.name,
-                id=claim.id,
-                skipped=nominal_of(claim.element),
-                next=decided.nominal,
-            )
-            self._rearmer.add(claim.id, claim.token, envelope, decided.nominal + offset, False)
-            return None
-        then = None if decided.following is None else us(decided.following)
-        moved = envelope is not claim.element
-        return _Occurrence(trigger, envelope, decided.nominal, then, moved, offset)
-
-    async def _remove(self, claim: Claim) -> None:
-        """A schedule unscheduled while an occurrence ran, whose worker died before the run's end
-        removed it: given back as it is, alone, the store removes it, or files what a
-        ``schedule()`` wrote into it since, at once (see ``Store.rearm``). If that fails, its
-        lease brings it back."""
-        with anyio.CancelScope(shield=True), anyio.move_on_after(_ACK_TIMEOUT):
-            try:
-                await self._store.rearm(self.handler.name, [(claim.id, claim.token, claim.element, 0.0)])
-            except RehydrateError as exc:
-                logger.warning(
-                    "could not remove an unscheduled schedule; its lease will bring it back",
-                    dehydrator=self.handler.name,
-                    id=claim.id,
-                    exc_info=exc,
-                )
-
-    async def _write_back(self, claim: Claim, occurrence: _Occurrence) -> None:
-        """Record a moved nominal time before the occurrence runs, so a retry runs this same one.
-
-        Fenced by the claim: a schedule replaced or paused since it was claimed keeps what was
-        filed (written over, a paused schedule came back unpaused and due in 31 years: lost).
-        """
-        try:
-            await self._store.update(self.handler.name, claim.id, occurrence.envelope, token=claim.token)
-        except UnknownIdError:
-            logger.info(
-                "schedule changed after this occurrence was claimed: it runs, and files no next one",
-                dehydrator=self.handler.name,
-                id=claim.id,
-            )
-        except RehydrateError as exc:
-            logger.warning(
-                "schedule: could not record a coalesced occurrence",
-                dehydrator=self.handler.name,
-                id=claim.id,
-                exc_info=exc,
-            )
-
-    def _file_next(self, claim: Claim, occurrence: _Occurrence) -> None:
-        """The occurrence is over (done, or dead-lettered): file the next one in its place."""
-        if occurrence.trigger is None:
-            self._acker.add(claim.id, claim.token)
-            return
-        upcoming = occurrence.following
-        if upcoming is None:
-            upcoming = us(next_run(occurrence.envelope, occurrence.trigger))
-        # ``next`` keeps its place, the last (with_next's copy, without its check: every envelope
-        # is written so). A copy, then the one key set: ``{**envelope, "next": ...}`` builds two
-        # dicts and merges them, which counts as a measurable share of an occurrence
-        # (``bench_instructions.py``).
-        envelope = occurrence.envelope.copy()
-        envelope["next"] = upcoming
-        self._rearmer.add(claim.id, claim.token, envelope, upcoming / US + occurrence.offset, True)
 
     async def _in_thread(self, claim: Claim, element: Any) -> None:
         """Run a plain ``def`` handler in a worker thread, and wait for it even while shutting down.
@@ -1185,7 +932,7 @@ class Runner:
         if scope.cancelled_caught:
             raise _GaveUp
 
-    async def _failed(self, claim: Claim, exc: Exception, occurrence: _Occurrence | None = None) -> str:
+    async def _failed(self, claim: Claim, exc: Exception, occurrence: Occurrence | None = None) -> str:
         """Retry or dead-letter a failed element; what became of it (``retried``,
         ``dead_lettered``, ``lost``, or ``failed`` if the store could not be told)."""
         handler, counters = self.handler, self._counters
@@ -1219,11 +966,9 @@ class Runner:
             )
             return "failed"
 
-    async def _dead_letter(self, claim: Claim, exc: BaseException, occurrence: _Occurrence | None) -> None:
+    async def _dead_letter(self, claim: Claim, exc: BaseException, occurrence: Occurrence | None) -> None:
         name, ttl = self.handler.name, self._settings.dead_letter_ttl
-        element, carrier = (
-            unwrap(claim.element) if occurrence is None else (occurrence.envelope.get("element"), None)
-        )
+        element, carrier = unwrap(claim.element) if occurrence is None else (occurrence.element, None)
         record = {
             "element": element,
             "error": repr(exc)[:2000],
@@ -1232,12 +977,7 @@ class Runner:
         }
         id = claim.id
         if occurrence is not None:
-            # One dead letter per occurrence, named by its nominal time; the schedule carries on.
-            # (A requeued one, see replay_envelope, is named so already.)
-            when = datetime.fromtimestamp(occurrence.nominal, UTC)
-            record["scheduled_for"] = when.isoformat()
-            if not occurrence.envelope.get("replay"):
-                id = f"{claim.id}@{when.isoformat()}"
+            id, record["scheduled_for"] = self._occurrences.dead_letter(claim, occurrence)
         if carrier is not None:
             record["trace"] = carrier  # so that a requeue carries it on
         # A DuplicateIdError means an earlier try got this far, then lost its ack.
@@ -1246,7 +986,7 @@ class Runner:
         if occurrence is None:
             await self._store.ack(name, [(claim.id, claim.token)])
         else:
-            self._file_next(claim, occurrence)
+            self._occurrences.finish(claim, occurrence)
 
 
 async def feed_channel(

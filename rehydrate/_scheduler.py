@@ -42,7 +42,7 @@ from rehydrate._clock import wall
 from rehydrate._core import _validate
 from rehydrate._core._records import ElementInfo, is_held
 from rehydrate._core._retry import Retry
-from rehydrate._core._triggers import US, Every, Misfire, Trigger, trigger_from_dict
+from rehydrate._core._triggers import US, Misfire, Trigger
 from rehydrate._core._validate import Seconds
 from rehydrate._deliveries import Counters, DeadLetter, Delivery, Stats, current_delivery, stats_of
 from rehydrate._heartbeat import Heartbeat, new_worker_id
@@ -57,22 +57,18 @@ from rehydrate._runner import (
     release_many,
 )
 from rehydrate._schedules import (
-    PAUSED_TTL,
-    Envelope,
     ScheduleInfo,
     check_trigger,
-    first_run,
     is_envelope,
     is_removed,
     is_schedule,
-    make_envelope,
-    nominal_of,
-    spread_offset,
+    new_schedule,
+    replanned,
+    rewritten,
+    trigger_of,
     ttl_until,
     validate_misfire,
     validate_spread,
-    with_declared,
-    with_policy,
 )
 from rehydrate._tracing import Tracing, unwrap
 from rehydrate.abc import Clock, Store
@@ -174,85 +170,17 @@ def _heartbeat_interval(value: Seconds | None) -> float | None:
     return seconds
 
 
-def _trigger_of(envelope: Envelope) -> Trigger | None:
-    """The trigger an envelope holds (``None`` if it cannot be read: then it differs from any)."""
-    try:
-        return trigger_from_dict(envelope["trigger"])
-    except (RehydrateError, KeyError, TypeError, ValueError):
+def _nominal_of_record(record: dict[str, Any]) -> float | None:
+    """The nominal time (Unix seconds) of the occurrence a dead letter holds, ``None`` for
+    one-shot work (or a record whose ``scheduled_for`` cannot be read: it goes back as it is)."""
+    text = record.get("scheduled_for")
+    if not isinstance(text, str):
         return None
-
-
-def _running_us(envelope: Envelope, now: float) -> int:
-    """The nominal time (whole microseconds) of the occurrence that runs while ``envelope`` is
-    held, at ``now`` on the schedule's own clock: the extra run asked for by ``run_now`` while
-    the occurrence it stands for is still to come (the runner's rule), else ``next``."""
-    upcoming = envelope["next"]
-    requested = envelope.get("extra")
-    if type(requested) is int and now < upcoming / US:
-        return requested
-    return int(upcoming)
-
-
-def _planned_after(
-    trigger: Trigger,
-    element: Any,
-    since: float,
-    offset: float,
-    after_us: int | None,
-    *,
-    misfire: Misfire,
-    grace: float | None,
-    spread: float | None,
-    paused: bool = False,
-) -> tuple[Envelope, float, bool]:
-    """:func:`_new_schedule` filed at ``since``, its first occurrence after ``after_us`` (whole
-    microseconds) if given: a schedule written into one whose occurrence runs, which must not
-    take that occurrence's time (its key, and the end the store compares). Filed a microsecond
-    later each time, four times at most (one or two do); whether one after it was found."""
-    for _ in range(4):
-        envelope, first = _new_schedule(
-            trigger, element, since, offset, misfire=misfire, grace=grace, spread=spread, paused=paused
-        )
-        if after_us is None or envelope["next"] > after_us:
-            return envelope, first, True
-        since += 1 / US
-    return envelope, first, False
-
-
-def _anchor(trigger: Trigger, now: float) -> float | None:
-    """Where an ``Every`` counts from: its ``start``, or when it is first filed (that
-    microsecond, so its first occurrence is due at once)."""
-    if isinstance(trigger, Every):
-        return math.floor(now * US) / US if trigger.start is None else trigger.start
-    return None
-
-
-def _new_schedule(
-    trigger: Trigger,
-    element: Any,
-    now: float,
-    offset: float,
-    *,
-    misfire: Misfire,
-    grace: float | None,
-    spread: float | None,
-    paused: bool = False,
-) -> tuple[Envelope, float]:
-    """A new schedule's envelope, filed at wall time ``now``, and the nominal time of its first
-    occurrence (found on the schedule's own clock: ``offset`` later is when it is due)."""
-    anchor = _anchor(trigger, now)
-    first = first_run(trigger, anchor, now - offset)
-    envelope = make_envelope(
-        trigger,
-        element=element,
-        next=first,
-        anchor=anchor,
-        misfire=misfire,
-        grace=grace,
-        paused=paused,
-        spread=spread,
-    )
-    return envelope, first
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return None if when.tzinfo is None else when.timestamp()
 
 
 def _delay_until(at: datetime, clock: Clock) -> float:
@@ -799,11 +727,10 @@ class Scheduler:
             now = wall(store.clock)
             planned = []
             for id, trigger, element in batch:
-                offset = spread_offset(id, spread_s)
-                envelope, first = _new_schedule(
-                    trigger, element, now, offset, misfire=misfire, grace=grace_s, spread=spread_s
+                envelope, due, _ = new_schedule(
+                    id, trigger, element, now, misfire=misfire, grace=grace_s, spread=spread_s
                 )
-                planned.append((envelope, first + offset, id))
+                planned.append((envelope, due, id))
             # The ttls from the clock read just before filing, not the one the batch was planned
             # at: building a batch of envelopes takes milliseconds, and each of them would make
             # every first occurrence of the batch that much later than its nominal time.
@@ -839,7 +766,6 @@ class Scheduler:
         declared: bool = False,
     ) -> None:
         store = self.store
-        offset = spread_offset(id, spread)
         # First as if no occurrence ran (the common case): the store's replace_unless_held says
         # whether one does, in the same step as the change; only then is the run looked at.
         assume_free = True
@@ -854,26 +780,30 @@ class Scheduler:
                 # now), whose key that is, and whose end the store would take it for.
                 held = await self._held(name, id)
                 after = math.floor(now * US) if held else None
-                envelope, first, _ = _planned_after(
-                    trigger, element, now, offset, after, misfire=misfire, grace=grace, spread=spread
+                envelope, due, _ = new_schedule(
+                    id,
+                    trigger,
+                    element,
+                    now,
+                    after_us=after,
+                    misfire=misfire,
+                    grace=grace,
+                    spread=spread,
+                    declared=declared,
                 )
-                if declared:
-                    envelope = with_declared(envelope, True)
                 if held:
                     if await change_held(store, name, id, existing, envelope):
                         return
                     continue  # changed meanwhile: compare with that
                 # (A runner that claims the marker meanwhile runs nothing: replacing it is safe.)
-                await store.push(name, envelope, ttl=ttl_until(first + offset, now), id=id, replace=True)
+                await store.push(name, envelope, ttl=ttl_until(due, now), id=id, replace=True)
                 return
             if existing is None:
-                envelope, first = _new_schedule(
-                    trigger, element, now, offset, misfire=misfire, grace=grace, spread=spread
+                envelope, due, _ = new_schedule(
+                    id, trigger, element, now, misfire=misfire, grace=grace, spread=spread, declared=declared
                 )
-                if declared:
-                    envelope = with_declared(envelope, True)
                 try:
-                    await store.push(name, envelope, ttl=ttl_until(first + offset, now), id=id)
+                    await store.push(name, envelope, ttl=ttl_until(due, now), id=id)
                 except DuplicateIdError:
                     continue  # filed meanwhile (another process declaring it): compare with that
                 return
@@ -881,11 +811,9 @@ class Scheduler:
                 error = DuplicateIdError(id)
                 error.add_note(f"{id!r} in {name!r} holds one-shot work, not a schedule")
                 raise error
-            paused = bool(existing.get("paused"))
-            same = _trigger_of(existing) == trigger
-            if same:
-                envelope = with_declared(
-                    with_policy({**existing, "element": element}, misfire, grace, spread), declared
+            if trigger_of(existing) == trigger:
+                envelope, due = rewritten(
+                    id, existing, element, misfire=misfire, grace=grace, spread=spread, declared=declared
                 )
                 if envelope == existing:
                     return  # nothing changed: nothing moves
@@ -895,34 +823,26 @@ class Scheduler:
                 # (An envelope whose ``next`` is not µs is from before that: filed anew.)
                 fenced = type(existing.get("next")) is int
                 held = fenced and not assume_free and await self._held(name, id)
-                # Held: re-planned in place, from its first occurrence after the one that runs
-                # (never that one: a new ``next`` is what tells the store it was re-planned; a
-                # microsecond after it at the least, as the envelope counts it).
-                running = _running_us(existing, now - offset) if held else None
-                since = now if running is None else max(now, running / US + offset)
-                envelope, upcoming, found = _planned_after(
+                envelope, due, found = replanned(
+                    id,
+                    existing,
                     trigger,
                     element,
-                    since,
-                    offset,
-                    running,
+                    now,
+                    running=held,
                     misfire=misfire,
                     grace=grace,
                     spread=spread,
-                    paused=paused,
+                    declared=declared,
                 )
                 # (No later occurrence found: filed anew, as when nothing runs.)
                 fenced = fenced and not held
                 held = held and found
-                if declared:
-                    envelope = with_declared(envelope, True)
             if held:
                 if await change_held(store, name, id, existing, envelope):
                     return
                 continue  # changed meanwhile: compare with that
-            if same:
-                upcoming = nominal_of(existing)
-            ttl = PAUSED_TTL if paused else ttl_until(upcoming + offset, now)
+            ttl = ttl_until(due, now)
             if not fenced:
                 await store.push(name, envelope, ttl=ttl, id=id, replace=True)
                 return
@@ -1004,7 +924,7 @@ class Scheduler:
                     "schedule removed: its handler no longer declares it",
                     dehydrator=name,
                     id=name,
-                    trigger=str(_trigger_of(existing)),
+                    trigger=str(trigger_of(existing)),
                 )
 
     # -- dead letters ----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ which is filed next); the scheduler and its runners do the store calls.
 from __future__ import annotations
 
 import hashlib
+import math
 from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple, cast
 
@@ -39,12 +40,16 @@ from rehydrate.errors import InvalidArgumentError, InvalidTypeError, RehydrateEr
 
 __all__ = [
     "Envelope",
+    "EARLY_US",
     "KEY",
-    "Plan",
+    "Occurrence",
+    "PAUSED_TTL",
     "REMOVED",
+    "Refile",
     "SKIP_GRACE",
     "ScheduleInfo",
     "anchor_of",
+    "check_trigger",
     "extra_time",
     "first_after",
     "first_run",
@@ -53,14 +58,19 @@ __all__ = [
     "is_schedule",
     "make_envelope",
     "next_run",
+    "new_schedule",
     "nominal_of",
     "offset_of",
     "plan",
+    "replanned",
     "replay_envelope",
-    "schedule_info",
+    "rewritten",
+    "running_us",
     "schedule_row",
     "spread_offset",
     "stored_trigger",
+    "trigger_of",
+    "ttl_until",
     "validate_misfire",
     "validate_spread",
     "with_declared",
@@ -422,6 +432,128 @@ def first_run(trigger: Trigger, anchor: float | None, now: float) -> float:
     return trigger.after(now)
 
 
+def new_schedule(
+    id: str,
+    trigger: Trigger,
+    element: Any,
+    now: float,
+    *,
+    misfire: Misfire,
+    grace: float | None,
+    spread: float | None,
+    declared: bool = False,
+    paused: bool = False,
+    after_us: int | None = None,
+) -> tuple[Envelope, float, bool]:
+    """The schedule ``id`` filed at wall time ``now``: its envelope, when its first occurrence is
+    due (wall time: its nominal time, found on the schedule's own clock, plus its spread offset;
+    ``inf`` while paused), and whether that occurrence is after ``after_us``.
+
+    With ``after_us`` (whole microseconds), its first occurrence after it: a schedule written
+    into one whose occurrence runs, which must not take that occurrence's time (its key, and the
+    end the store compares). Filed a microsecond later each time, four times at most (one or two
+    do); the last one tried if none is.
+    """
+    offset = spread_offset(id, spread)
+    for _ in range(4):
+        # An ``Every`` counts from its ``start``, or from when it is first filed (that
+        # microsecond, so its first occurrence is due at once).
+        anchor = None
+        if isinstance(trigger, Every):
+            anchor = math.floor(now * US) / US if trigger.start is None else trigger.start
+        first = first_run(trigger, anchor, now - offset)
+        envelope = make_envelope(
+            trigger,
+            element=element,
+            next=first,
+            anchor=anchor,
+            misfire=misfire,
+            grace=grace,
+            paused=paused,
+            spread=spread,
+        )
+        found = after_us is None or envelope["next"] > after_us
+        if found:
+            break
+        now += 1 / US
+    if declared:
+        envelope = with_declared(envelope, True)
+    return envelope, math.inf if paused else first + offset, found
+
+
+def rewritten(
+    id: str,
+    existing: Envelope,
+    element: Any,
+    *,
+    misfire: Misfire,
+    grace: float | None,
+    spread: float | None,
+    declared: bool = False,
+) -> tuple[Envelope, float]:
+    """The schedule ``id`` filed as ``existing`` given again with its trigger: its element, policy
+    and mark changed, the occurrence it stands for kept; and when that one is due (wall time,
+    with the spread given; ``inf`` while paused)."""
+    envelope = with_declared(with_policy({**existing, "element": element}, misfire, grace, spread), declared)
+    if existing.get("paused"):
+        return envelope, math.inf
+    return envelope, nominal_of(existing) + spread_offset(id, spread)
+
+
+def replanned(
+    id: str,
+    existing: Envelope,
+    trigger: Trigger,
+    element: Any,
+    now: float,
+    *,
+    running: bool,
+    misfire: Misfire,
+    grace: float | None,
+    spread: float | None,
+    declared: bool = False,
+) -> tuple[Envelope, float, bool]:
+    """The schedule ``id`` filed as ``existing`` given another trigger at wall time ``now``: filed
+    anew from now on (paused if it was). While an occurrence runs (``running``), from its first
+    occurrence after the one that runs: never that one (a new ``next`` is what tells the store it
+    was re-planned; a microsecond after it at the least, as the envelope counts it). As
+    :func:`new_schedule`; found ``False``: none after it (then it is filed as if none ran)."""
+    offset = spread_offset(id, spread)
+    after = running_us(existing, now - offset) if running else None
+    since = now if after is None else max(now, after / US + offset)
+    return new_schedule(
+        id,
+        trigger,
+        element,
+        since,
+        misfire=misfire,
+        grace=grace,
+        spread=spread,
+        declared=declared,
+        paused=bool(existing.get("paused")),
+        after_us=after,
+    )
+
+
+def running_us(envelope: Envelope, now: float) -> int:
+    """The nominal time (whole microseconds) of the occurrence that runs while ``envelope`` is
+    held, at ``now`` on the schedule's own clock: the extra run asked for by ``run_now`` while
+    the occurrence it stands for is still to come (:func:`plan`'s rule), else ``next``."""
+    upcoming = envelope["next"]
+    requested = envelope.get("extra")
+    if type(requested) is int and now < upcoming / US:
+        return requested
+    return int(upcoming)
+
+
+def trigger_of(envelope: Envelope) -> Trigger | None:
+    """The trigger an envelope holds (``None`` if it cannot be read: then it differs from any)."""
+    try:
+        return trigger_from_dict(envelope["trigger"])
+    except (RehydrateError, KeyError, TypeError, ValueError):
+        return None
+
+
 def first_after(envelope: Envelope, trigger: Trigger, ts: float) -> float:
     """The schedule's first occurrence strictly after wall time ``ts``."""
     return _after(envelope, trigger, ts)
@@ -433,20 +565,141 @@ def next_run(envelope: Envelope, trigger: Trigger) -> float:
     return _after(envelope, trigger, nominal_of(envelope))
 
 
-class Plan(NamedTuple):
-    """What to do with a claimed occurrence: run it for ``nominal``, or skip to ``nominal``
-    (file that occurrence without running the handler). A tuple: one is made per occurrence."""
+class Occurrence:
+    """A claimed occurrence to run: the schedule's trigger (``None`` if unreadable), the envelope
+    to file again when it ends (its ``next`` the occurrence it stands for), and the nominal time
+    (Unix seconds) it runs for, its handler's ``scheduled_for``.
 
-    run: bool
-    nominal: float
-    #: The occurrence after ``nominal`` when planning already computed it (the common case: nothing
-    #: missed), so filing the next one need not compute it again; ``None`` otherwise.
-    following: float | None = None
+    A plain slotted class: one is made per occurrence delivered, and a frozen attrs class costs
+    markedly more to make (``benchmarks/bench_schedules.py``).
+    """
+
+    __slots__ = ("element", "envelope", "following", "moved", "nominal", "offset", "scheduled_for", "trigger")
+
+    def __init__(
+        self,
+        trigger: Trigger | None,
+        envelope: Envelope,
+        nominal: float,
+        following: int | None = None,
+        moved: bool = False,
+        offset: float = 0.0,
+    ) -> None:
+        self.trigger = trigger
+        self.envelope = envelope
+        self.nominal = nominal
+        #: The occurrence to file when this one ends, if planning already knew it (whole
+        #: microseconds, as envelopes keep it).
+        self.following = following
+        #: Planning moved the nominal time (coalesced, or ``all`` starting later): to be written
+        #: back before it runs, so that a retry runs this same occurrence.
+        self.moved = moved
+        #: How long after its nominal times the schedule runs (its share of a ``spread``).
+        self.offset = offset
+        #: What the handler gets.
+        self.element = envelope.get("element")
+        #: ``nominal`` as an aware datetime: set by whoever delivers it (it keeps the last one made).
+        self.scheduled_for: datetime | None = None
 
 
-def plan(envelope: Envelope, trigger: Trigger, now: float, attempt: int) -> Plan:
+class Refile(NamedTuple):
+    """A claimed occurrence not to run: ``envelope`` is filed again, due at wall time ``due``."""
+
+    envelope: Envelope
+    due: float
+    #: Skipped by ``misfire="skip"``: the nominal time of the occurrence skipped (for the logs).
+    skipped: float | None = None
+
+
+#: An occurrence claimed more than this long (a second, in microseconds) before its nominal time
+#: (its due time, for a spread schedule) was made due early: it is filed for its time instead of
+#: run (a wall clock read a little behind the store's is not that).
+EARLY_US: Final = 1_000_000
+
+
+def plan(id: str, envelope: Envelope, trigger: Trigger, now: float, attempt: int) -> Occurrence | Refile:
+    """What the claim of the schedule ``id``'s occurrence ``envelope`` (delivery ``attempt``) at
+    wall time ``now`` comes to: the :class:`Occurrence` to run, or a :class:`Refile` (paused,
+    made due early, skipped by its misfire policy).
+
+    The one planner of occurrences; the first test is its common case (a first delivery of a
+    schedule neither paused nor spread nor ``skip``, not early, nothing missed), answered in
+    whole microseconds as the envelope keeps them, with no call but the trigger's step: it runs
+    once per occurrence. ``now`` is floored to whole microseconds for it (the same answers
+    against whole numbers): an int of more than 48 bits against a float takes CPython's slow
+    path, several times the cost of comparing two ints (docs/benchmarks.md, "Measurements
+    behind the code").
+    """
+    now_us = int(now * US)
+    nominal_us = envelope["next"]
+    if (
+        attempt == 1
+        and type(nominal_us) is int
+        and "paused" not in envelope
+        and "spread" not in envelope
+        and "extra" not in envelope
+        and envelope.get("misfire") != "skip"
+        and nominal_us <= now_us + EARLY_US
+    ):
+        if not isinstance(trigger, Every):
+            following = us(trigger.after(nominal_us / US))
+        elif type(anchor := envelope.get("anchor")) is int:
+            following = trigger.after_us(nominal_us, anchor)
+        else:
+            following = 0  # a damaged envelope: the full planning below says what becomes of it
+        if following > now_us:
+            return Occurrence(trigger, envelope, nominal_us / US, following)
+    # A spread schedule runs ``offset`` after its nominal times: planned on its own clock.
+    offset = offset_of(id, envelope) if "spread" in envelope else 0.0
+    if (
+        type(nominal_us) is int
+        and nominal_us + int(offset * US) > now_us + EARLY_US
+        and "extra" not in envelope
+        and not envelope.get("paused")
+    ):
+        # Due before its time: re-planned while an occurrence ran (``Scheduler.schedule`` gave
+        # it another trigger; the store filed it at once when that run ended), or made due early
+        # by hand. Filed for its time, not run.
+        return Refile(envelope, nominal_us / US + offset)
+    if envelope.get("paused"):
+        # Paused while an occurrence ran (``pause`` writes into a running schedule): not run,
+        # filed again, still paused, for its first occurrence after now. Not for the longest
+        # ttl: a ``resume`` made while this claim lasts is written into it too, and the schedule
+        # is then filed as resumed, for that occurrence.
+        try:
+            upcoming = first_after(envelope, trigger, now - offset)
+        except (KeyError, TypeError, ValueError):  # a damaged envelope: left paused for good
+            return Refile(envelope, now + PAUSED_TTL)
+        return Refile(with_next(envelope, upcoming), upcoming + offset)
+    claimed = envelope
+    if "extra" in envelope:
+        # An extra run asked for by ``Scheduler.run_now``: out of turn while the occurrence it
+        # stands for is still to come, filed again for that one once it ends. A request still
+        # there at that occurrence's time (its run failing since) is that occurrence.
+        requested = envelope["extra"]
+        if type(requested) is int and type(nominal_us) is int and now < nominal_us / US + offset:
+            # Its time is kept (``last_extra``): a request made later within the same
+            # microsecond gets a key of its own (see ``extra_time``).
+            return Occurrence(
+                trigger, without_extra(envelope, ran=requested), requested / US, nominal_us, False, offset
+            )
+        envelope = without_extra(envelope)
+    run, nominal, following_s = _misfire(envelope, trigger, now - offset, attempt)
+    if nominal != nominal_of(envelope):
+        envelope = with_next(envelope, nominal)
+    if not run:
+        return Refile(envelope, nominal + offset, nominal_of(claimed))
+    then = None if following_s is None else us(following_s)
+    return Occurrence(trigger, envelope, nominal, then, envelope is not claimed, offset)
+
+
+def _misfire(
+    envelope: Envelope, trigger: Trigger, now: float, attempt: int
+) -> tuple[bool, float, float | None]:
     """Apply the misfire policy to an occurrence claimed at wall time ``now`` (on the schedule's
-    own clock: for a spread schedule, wall time less its offset).
+    own clock: for a spread schedule, wall time less its offset): whether to run it, for which
+    nominal time (or, not run, the occurrence to file instead), and the occurrence after that one
+    when this already computed it (``None`` otherwise).
 
     Only a first delivery is planned: a retry, or a redelivery after a lost lease, runs the
     occurrence it was (a plan that moved the nominal time was written back before it ran).
@@ -460,32 +713,32 @@ def plan(envelope: Envelope, trigger: Trigger, now: float, attempt: int) -> Plan
     """
     nominal = nominal_of(envelope)
     if attempt > 1 or envelope.get("paused"):
-        return Plan(True, nominal)
+        return True, nominal, None
     misfire = envelope.get("misfire", "coalesce")
     if misfire == "skip":
         grace = float(envelope.get("grace") or SKIP_GRACE)
         if now - nominal <= grace:
-            return Plan(True, nominal)
+            return True, nominal, None
         # The first occurrence not yet later than grace: it may be due now (within grace) or later.
         if isinstance(trigger, Every):
             later = trigger.at_or_after(now - grace, _anchor(envelope))
         else:
             later = trigger.after(now - grace - 1e-3)  # cron's occurrences are whole minutes
-        return Plan(False, max(later, _after(envelope, trigger, nominal)))
+        return False, max(later, _after(envelope, trigger, nominal)), None
     following = _after(envelope, trigger, nominal)
     if following > now:
-        return Plan(True, nominal, following)  # nothing else missed
+        return True, nominal, following  # nothing else missed
     latest = _before(envelope, trigger, now)
     if latest is None:
-        return Plan(True, nominal)
+        return True, nominal, None
     if misfire == "coalesce":
-        return Plan(True, latest)
+        return True, latest, None
     # "all": run this one unless more than ALL_MAX are missed; then start from the ALL_MAX-th last.
     t, count = nominal, 1
     while count <= ALL_MAX:
         t = _after(envelope, trigger, t)
         if t > now:
-            return Plan(True, nominal)
+            return True, nominal, None
         count += 1
     back = latest
     for _ in range(ALL_MAX - 1):
@@ -493,7 +746,7 @@ def plan(envelope: Envelope, trigger: Trigger, now: float, attempt: int) -> Plan
         if previous is None or previous <= nominal:
             break
         back = previous
-    return Plan(True, back)
+    return True, back, None
 
 
 def ttl_until(when: float, now: float) -> float:
