@@ -579,7 +579,16 @@ class Dehydrator:
         claims: list[Claim] = []
         append = claims.append
         new_record = object.__new__
-        set_id, set_element, set_attempt, set_lease_until, set_token, set_due, set_claimed_at = CLAIM_SETTERS
+        (
+            set_id,
+            set_element,
+            set_attempt,
+            set_lease_until,
+            set_token,
+            set_due,
+            set_claimed_at,
+            set_revision,
+        ) = CLAIM_SETTERS
         for node in taken:
             attempt = min((node[4] & _ATTEMPTS) + 1, _ATTEMPTS)
             token = node[4] = next(stamps) * _STAMP + attempt
@@ -597,6 +606,7 @@ class Dehydrator:
             set_token(claim, token)
             set_due(claim, was_due)
             set_claimed_at(claim, now)
+            set_revision(claim, 0)  # SPEC: the element's new revision (issue 41, phase A)
             append(claim)
         if new:
             self._seat(queue)
