@@ -27,6 +27,16 @@ Rules that hold for every method unless its docstring says otherwise:
   element is still under that very claim: a worker whose lease ran out cannot ack, extend or move
   a newer claim, nor a new element pushed under the same id. (``attempt`` fencing, as in ReDe's
   XACK, compares only the attempt count, which starts again at 1 for a new element.)
+* **Revisions and compare-and-set.** Every element carries a revision (``ElementInfo.revision``,
+  ``Claim.revision``): a number that every write of the element changes (``push``, a replace,
+  ``update``, ``claim``, ``reschedule``, ``hand_back``, ``rearm``, the conditional writes below)
+  and that a lease's renewal (``extend``) keeps; never given twice in a store, so a new element
+  pushed under a reused id never has an old element's revision. :meth:`Store.read` returns an
+  element with its revision in one atomic read, and :meth:`Store.replace_if`,
+  :meth:`Store.update_if` and :meth:`Store.pull_if` write only if the revision is still the one
+  given, the comparison and the write one atomic step: the primitive the scheduling layer
+  builds its rules on (a change made while an occurrence runs, a removal during a run, the
+  no-overlap rule), once, above every store.
 * **Ids and names** are non-empty ``str`` of valid Unicode text (encodable as UTF-8: no lone
   surrogates); anything else is an ``InvalidArgumentError`` in every verb.
 * **Lifecycle.** A store is used between :meth:`Store.open` and :meth:`Store.aclose` (``async with
@@ -353,6 +363,47 @@ class Store(ABC):
             return False
         await self.pull(name, id)
         return True
+
+    # -- revisions: compare-and-set -------------------------------------------------------------
+
+    @abstractmethod
+    async def read(self, name: str, id: str) -> tuple[Any, ElementInfo] | None:
+        """The element and what the store knows of it (its revision included), in one atomic
+        read (:meth:`look` and :meth:`info` together); ``None`` if ``id`` is unknown.
+
+        Raises ``SerializerMismatchError`` for an element written by another serializer, as
+        :meth:`look` does.
+        """
+
+    @abstractmethod
+    async def replace_if(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[int | None]:
+        """For each ``(id, revision, element, ttl)``: if the element under ``id`` still has
+        ``revision``, file ``element`` in its place anew (unclaimed, attempt 0, due at
+        ``now + ttl``, a new revision), and give that new revision; ``None`` in its place (nothing
+        done) if ``id`` is unknown or its revision is another.
+
+        The comparison and the write are one atomic step per item. A claim changes the revision,
+        so a ``replace_if`` with a claim's :attr:`Claim.revision` is a fenced end of that claim
+        that files what comes next (nobody can claim the id between the two), and fails if
+        anyone wrote the element since the claim (an ``update``, a replace, a pull, a new claim
+        after the lease ran out); the claim's own lease renewals do not count. One round trip
+        per batch (a store may split a large one into atomic parts); "now" may be the moment of
+        the call, as for :meth:`push_many`. Every item is checked before anything is done: an id
+        given twice, a revision that is not a non-negative ``int`` or a bad ttl is an
+        ``InvalidArgumentError``; an element the serializer refuses or that is too large raises
+        as :meth:`push` does, and nothing is filed.
+        """
+
+    @abstractmethod
+    async def update_if(self, name: str, id: str, revision: int, element: Any) -> int | None:
+        """If the element under ``id`` still has ``revision``, replace it with ``element``,
+        keeping its due time, attempt and claim (as :meth:`update`), and give the new revision;
+        ``None`` (nothing done) if ``id`` is unknown or its revision is another. Atomic."""
+
+    @abstractmethod
+    async def pull_if(self, name: str, id: str, revision: int) -> bool:
+        """Remove the element under ``id`` if it still has ``revision``; whether it did.
+        Atomic: claimed or not, due or not, as :meth:`pull`."""
 
     # -- leases --------------------------------------------------------------------------------
 

@@ -78,8 +78,8 @@ class Claim(_Record):
     Two claims are equal when ``id``, ``element``, ``attempt`` and ``lease_until`` are.
     """
 
-    __slots__ = ("attempt", "claimed_at", "due", "element", "id", "lease_until", "token")
-    _fields = ("id", "element", "attempt", "lease_until", "token", "due", "claimed_at")
+    __slots__ = ("attempt", "claimed_at", "due", "element", "id", "lease_until", "revision", "token")
+    _fields = ("id", "element", "attempt", "lease_until", "token", "due", "claimed_at", "revision")
     _eq = ("id", "element", "attempt", "lease_until")
 
     id: str
@@ -92,6 +92,10 @@ class Claim(_Record):
     due: float
     #: When it was claimed, in the same clock.
     claimed_at: float
+    #: The element's revision as this claim filed it (see :class:`ElementInfo`): a write
+    #: conditional on it (``Store.replace_if``) succeeds only if nobody changed the element
+    #: since, the claim's own lease renewals aside.
+    revision: int
 
     def __init__(
         self,
@@ -103,6 +107,7 @@ class Claim(_Record):
         token: int = 0,
         due: float = 0.0,
         claimed_at: float = 0.0,
+        revision: int = 0,
     ) -> None:
         # Through the slots' own setters: a claim is made per element claimed, and this is
         # faster than ``object.__setattr__`` (or attrs's frozen ``__init__``).
@@ -113,6 +118,7 @@ class Claim(_Record):
         _claim_token(self, token)
         _claim_due(self, due)
         set_claimed_at(self, claimed_at)
+        set_claim_revision(self, revision)
 
     @property
     def lateness(self) -> float:
@@ -132,11 +138,19 @@ CLAIM_SETTERS: Final = tuple(vars(Claim)[name].__set__ for name in Claim._fields
     _claim_token,
     _claim_due,
     set_claimed_at,
+    set_claim_revision,
 ) = CLAIM_SETTERS
 
 
 def new_claim(
-    id: str, element: Any, attempt: int, lease_until: float, token: int, due: float, claimed_at: float
+    id: str,
+    element: Any,
+    attempt: int,
+    lease_until: float,
+    token: int,
+    due: float,
+    claimed_at: float,
+    revision: int = 0,
 ) -> Claim:
     """A :class:`Claim` from positional fields, in ``Claim._fields`` order: what the stores make
     for each element they claim (a third cheaper than the keyword-only constructor)."""
@@ -148,6 +162,7 @@ def new_claim(
     _claim_token(claim, token)
     _claim_due(claim, due)
     set_claimed_at(claim, claimed_at)
+    set_claim_revision(claim, revision)
     return claim
 
 
@@ -157,8 +172,9 @@ _new_record = object.__new__
 class ElementInfo(_Record):
     """What :meth:`Dehydrator.info` knows about one element, in the dehydrator's clock."""
 
-    __slots__ = ("attempt", "claimed", "due", "id", "ttl")
-    _fields = ("id", "due", "ttl", "attempt", "claimed")
+    __slots__ = ("attempt", "claimed", "due", "id", "revision", "ttl")
+    _fields = ("id", "due", "ttl", "attempt", "claimed", "revision")
+    _eq = ("id", "due", "ttl", "attempt", "claimed")
 
     id: str
     #: When the element is (or was) due, in the dehydrator's clock.
@@ -169,13 +185,22 @@ class ElementInfo(_Record):
     attempt: int
     #: Whether it is under a claim that has not been acked or rescheduled (its lease may have run out).
     claimed: bool
+    #: The element's revision: a number that every write of the element changes (a push, a
+    #: replace, an update, a claim, a reschedule, a hand-back, a rearm) and a lease's renewal
+    #: (``extend``) keeps, never given twice in a store, so never to a new element under a
+    #: reused id. The conditional writes (``Store.replace_if``, ``update_if``, ``pull_if``)
+    #: take it: compare-and-set. Not part of equality (two reads of one state are equal).
+    revision: int
 
-    def __init__(self, *, id: str, due: float, ttl: float, attempt: int, claimed: bool) -> None:
+    def __init__(
+        self, *, id: str, due: float, ttl: float, attempt: int, claimed: bool, revision: int = 0
+    ) -> None:
         _set(self, "id", id)
         _set(self, "due", due)
         _set(self, "ttl", ttl)
         _set(self, "attempt", attempt)
         _set(self, "claimed", claimed)
+        _set(self, "revision", revision)
 
 
 def is_held(info: ElementInfo, now: float) -> bool:
