@@ -950,13 +950,15 @@ def test_push_creates_the_database(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_a_version_1_file_is_migrated_when_opened(tmp_path: Path) -> None:
-    """Version 2 added the workers table: a file of version 1 gets it, its elements untouched."""
+    """Version 2 added the workers table: a file of version 1 gets it, its elements untouched
+    (and version 3's revisions)."""
     path = tmp_path / "v1.db"
     async with SQLiteStore(path) as store:
         await store.push("jobs", "kept", ttl=0, id="k")
     conn = sqlite3.connect(path)
     with conn:
         conn.execute("DROP TABLE rehydrate_workers")
+        conn.execute("ALTER TABLE rehydrate_elements DROP COLUMN rev")  # (version 3's)
         conn.execute("UPDATE rehydrate_meta SET value = 1 WHERE key = 'schema'")
     conn.close()
     async with SQLiteStore(path) as store:
@@ -964,7 +966,7 @@ async def test_a_version_1_file_is_migrated_when_opened(tmp_path: Path) -> None:
         await store.heartbeat("w", {"ok": True}, ttl=5)
         assert [w.data for w in await store.workers()] == [{"ok": True}]
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT value FROM rehydrate_meta WHERE key = 'schema'").fetchone() == (2,)
+    assert conn.execute("SELECT value FROM rehydrate_meta WHERE key = 'schema'").fetchone() == (3,)
     conn.close()
 
 
