@@ -74,44 +74,6 @@ def _new_id() -> str:
     return os.urandom(16).hex()
 
 
-def _revision(value: object) -> int:
-    """A revision to compare with: a non-negative ``int`` (not a ``bool``)."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidTypeError(f"revision must be an int, not {type(value).__name__}")
-    if value < 0:
-        raise InvalidArgumentError(f"revision must be at least 0, got {value!r}")
-    return value
-
-
-def _replacements(items: object) -> list[tuple[str, int, Any, float]]:
-    """The ``(id, revision, element, ttl)`` items of a ``replace_if``, all checked before any is
-    acted upon: valid ids, revisions and ttls, and no id twice."""
-    if isinstance(items, str | bytes) or not hasattr(items, "__iter__"):
-        raise InvalidTypeError(
-            f"items must be an iterable of (id, revision, element, ttl), not {type(items).__name__}"
-        )
-    out: list[tuple[str, int, Any, float]] = []
-    seen: set[str] = set()
-    for index, item in enumerate(items):
-        if not isinstance(item, tuple) or len(item) != 4:
-            raise InvalidArgumentError(
-                f"items[{index}] must be an (id, revision, element, ttl) tuple, not {item!r:.80}"
-            )
-        id, revision, element, ttl = item
-        try:
-            _validate.element_id(id)
-            checked = _revision(revision)
-            seconds = _validate.seconds(ttl, "ttl")
-        except InvalidArgumentError as exc:  # InvalidTypeError too
-            exc.add_note(f"in items[{index}] of a replace_if")
-            raise
-        if id in seen:
-            raise InvalidArgumentError(f"items[{index}]: id {id!r} is given twice")
-        seen.add(id)
-        out.append((id, checked, element, seconds))
-    return out
-
-
 @contextmanager
 def _translated(where: str) -> Iterator[None]:
     """Turn the backend's failures into :class:`StoreUnavailableError`; bad text into bad arguments."""
@@ -929,7 +891,7 @@ class SQLiteStore(StoreBase):
         is due ``ttl`` after the call, as :meth:`rearm`'s."""
         _validate.element_id(name, "name")
         asked = float(self.clock())
-        batch = _replacements(items)
+        batch = _validate.conditional_replaces(items)
         codec = self._serializer.name
         payloads = [
             _blob(self._dumps(element, name, id, "replace_if", index))
@@ -970,7 +932,7 @@ class SQLiteStore(StoreBase):
         """See :meth:`Store.update_if`: one conditional ``UPDATE`` (``UPDATE_IF``)."""
         _validate.element_id(name, "name")
         _validate.element_id(id)
-        expected = _revision(revision)
+        expected = _validate.revision(revision)
         payload = _blob(self._dumps(element, name, id, "update_if"))
         codec = self._serializer.name
 
@@ -988,7 +950,7 @@ class SQLiteStore(StoreBase):
         """See :meth:`Store.pull_if`: one conditional ``DELETE`` (``PULL_IF``)."""
         _validate.element_id(name, "name")
         _validate.element_id(id)
-        expected = _revision(revision)
+        expected = _validate.revision(revision)
 
         def body(conn: sqlite3.Connection) -> bool:
             if conn.execute(sql.PULL_IF, (name, id, expected)).rowcount != 1:
