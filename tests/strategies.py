@@ -45,8 +45,18 @@ store_programs = st.lists(
         st.tuples(st.just("extend"), _pids, _pleases, _picks),
         st.tuples(st.just("hand_back"), st.lists(st.tuples(_pids, _picks, _pttls), max_size=3)),
         st.tuples(st.just("update"), _pids),
+        st.tuples(st.just("rearm"), _pids, _picks, _pttls),
         st.tuples(st.just("look"), _pids),
         st.tuples(st.just("info"), _pids),
+        st.tuples(st.just("read"), _pids),
+        # Compare-and-set with the latest revision the program read of an id, an older one, or
+        # one nobody holds (as _picks for tokens); replace_if's ids distinct, as it requires.
+        st.tuples(
+            st.just("replace_if"),
+            st.lists(st.tuples(_pids, _picks, _pttls), max_size=3, unique_by=lambda item: item[0]),
+        ),
+        st.tuples(st.just("update_if"), _pids, _picks),
+        st.tuples(st.just("pull_if"), _pids, _picks),
         st.tuples(st.just("advance"), st.sampled_from([0.25, 0.5, 1, 2])),
         st.tuples(st.just("ttn")),
         st.tuples(st.just("ids"), _plimits),
@@ -56,3 +66,50 @@ store_programs = st.lists(
     min_size=20,
     max_size=60,
 )
+
+#: Two ids: a program on revisions, where every write, read and compare-and-set lands on an id
+#: that was just read or claimed, so a store that changes (or keeps) a revision where the model
+#: does not is caught in a few examples (the test reads both after every call).
+REVISION_IDS = tuple(program_ids[:2])
+#: Every revision program starts from two elements, one of them claimed: most of what follows
+#: then acts on something (hypothesis's first examples are its simplest, calls on nothing).
+REVISION_PRELUDE = (("push", "e0", 0), ("push", "e1", 0), ("claim", 2, 1))
+_rids = st.sampled_from(REVISION_IDS)
+#: Mostly due at once and mostly the latest token or revision: claims take something, and the
+#: fenced and conditional calls that follow mostly hit (a miss is the rarer case worth a look).
+_rttls = st.sampled_from([0, 0, 0.25, 1])
+_rpicks = st.sampled_from([0, 0, 0, 1, 2])
+revision_programs = st.lists(
+    st.one_of(
+        # (Claims and pushes first, and claims thrice, as distinct strategies: hypothesis leans
+        # towards a one_of's first branches, and treats equal ones as one.)
+        st.tuples(st.just("claim"), st.just(1), _plimits),
+        st.tuples(st.just("push"), _rids, _rttls),
+        st.tuples(st.just("claim"), st.just(2), _plimits),
+        st.tuples(st.just("push_replace"), _rids, _rttls),
+        st.tuples(st.just("claim"), st.sampled_from([1, 2]), st.just(None)),
+        st.tuples(st.just("push_many"), st.lists(st.tuples(_rids, _rttls), max_size=2)),
+        st.tuples(st.just("pull"), _rids),
+        st.tuples(st.just("ack"), st.lists(st.tuples(_rids, _rpicks), max_size=2)),
+        st.tuples(st.just("reschedule"), _rids, _rttls, _pattempts),
+        st.tuples(st.just("reschedule_token"), _rids, _rttls, _rpicks),
+        st.tuples(st.just("extend"), _rids, _pleases, _rpicks),
+        st.tuples(st.just("hand_back"), st.lists(st.tuples(_rids, _rpicks, _rttls), max_size=2)),
+        st.tuples(st.just("update"), _rids),
+        st.tuples(st.just("update_token"), _rids, _rpicks),
+        st.tuples(st.just("rearm"), _rids, _rpicks, _rttls),
+        st.tuples(st.just("xack_token"), _rids, _rpicks),
+        st.tuples(st.just("info"), _rids),
+        st.tuples(st.just("read"), _rids),
+        st.tuples(st.just("read"), _rids),
+        st.tuples(
+            st.just("replace_if"),
+            st.lists(st.tuples(_rids, _rpicks, _rttls), max_size=2, unique_by=lambda item: item[0]),
+        ),
+        st.tuples(st.just("update_if"), _rids, _rpicks),
+        st.tuples(st.just("pull_if"), _rids, _rpicks),
+        st.tuples(st.just("advance"), st.sampled_from([0.25, 1, 2])),
+    ),
+    min_size=10,
+    max_size=40,
+).map(lambda program: [*REVISION_PRELUDE, *program])

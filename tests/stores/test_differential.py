@@ -6,7 +6,12 @@ Each store harness of ``tests/stores/harness_*.py`` runs the same program beside
 call, and every answer is compared, errors included (by type). Where stores may rightly differ the
 answer is normalized first: generated ids and claim tokens are store-made (a program refers to a
 claim by its age, not its number), and absolute times are each store's own clock (compared as
-offsets from ``now``).
+offsets from ``now``). Revisions differ between stores too, so they are compared by what they mean:
+each store's program passes back the revisions that store gave (the latest one read of an id, an
+older one, or one nobody holds: the compare-and-set verbs then hit and miss alike), and a revision
+read is compared as its place among those the program has seen (a new one, or the same as the
+k-th seen), so a store must change the revision exactly where the model does and keep it where it
+keeps it.
 
 How many programs: the hypothesis profile (``HYPOTHESIS_PROFILE``, see ``tests/conftest.py``).
 """
@@ -17,13 +22,14 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from rehydrate.abc import Store
 from rehydrate.stores import MemoryStore
 from rehydrate.testing import FakeClock
-from tests.strategies import program_ids, store_programs
+from tests.strategies import REVISION_IDS, program_ids, revision_programs, store_programs
 
 from .harnesses import Harness
 
@@ -31,6 +37,32 @@ pytestmark = pytest.mark.anyio
 
 #: A program's call, as drawn: ``(verb, *arguments)``.
 Op = tuple[Any, ...]
+
+
+#: A revision no element holds, in any store: the revisions a program reaches stay far below.
+NOBODYS = 2**62
+
+
+@attrs.define
+class Seen:
+    """What one store gave a program, to refer back to: its claim tokens and revisions per id,
+    oldest first, and a label per revision, in the order the program first saw them."""
+
+    tokens: dict[str, list[int]] = attrs.Factory(dict)
+    revisions: dict[str, list[int]] = attrs.Factory(dict)
+    labels: dict[int, int] = attrs.Factory(dict)
+
+    def revision(self, id: str, revision: int) -> int:
+        """Note a revision read of ``id``; its label: equal revisions, equal labels."""
+        seen = self.revisions.setdefault(id, [])
+        if revision not in seen:
+            seen.append(revision)
+        return self.labels.setdefault(revision, len(self.labels))
+
+    def pick_revision(self, id: str, k: int) -> int:
+        """The ``k``-th latest revision seen of ``id``, or one nobody holds."""
+        seen = self.revisions.get(id, [])
+        return seen[-1 - k] if k < len(seen) else NOBODYS
 
 
 def _pick(tokens: dict[str, list[int]], id: str, k: int) -> int:
@@ -47,13 +79,12 @@ def _offset(t: float | None, now: float) -> float | None:
     return None if t is None else round(t - now, 3)
 
 
-async def apply(
-    store: Store, advance: Callable[[float], Any], name: str, op: Op, n: int, tokens: dict[str, list[int]]
-) -> Any:
+async def apply(store: Store, advance: Callable[[float], Any], name: str, op: Op, n: int, seen: Seen) -> Any:
     """Run call ``n`` of a program; return an answer comparable between stores.
 
-    ``tokens``: the claim tokens this store issued, per id, oldest first.
+    ``seen``: the claim tokens and revisions this store gave the program so far.
     """
+    tokens = seen.tokens
     verb, *args = op
     now = store.clock()
     try:
@@ -81,7 +112,14 @@ async def apply(
                 for c in claims:
                     tokens.setdefault(c.id, []).append(c.token)
                 return [
-                    (c.element, c.attempt, _offset(c.lease_until, now), _offset(c.due, now)) for c in claims
+                    (
+                        c.element,
+                        c.attempt,
+                        _offset(c.lease_until, now),
+                        _offset(c.due, now),
+                        seen.revision(c.id, c.revision),
+                    )
+                    for c in claims
                 ]
             case "ack":
                 return await store.ack(name, [(id, _pick(tokens, id, k)) for id, k in args[0]])
@@ -98,13 +136,38 @@ async def apply(
                 return _offset(await store.extend(name, args[0], lease=args[1], token=token), now)
             case "update":
                 return await store.update(name, args[0], f"{args[0]}@{n}")
+            case "update_token":
+                token = _pick(tokens, args[0], args[1])
+                return await store.update(name, args[0], f"{args[0]}&{n}", token=token)
+            case "rearm":
+                token = _pick(tokens, args[0], args[1])
+                return await store.rearm(name, [(args[0], token, f"{args[0]}^{n}", args[2])])
             case "look":
                 return await store.look(name, args[0])
             case "info":
                 info = await store.info(name, args[0])
                 if info is None:
                     return None
-                return (_offset(info.due, now), info.ttl, info.attempt, info.claimed)
+                label = seen.revision(args[0], info.revision)
+                return (_offset(info.due, now), info.ttl, info.attempt, info.claimed, label)
+            case "read":
+                found = await store.read(name, args[0])
+                if found is None:
+                    return None
+                element, info = found
+                label = seen.revision(args[0], info.revision)
+                return (element, _offset(info.due, now), info.ttl, info.attempt, info.claimed, label)
+            case "replace_if":
+                replaces = [(id, seen.pick_revision(id, k), f"{id}!{n}", ttl) for id, k, ttl in args[0]]
+                done = await store.replace_if(name, replaces)
+                answers = zip(replaces, done, strict=True)
+                return [None if rev is None else seen.revision(id, rev) for (id, *_), rev in answers]
+            case "update_if":
+                revision = seen.pick_revision(args[0], args[1])
+                rev = await store.update_if(name, args[0], revision, f"{args[0]}%{n}")
+                return None if rev is None else seen.revision(args[0], rev)
+            case "pull_if":
+                return await store.pull_if(name, args[0], seen.pick_revision(args[0], args[1]))
             case "advance":
                 advance(args[0])
                 return None
@@ -128,19 +191,25 @@ async def same_answers(
     program: list[Op],
     *,
     check: Callable[[str], Awaitable[None]] | None = None,
+    observe: tuple[str, ...] = (),
 ) -> None:
     """Run ``program`` on ``store`` (its time moved by ``advance``) and on the model, side by side,
     on a dehydrator name of its own; assert every answer is the model's. ``check(name)``, if given,
-    runs after every call (a store's own invariants, seen from outside)."""
+    runs after every call (a store's own invariants, seen from outside); so does a ``read`` of
+    each id of ``observe``, compared too (every call's effect on those elements, their revisions
+    included, is then seen at once)."""
     name = f"fuzz-{uuid.uuid4().hex[:12]}"
     clock = FakeClock(1000.0)
     async with MemoryStore(clock=clock) as model:
-        model_tokens: dict[str, list[int]] = {}
-        store_tokens: dict[str, list[int]] = {}
+        model_seen, store_seen = Seen(), Seen()
         for n, op in enumerate(program):
-            expected = await apply(model, clock.advance, name, op, n, model_tokens)
-            got = await apply(store, advance, name, op, n, store_tokens)
+            expected = await apply(model, clock.advance, name, op, n, model_seen)
+            got = await apply(store, advance, name, op, n, store_seen)
             assert got == expected, (n, op)
+            for id in observe:
+                read = ("read", id)
+                expected = await apply(model, clock.advance, name, read, n, model_seen)
+                assert await apply(store, advance, name, read, n, store_seen) == expected, (n, op, read)
             if check is not None:
                 await check(name)
         assert _known(await store.ids(name)) == _known(await model.ids(name))
@@ -163,3 +232,13 @@ async def test_same_answers_as_the_model(harness: Harness, program: list[Op]) ->
     programs are what costs (debug mode makes them about four times slower on Redis).
     """
     await same_answers(harness.store, harness.advance, program)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(program=revision_programs)
+async def test_revisions_mean_what_the_models_mean(harness: Harness, program: list[Op]) -> None:
+    """Programs on two ids, of writes, reads and compare-and-sets: every store changes an
+    element's revision where the model does (each write), keeps it where it keeps it (a
+    renewal, a read, a write fenced out), and its conditional writes hit and miss alike."""
+    await same_answers(harness.store, harness.advance, program, observe=REVISION_IDS)
