@@ -1230,3 +1230,65 @@ async def test_conditional_writes_from_two_connections_let_exactly_one_win(tmp_p
                     assert now is not None
                     assert now[0] == winner
                     assert now[1].revision == results[winner]
+
+
+@pytest.mark.anyio
+async def test_a_conditional_write_compares_once_it_holds_the_write_lock(tmp_path: Path) -> None:
+    """Each conditional write compares the revision in the statement that writes, inside its
+    ``BEGIN IMMEDIATE`` transaction: a writer that waited for another process's write lock
+    compares with what that process wrote, not with what it saw before it waited. That is the
+    guarantee the scheduling layer's rules stand on (a write decided on a stale read does
+    nothing). Three stores (three connections) wait, with the revision they read, while another
+    process holds the lock and writes the element; once it commits, all three do nothing."""
+    path = tmp_path / "jobs.db"
+    stores = [SQLiteStore(path) for _ in range(3)]
+    async with stores[0], stores[1], stores[2]:
+        await stores[0].push(N, "read", ttl=0, id="x")
+        info = await stores[0].info(N, "x")
+        assert info is not None
+        results: list[object] = [None] * 3
+        # Another process's write transaction (its statements run in a thread: blocking calls).
+        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        await anyio.to_thread.run_sync(other.execute, "BEGIN IMMEDIATE")
+        lock = Path(f"{path}-wake") / "lock"
+
+        def waiting() -> int:
+            return len(list(lock.iterdir())) if lock.is_dir() else 0
+
+        def written() -> None:
+            """That process's write: the element replaced, with a revision from the counter."""
+            other.execute("UPDATE rehydrate_meta SET value = value + 1 WHERE key = 'seq'")
+            other.execute(
+                "UPDATE rehydrate_elements SET payload = CAST('\"written\"' AS BLOB),"
+                " rev = (SELECT value FROM rehydrate_meta WHERE key = 'seq') WHERE name = ? AND id = ?",
+                (N, "x"),
+            )
+            other.execute("COMMIT")
+            _sqlite_wake.hand_over(_sqlite_wake.directory(str(path)))
+
+        async def write(index: int) -> None:
+            store = stores[index]
+            if index == 0:
+                results[0] = await store.update_if(N, "x", info.revision, "stale")
+            elif index == 1:
+                (results[1],) = await store.replace_if(N, [("x", info.revision, "stale", 0)])
+            else:
+                results[2] = await store.pull_if(N, "x", info.revision)
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for index in range(3):
+                    tg.start_soon(write, index)
+                with anyio.fail_after(10):  # until all three wait for the lock (a worker thread each)
+                    while True:
+                        if await anyio.to_thread.run_sync(waiting) >= 3:
+                            break
+                        await anyio.sleep(0.001)  # (they wait in worker threads: no event to wait on)
+                await anyio.to_thread.run_sync(written)
+        finally:
+            await anyio.to_thread.run_sync(other.close)
+        assert results == [None, None, False]
+        found = await stores[2].read(N, "x")
+        assert found is not None
+        assert found[0] == "written"
+        assert found[1].revision != info.revision
