@@ -217,7 +217,10 @@ class SQLiteStore(StoreBase):
     from the dehydrator's first element, O(log n + k) for k elements. ``seq`` is a filing order
     kept in a counter row and allocated inside each transaction (push, claim, reschedule and
     extend file an element anew with a fresh one), so elements due at the same instant come out
-    in the order they were filed. The statements are in ``_sqlite_sql.py``.
+    in the order they were filed. Each row's revision (``rev``) is drawn from the same counter:
+    a write that files the row anew takes its new ``seq``, ``update`` draws one, ``extend`` keeps
+    it; so it only grows, and the conditional writes compare it in the statement that writes.
+    The statements are in ``_sqlite_sql.py``.
 
     **Threads.** ``sqlite3`` blocks, so every call runs in a worker thread through
     :func:`anyio.to_thread.run_sync`, and one connection serves the store, used by one thread at a
@@ -1273,8 +1276,9 @@ class SQLiteStore(StoreBase):
         claimed: bool,
         stamped: int | None = None,
     ) -> tuple[float, int | None]:
-        """File a row anew at ``now + seconds`` (in a write transaction); with ``stamped``,
-        released with that stamp in its attempt column (a hand-back).
+        """File a row anew at ``now + seconds`` (in a write transaction): still claimed, its
+        revision kept (a lease's renewal), or released with a new revision; with ``stamped``,
+        with that stamp in its attempt column too (a hand-back).
 
         Returns the new due time and, if that is sooner than every other element's, the bumped
         notification counter.
