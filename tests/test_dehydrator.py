@@ -868,3 +868,54 @@ class TestPushMany:
         clock.advance(10)
         assert snapshot(one) == snapshot(many)
         assert one.poll() == many.poll()
+
+
+# -- revisions: compare-and-set ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda d: d.read(""),
+        lambda d: d.read(7),
+        lambda d: d.update_if("a", -1, "x"),
+        lambda d: d.update_if("a", True, "x"),
+        lambda d: d.update_if("", 0, "x"),
+        lambda d: d.pull_if("a", "0"),
+        lambda d: d.pull_if("\ud800", 0),
+        lambda d: d.replace_if([("a", 0, "x", 0), ("a", 0, "y", 0)]),
+        lambda d: d.replace_if([("a", 0, "x", 0), ("b", 0, "y", -1)]),
+        lambda d: d.replace_if([("a", 0, "x", 0), ("b", None, "y", 0)]),
+        lambda d: d.replace_if([("a", 0, "x")]),
+        lambda d: d.replace_if("ab"),
+    ],
+)
+def test_the_conditional_verbs_refuse_bad_input_and_change_nothing(call: Any) -> None:
+    d = Dehydrator(clock=FakeClock())
+    d.push("keep", ttl=0, id="a")
+    d.push("wait", ttl=1, id="b")
+    d.claim(lease=5)
+    before = snapshot(d)
+    revisions = [d.info(id).revision for id in ("a", "b")]  # type: ignore[union-attr]
+    with pytest.raises(InvalidArgumentError):
+        call(d)
+    assert snapshot(d) == before
+    assert [d.info(id).revision for id in ("a", "b")] == revisions  # type: ignore[union-attr]
+
+
+def test_a_claims_revision_ends_it_in_one_step_and_memory_stays_bounded() -> None:
+    """A schedule's next occurrence filed by revision, over and over: the claim ends and the
+    next is filed, the nodes held stay counted, and the dead ones are swept as an ack's are."""
+    clock = FakeClock()
+    d = Dehydrator(clock=clock)
+    d.push("first", ttl=0, id="j")
+    for n in range(5000):
+        (claim,) = d.claim(lease=30)
+        assert claim.revision == d.info("j").revision  # type: ignore[union-attr]
+        (rev,) = d.replace_if([("j", claim.revision, n, 1.0)])
+        assert rev is not None
+        assert d.ack("j", token=claim.token) is False
+        clock.advance(1)
+    assert_nodes_counted(d)
+    assert nodes_held(d) <= 2 * len(d) + _dehydrator._SWEEP_SLACK
+    assert d.look("j") == 4999

@@ -22,6 +22,10 @@ from rehydrate.testing import FakeClock
 
 from . import strategies as s
 
+#: Which revision a conditional rule passes: the element's own, one read earlier (perhaps of
+#: another element, or of an element gone), or one nobody holds.
+_WHICH = st.sampled_from(["current", "current", "old", "none"])
+
 
 @attrs.define
 class Entry:
@@ -33,6 +37,9 @@ class Entry:
     claimed: bool = False
     #: The token of its last claim (the model cannot predict tokens, only record them).
     token: int | None = None
+    #: Its revision as last read; ``None`` once a write changed it (the next one read must be
+    #: one never given before). The model cannot predict revisions, only record them.
+    revision: int | None = None
 
 
 class Model:
@@ -56,8 +63,12 @@ class Model:
         )
         return [id for _, _, id in due][:limit]
 
-    def schedule(self, id: str, seconds: float, *, claimed: bool) -> Entry:
+    def schedule(self, id: str, seconds: float, *, claimed: bool, renewal: bool = False) -> Entry:
+        """File ``id`` anew at ``now + seconds``: a write, which changes its revision, unless
+        ``renewal`` (a lease's renewal keeps it)."""
         entry = self.entries[id]
+        if not renewal:
+            entry.revision = None
         entry.due = self.now + seconds
         entry.ttl = float(seconds)
         entry.seq = self.next_seq()
@@ -73,6 +84,33 @@ class DehydratorMachine(RuleBasedStateMachine):
         self.model = Model()
         #: Every token ever issued, stale ones included, for the fenced rules to pick from.
         self.tokens: list[int] = []
+        #: Every revision ever read, for the conditional rules to pick from (and to check that
+        #: none is given twice).
+        self.revisions: list[int] = []
+        self.revisions_seen: set[int] = set()
+
+    def observe(self, id: str, revision: int) -> None:
+        """Check a revision read of ``id``: the one read before if nothing wrote it since, else
+        one never given before."""
+        assert type(revision) is int
+        assert revision >= 0
+        entry = self.model.entries[id]
+        if entry.revision is None:
+            assert revision not in self.revisions_seen, (id, revision)
+            entry.revision = revision
+            self.revisions.append(revision)
+            self.revisions_seen.add(revision)
+        else:
+            assert revision == entry.revision, (id, revision, entry.revision)
+
+    def pick_revision(self, id: str, which: str, index: int) -> int:
+        """The element's current revision, one read earlier (of any element), or one nobody has."""
+        entry = self.model.entries.get(id)
+        if which == "current" and entry is not None and entry.revision is not None:
+            return entry.revision
+        if which == "old" and self.revisions:
+            return self.revisions[index % len(self.revisions)]
+        return 2**62
 
     def pick(self, index: int | None) -> int | None:
         """A token issued earlier (or, with no token yet, one nobody holds); ``None`` for no fencing."""
@@ -151,7 +189,7 @@ class DehydratorMachine(RuleBasedStateMachine):
         for id in m.due_ids(limit, ahead):
             entry = m.entries[id]
             entry.attempt += 1
-            m.schedule(id, lease, claimed=True)
+            m.schedule(id, lease, claimed=True)  # (a write: a new revision)
             expected.append(Claim(id=id, element=entry.element, attempt=entry.attempt, lease_until=entry.due))
         claims = self.d.claim(lease=lease, limit=limit, ahead=ahead)
         assert claims == expected
@@ -159,6 +197,7 @@ class DehydratorMachine(RuleBasedStateMachine):
             assert claim.token not in self.tokens  # never reused, even for a reused id
             self.tokens.append(claim.token)
             m.entries[claim.id].token = claim.token
+            self.observe(claim.id, claim.revision)
 
     @rule(id=s.ids, token=st.integers(0, 1000))
     def ack(self, id: str, token: int) -> None:
@@ -228,8 +267,21 @@ class DehydratorMachine(RuleBasedStateMachine):
         entry = self.model.entries.get(id)
         expected = None
         if self.fenced(entry, None, fence) and entry is not None and entry.claimed:
-            expected = self.model.schedule(id, lease, claimed=True).due
+            expected = self.model.schedule(id, lease, claimed=True, renewal=True).due
         assert self.d.extend(id, lease=lease, token=fence) == expected
+
+    @precondition(lambda self: any(e.claimed for e in self.model.entries.values()))
+    @rule(data=st.data(), lease=s.leases)
+    def extend_held(self, data: st.DataObject, lease: float) -> None:
+        """A renewal by the claim's holder (its latest token: a stale one is :meth:`extend`'s
+        common case): the lease moves, the revision stays."""
+        m = self.model
+        id = data.draw(st.sampled_from(sorted(id for id, e in m.entries.items() if e.claimed)))
+        entry = m.entries[id]
+        token = entry.token
+        assert token is not None
+        expected = m.schedule(id, lease, claimed=True, renewal=True).due
+        assert self.d.extend(id, lease=lease, token=token) == expected
 
     @rule(id=s.ids, element=s.elements)
     def update(self, id: str, element: Any) -> None:
@@ -240,6 +292,86 @@ class DehydratorMachine(RuleBasedStateMachine):
             return
         assert self.d.update(id, element) == entry.element
         entry.element = element
+        entry.revision = None
+
+    @rule(id=s.ids, token=st.integers(0, 1000), element=s.elements)
+    def update_holding(self, id: str, token: int, element: Any) -> None:
+        """The holder's update, under its claim's token: a write like any other."""
+        fence = self.pick(token)
+        entry = self.model.entries.get(id)
+        if not (self.fenced(entry, None, fence) and entry is not None and entry.claimed):
+            with pytest.raises(UnknownIdError):
+                self.d.update(id, element, token=fence)
+            return
+        assert self.d.update(id, element, token=fence) == entry.element
+        entry.element = element
+        entry.revision = None
+
+    # -- revisions: compare-and-set
+
+    @rule(id=s.ids)
+    def read(self, id: str) -> None:
+        e = self.model.entries.get(id)
+        found = self.d.read(id)
+        if e is None:
+            assert found is None
+            return
+        assert found is not None
+        assert found == (
+            e.element,
+            ElementInfo(id=id, due=e.due, ttl=e.ttl, attempt=e.attempt, claimed=e.claimed),
+        )
+        self.observe(id, found[1].revision)
+
+    @rule(
+        items=st.lists(
+            st.tuples(s.ids, _WHICH, st.integers(0, 1000), s.elements), max_size=4, unique_by=lambda i: i[0]
+        ),
+        ttls=st.lists(s.ttls, min_size=1, max_size=2),
+    )
+    def replace_if(self, items: list[tuple[str, str, int, Any]], ttls: list[float]) -> None:
+        """Filed anew where the revision is the element's, in order, at one ``now``; a claim
+        ended so (its token then matches nothing)."""
+        m = self.model
+        batch = []
+        expected: list[bool] = []
+        for i, (id, which, index, element) in enumerate(items):
+            revision = self.pick_revision(id, which, index)
+            ttl = ttls[i % len(ttls)]
+            batch.append((id, revision, element, ttl))
+            entry = m.entries.get(id)
+            ok = entry is not None and entry.revision == revision
+            if ok:
+                assert entry is not None
+                entry.element, entry.attempt, entry.token = element, 0, None
+                m.schedule(id, ttl, claimed=False)
+            expected.append(ok)
+        done = self.d.replace_if(batch)
+        assert [rev is not None for rev in done] == expected
+        for (id, *_), rev in zip(batch, done, strict=True):
+            if rev is not None:
+                self.observe(id, rev)
+
+    @rule(id=s.ids, which=_WHICH, index=st.integers(0, 1000), element=s.elements)
+    def update_if(self, id: str, which: str, index: int, element: Any) -> None:
+        revision = self.pick_revision(id, which, index)
+        entry = self.model.entries.get(id)
+        rev = self.d.update_if(id, revision, element)
+        if entry is None or entry.revision != revision:
+            assert rev is None
+            return
+        assert rev is not None
+        entry.element, entry.revision = element, None  # due time, attempt and claim kept
+        self.observe(id, rev)
+
+    @rule(id=s.ids, which=_WHICH, index=st.integers(0, 1000))
+    def pull_if(self, id: str, which: str, index: int) -> None:
+        revision = self.pick_revision(id, which, index)
+        entry = self.model.entries.get(id)
+        ok = entry is not None and entry.revision == revision
+        if ok:
+            del self.model.entries[id]
+        assert self.d.pull_if(id, revision) is ok
 
     @rule(id=s.ids)
     def info(self, id: str) -> None:
@@ -250,6 +382,10 @@ class DehydratorMachine(RuleBasedStateMachine):
             else ElementInfo(id=id, due=e.due, ttl=e.ttl, attempt=e.attempt, claimed=e.claimed)
         )
         assert self.d.info(id) == expected
+        if e is not None:
+            info = self.d.info(id)
+            assert info is not None
+            self.observe(id, info.revision)
 
     @rule(seconds=s.advances)
     def advance(self, seconds: float) -> None:
@@ -272,6 +408,15 @@ class DehydratorMachine(RuleBasedStateMachine):
         assert set(self.d) == set(m.entries)
         expected = None if not m.entries else max(0.0, min(e.due for e in m.entries.values()) - m.now)
         assert self.d.ttn() == expected
+
+    @invariant()
+    def revisions_hold(self) -> None:
+        """Every element's revision: the one read before unless a write changed it since (a
+        renewal is no write), else one never given before, to any element."""
+        for id in self.model.entries:
+            info = self.d.info(id)
+            assert info is not None
+            self.observe(id, info.revision)
 
     @invariant()
     def nodes_held_are_counted(self) -> None:

@@ -20,13 +20,14 @@ def _claim(**changes: object) -> Claim:
         "token": 7,
         "due": 1.0,
         "claimed_at": 1.5,
+        "revision": 12,
     }
     return Claim(**{**fields, **changes})  # type: ignore[arg-type]
 
 
 def test_a_claim_is_equal_by_what_it_holds_not_by_its_token_or_times() -> None:
     claim = _claim(element=("t", 1))
-    assert claim == _claim(element=("t", 1), token=8, due=0.0, claimed_at=9.0)
+    assert claim == _claim(element=("t", 1), token=8, due=0.0, claimed_at=9.0, revision=13)
     assert hash(claim) == hash(_claim(element=("t", 1), token=8))
     assert claim != _claim(element=("t", 1), attempt=2)
     assert claim != _claim(element=("t", 1), lease_until=31.0)
@@ -52,20 +53,37 @@ def test_records_are_frozen_and_keyword_only() -> None:
 def test_records_show_every_field_and_survive_pickle_and_copy() -> None:
     records = [
         _claim(),
-        ElementInfo(id="a", due=1.0, ttl=2.0, attempt=3, claimed=True),
+        ElementInfo(id="a", due=1.0, ttl=2.0, attempt=3, claimed=True, revision=5),
         Summary(size=4, due=1, claimed=2, ttn=None),
     ]
     assert repr(records[0]) == (
-        "Claim(id='a', element={'to': 'ann'}, attempt=1, lease_until=30.0, token=7, due=1.0, claimed_at=1.5)"
+        "Claim(id='a', element={'to': 'ann'}, attempt=1, lease_until=30.0, token=7, due=1.0,"
+        " claimed_at=1.5, revision=12)"
     )
-    assert repr(records[1]) == "ElementInfo(id='a', due=1.0, ttl=2.0, attempt=3, claimed=True)"
+    assert repr(records[1]) == "ElementInfo(id='a', due=1.0, ttl=2.0, attempt=3, claimed=True, revision=5)"
     assert repr(records[2]) == "Summary(size=4, due=1, claimed=2, ttn=None)"
     for record in records:
         for again in (pickle.loads(pickle.dumps(record)), copy.copy(record), copy.deepcopy(record)):
             assert again == record
             assert repr(again) == repr(record)
     assert pickle.loads(pickle.dumps(records[0])).token == 7
+    assert pickle.loads(pickle.dumps(records[0])).revision == 12
+    assert copy.copy(records[1]).revision == 5  # type: ignore[attr-defined]
     assert {records[1], records[2]} == {copy.copy(records[1]), copy.copy(records[2])}
+
+
+def test_the_revision_is_kept_and_not_compared() -> None:
+    """Both constructors keep a claim's revision (the keyword one the contract's example store
+    uses); two reads of one state are equal whatever their revisions."""
+    from rehydrate._core._records import new_claim
+
+    assert _claim(revision=3).revision == 3
+    assert Claim(id="a", element=1, attempt=1, lease_until=2.0).revision == 0
+    assert new_claim("a", 1, 1, 2.0, 7, 1.0, 1.5, 9).revision == 9
+    info = ElementInfo(id="a", due=1.0, ttl=2.0, attempt=0, claimed=False, revision=4)
+    assert info.revision == 4
+    assert info == ElementInfo(id="a", due=1.0, ttl=2.0, attempt=0, claimed=False, revision=5)
+    assert hash(info) == hash(ElementInfo(id="a", due=1.0, ttl=2.0, attempt=0, claimed=False, revision=5))
 
 
 def test_a_delivery_made_from_a_claim_is_the_one_its_constructor_makes() -> None:

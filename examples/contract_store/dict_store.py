@@ -5,7 +5,8 @@ The worked example of ``docs/stores.md`` ("Writing a store"): every verb of
 sitting, and checked by the contract suite (``test_dict_store.py``: one fixture). A real store
 keeps the same shape with a backend behind each verb; what matters is what the contract asks of
 every verb: arguments checked before anything changes, one atomic step per call, due order with
-ties in filing order, and fencing by the claim's token.
+ties in filing order, fencing by the claim's token, and a revision that every write of an element
+changes (a lease's renewal aside), for the compare-and-set verbs.
 
 It declares ``claim_ahead`` and leaves out what a store may lack (``rearm``, the worker
 registry): the suite skips those tests, and a scheduler on it serves handlers but not recurring
@@ -97,13 +98,28 @@ def _batch(items: Iterable[Any], verb: str) -> list[tuple[str, int, float]]:
     return out
 
 
+def _replaces(items: Iterable[Any]) -> list[tuple[str, int, Any, float]]:
+    """``replace_if``'s ``(id, revision, element, ttl)`` items, checked as :func:`_batch`'s."""
+    if isinstance(items, str | bytes) or not isinstance(items, Iterable):
+        raise InvalidTypeError(f"replace_if takes an iterable of (id, revision, element, ttl), not {items!r}")
+    out: list[tuple[str, int, Any, float]] = []
+    for item in items:
+        if not isinstance(item, tuple) or len(item) != 4:
+            raise InvalidArgumentError(f"replace_if takes (id, revision, element, ttl) items, got {item!r}")
+        id, revision, element, ttl = item
+        out.append((_text(id), _positive(revision, "revision", zero=True), element, _seconds(ttl, "ttl")))
+    if len({id for id, _, _, _ in out}) < len(out):
+        raise InvalidArgumentError("replace_if got an id twice")
+    return out
+
+
 # -- the store -------------------------------------------------------------------------------------
 
 
 class _Entry:
     """One element and its place in time. A claimed element is filed at its lease's end."""
 
-    __slots__ = ("attempt", "claimed", "due", "element", "seq", "token", "ttl")
+    __slots__ = ("attempt", "claimed", "due", "element", "revision", "seq", "token", "ttl")
 
     def __init__(self, element: Any, due: float, ttl: float, seq: int) -> None:
         self.element, self.due, self.ttl, self.seq = element, due, ttl, seq
@@ -111,6 +127,8 @@ class _Entry:
         self.claimed = False
         #: The last claim's token; kept by a reschedule (a retry under it), cleared by a hand-back.
         self.token: int | None = None
+        #: Set by every write (see ``DictStore._file``), from a counter that only grows.
+        self.revision = -1
 
     def under(self, token: int) -> bool:
         """Still under the claim ``token``: fencing, as every store does it."""
@@ -151,6 +169,9 @@ class DictStore(Store):
         self._subscribers: dict[str, set[_Subscription]] = {}
         self._seq = itertools.count()  # filing order: ties in due time come out in it
         self._tokens = itertools.count(1)  # never reused in this store
+        #: Revisions, store-wide: never given twice, so an element pushed under a reused id never
+        #: has a revision an old one had (a compare-and-set with the old one fails).
+        self._revisions = itertools.count()
         self._open = False
 
     def __repr__(self) -> str:
@@ -173,11 +194,16 @@ class DictStore(Store):
             raise StoreNotOpenError(f"{self!r} is not open: use it as `async with store:`")
         return {} if name is None else self._data.get(_text(name, "name"), {})
 
-    def _file(self, name: str, id: str, entry: _Entry, ttl: float) -> None:
-        """(Re)file ``entry`` at now + ``ttl``, after what is due then already; wake if sooner."""
+    def _file(self, name: str, id: str, entry: _Entry, ttl: float, *, renewal: bool = False) -> None:
+        """(Re)file ``entry`` at now + ``ttl``, after what is due then already; wake if sooner.
+
+        A write: the element gets a new revision, unless ``renewal`` (a lease's, which keeps it).
+        """
         entries = self._data.setdefault(name, {})
         before = min((e.due for e in entries.values()), default=math.inf)
         entry.due, entry.ttl, entry.seq = self.clock() + ttl, ttl, next(self._seq)
+        if not renewal:
+            entry.revision = next(self._revisions)
         entries[id] = entry
         if entry.due < before:
             for subscription in self._subscribers.get(name, ()):
@@ -279,7 +305,45 @@ class DictStore(Store):
         if entry is None or (token is not None and not entry.under(token)):
             raise UnknownIdError(f"no element {id!r} in {name!r}" + (" under that claim" if token else ""))
         old, entry.element = entry.element, element  # its due time, attempt and claim are kept
+        entry.revision = next(self._revisions)
         return old
+
+    # -- revisions: compare-and-set --------------------------------------------------------------
+    # Each verb compares and writes with no checkpoint in between: one atomic step, as the
+    # scheduling layer's rules (no overlap, a change made while an occurrence runs) need.
+
+    async def read(self, name: str, id: str) -> tuple[Any, ElementInfo] | None:
+        entry = (await self._enter(name)).get(_text(id))
+        return None if entry is None else (entry.element, self._info(id, entry))
+
+    async def replace_if(self, name: str, items: Iterable[tuple[str, int, Any, Any]]) -> list[int | None]:
+        entries = await self._enter(name)
+        out: list[int | None] = []
+        for id, revision, element, seconds in _replaces(items):
+            entry = entries.get(id)
+            if entry is None or entry.revision != revision:
+                out.append(None)
+                continue
+            new = _Entry(element, 0.0, 0.0, 0)  # a new element in its place: unclaimed, attempt 0
+            self._file(name, id, new, seconds)
+            out.append(new.revision)
+        return out
+
+    async def update_if(self, name: str, id: str, revision: int, element: Any) -> int | None:
+        entry = (await self._enter(name)).get(_text(id))
+        _positive(revision, "revision", zero=True)
+        if entry is None or entry.revision != revision:
+            return None
+        entry.element, entry.revision = element, next(self._revisions)
+        return entry.revision
+
+    async def pull_if(self, name: str, id: str, revision: int) -> bool:
+        entry = (await self._enter(name)).get(_text(id))
+        _positive(revision, "revision", zero=True)
+        if entry is None or entry.revision != revision:
+            return False
+        self._remove(name, id)
+        return True
 
     # -- leases --------------------------------------------------------------------------------------
 
@@ -308,6 +372,7 @@ class DictStore(Store):
                     token=entry.token,
                     due=due,
                     claimed_at=now,
+                    revision=entry.revision,
                 )
             )
         return claims
@@ -362,14 +427,23 @@ class DictStore(Store):
         seconds, token = _seconds(lease, "lease"), _positive(token, "token")
         if entry is None or not entry.under(token):
             return None
-        self._file(name, id, entry, seconds)
+        self._file(name, id, entry, seconds, renewal=True)
         return entry.due
 
     async def info(self, name: str, id: str) -> ElementInfo | None:
         entry = (await self._enter(name)).get(_text(id))
-        if entry is None:
-            return None
-        return ElementInfo(id=id, due=entry.due, ttl=entry.ttl, attempt=entry.attempt, claimed=entry.claimed)
+        return None if entry is None else self._info(id, entry)
+
+    @staticmethod
+    def _info(id: str, entry: _Entry) -> ElementInfo:
+        return ElementInfo(
+            id=id,
+            due=entry.due,
+            ttl=entry.ttl,
+            attempt=entry.attempt,
+            claimed=entry.claimed,
+            revision=entry.revision,
+        )
 
     # -- inspection and waiting ----------------------------------------------------------------------
 

@@ -118,6 +118,7 @@ class Claim(_Record):
         _claim_token(self, token)
         _claim_due(self, due)
         set_claimed_at(self, claimed_at)
+        set_claim_revision(self, revision)
 
     @property
     def lateness(self) -> float:

@@ -1695,6 +1695,46 @@ class RevisionsContract(_Contract):
         await s.pull(N, "b")
         await kept()
 
+    async def test_a_rearm_changes_the_revision_in_its_merge_cases(self, harness: Harness) -> None:
+        """A schedule changed while its occurrence ran (merged with the next time given), and
+        one re-planned meanwhile (filed as stored, due at once): each rearm is a write, and each
+        element filed has a revision neither the claim nor the change had. The holder's update
+        in between (recording the occurrence it runs) is a write too."""
+        needs(harness.store, "rearm")
+        from rehydrate import Cron, Every
+        from rehydrate._schedules import make_envelope, with_next
+
+        s = harness.store
+        old = make_envelope(
+            Every(60), element={"n": 1}, next=120.0, anchor=60.0, misfire="coalesce", grace=None
+        )
+        await s.push_many(N, [(old, 0, "re"), (old, 0, "same")])
+        claims = {c.id: c for c in await s.claim(N, lease=60)}
+        seen = {c.revision for c in claims.values()}
+        replanned = make_envelope(
+            Cron("*/5 * * * *"), element={"n": 2}, next=300.0, anchor=None, misfire="coalesce", grace=None
+        )
+        await s.update(N, "re", replanned)
+        await s.update(N, "same", {**claims["same"].element, "element": {"n": 3}})
+        for id in ("re", "same"):
+            rev = await revision_of(s, id)
+            assert rev is not None
+            assert rev not in seen
+            seen.add(rev)
+        await s.update(N, "same", with_next(claims["same"].element, 150.0), token=claims["same"].token)
+        rev = await revision_of(s, "same")
+        assert rev is not None
+        assert rev not in seen
+        seen.add(rev)
+        items = [(id, claims[id].token, with_next(claims[id].element, 180.0), 30) for id in ("re", "same")]
+        assert await s.rearm(N, items) == [True, True]
+        for id in ("re", "same"):
+            rev = await revision_of(s, id)
+            assert rev is not None
+            assert rev not in seen, id
+            seen.add(rev)
+        assert await s.look(N, "re") == replanned
+
     async def test_a_claim_carries_the_revision_it_filed(self, harness: Harness) -> None:
         """Each claimed element's ``Claim.revision`` is its revision once claimed, taken ahead
         or not; every claim of a batch has its own."""
