@@ -217,7 +217,10 @@ class SQLiteStore(StoreBase):
     from the dehydrator's first element, O(log n + k) for k elements. ``seq`` is a filing order
     kept in a counter row and allocated inside each transaction (push, claim, reschedule and
     extend file an element anew with a fresh one), so elements due at the same instant come out
-    in the order they were filed. The statements are in ``_sqlite_sql.py``.
+    in the order they were filed. Each row's revision (``rev``) is drawn from the same counter:
+    a write that files the row anew takes its new ``seq``, ``update`` draws one, ``extend`` keeps
+    it; so it only grows, and the conditional writes compare it in the statement that writes.
+    The statements are in ``_sqlite_sql.py``.
 
     **Threads.** ``sqlite3`` blocks, so every call runs in a worker thread through
     :func:`anyio.to_thread.run_sync`, and one connection serves the store, used by one thread at a
@@ -405,6 +408,44 @@ class SQLiteStore(StoreBase):
             await anyio.to_thread.run_sync(self._close_in_thread, self._conn, limiter=self._limiter)
         self._ttn_after.clear()
 
+    async def migrate(self) -> int:
+        """Create the tables, or bring a file written by an earlier version to this version's
+        schema (as :meth:`open` does), and return the schema version.
+
+        Works on an open store (already done when it opened) or an unopened one (opened just
+        for this). ``rehydrate migrate --store sqlite:///file.db`` calls it: a large file's
+        migration (version 3 writes every row once) can so be run before the workers start.
+        """
+        if self._conn is not None:
+            await anyio.lowlevel.checkpoint()
+            return sql.SCHEMA_VERSION
+        await self.open()
+        await self.aclose()
+        return sql.SCHEMA_VERSION
+
+    async def check_schema(self) -> str | None:
+        """``None`` if the file holds this version's schema, else what is wrong (one sentence).
+        Changes nothing, creates nothing (``rehydrate migrate --check``)."""
+        return await anyio.to_thread.run_sync(self._schema_problem)
+
+    def _schema_problem(self) -> str | None:
+        if self._database != ":memory:" and not os.path.isfile(self._database):
+            return f"no SQLite database at {self._database!r}"
+        with _translated(f"{self._database!r} could not be read"):
+            conn = sqlite3.connect(self._database, timeout=self._busy_timeout, isolation_level=None)
+            try:
+                version = sql.current_schema(conn)
+            finally:
+                conn.close()
+        if version is None:
+            return f"{self._database!r} holds no rehydrate store"
+        if version != sql.SCHEMA_VERSION:
+            return (
+                f"{self._database!r} holds a rehydrate schema of version {version}, this version of "
+                f"rehydrate uses version {sql.SCHEMA_VERSION}"
+            )
+        return None
+
     def _connect(self) -> sqlite3.Connection:
         if not self._create and self._database != ":memory:" and not os.path.isfile(self._database):
             raise StoreUnavailableError(f"no SQLite database at {self._database!r} (nothing was created)")
@@ -464,7 +505,8 @@ class SQLiteStore(StoreBase):
             version = None if row is None else int(row[0])
             # A file of an earlier version: its new tables now exist; record each step.
             while version is not None and version in sql.MIGRATE:
-                conn.execute(sql.MIGRATE[version])
+                for statement in sql.MIGRATE[version]:
+                    conn.execute(statement)
                 version += 1
             return version
 
@@ -820,8 +862,104 @@ class SQLiteStore(StoreBase):
             # they do not, the schedule was re-planned meanwhile (merge_next): left as it is.
             kept = None if old_end is None else rewritten(bytes(row[1]), old_end, new_end)
             if old_end is None or kept is not None:
-                conn.execute(sql.SET_PAYLOAD, (_blob(payload if kept is None else kept), codec, row[0]))
+                written = _blob(payload if kept is None else kept)
+                conn.execute(sql.SET_PAYLOAD, (written, codec, sql.next_seq(conn, 1), row[0]))
             return old
+
+        return await self._write(body)
+
+    # -- revisions: compare-and-set ---------------------------------------------------------------
+
+    async def read(self, name: str, id: str) -> tuple[Any, ElementInfo] | None:
+        """See :meth:`Store.read`: one ``SELECT`` of the row, so the element and its revision are
+        of one state."""
+        _validate.element_id(name, "name")
+        _validate.element_id(id)
+
+        def body(conn: sqlite3.Connection) -> tuple[Any, ElementInfo] | None:
+            row = conn.execute(sql.READ, (name, id)).fetchone()
+            if row is None:
+                return None
+            payload, codec, due, ttl, stamped, claimed, revision = row
+            info = ElementInfo(
+                id=id, due=due, ttl=ttl, attempt=attempt_of(stamped), claimed=bool(claimed), revision=revision
+            )
+            return self._loads(name, id, payload, codec), info
+
+        return await self._run(body)
+
+    async def replace_if(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[int | None]:
+        """See :meth:`Store.replace_if`: one write transaction for the batch, each item one
+        conditional ``UPDATE`` (``REPLACE_IF``: the revision compared in its ``WHERE``). Each item
+        is due ``ttl`` after the call, as :meth:`rearm`'s."""
+        _validate.element_id(name, "name")
+        asked = float(self.clock())
+        batch = _validate.conditional_replaces(items)
+        codec = self._serializer.name
+        payloads = [
+            _blob(self._dumps(element, name, id, "replace_if", index))
+            for index, (id, _, element, _) in enumerate(batch)
+        ]
+        if not batch:
+            if self._conn is None:
+                raise self._not_open()
+            await anyio.lowlevel.checkpoint()
+            return []
+
+        def body(conn: sqlite3.Connection) -> tuple[list[int | None], int | None]:
+            head = sql.head(conn, name)
+            start = min(asked, self._now())  # a clock that stepped back counts as standing still
+            seq = sql.next_seq(conn, len(batch))  # (those of items that do nothing go unused)
+            done: list[int | None] = []
+            soonest: float | None = None
+            forget = self._forget_envelopes
+            for (id, revision, _, seconds), payload in zip(batch, payloads, strict=True):
+                due = start + seconds
+                params = (payload, codec, due, seq, seconds, name, id, revision)
+                if conn.execute(sql.REPLACE_IF, params).rowcount == 1:
+                    # Another element now: a claim it ended keeps no envelope for a rearm.
+                    forget(name, (id,))
+                    done.append(seq)
+                    soonest = due if soonest is None else min(soonest, due)
+                else:
+                    done.append(None)
+                seq += 1
+            sooner = soonest is not None and (head is None or soonest < head)
+            return done, (self._bump(conn, name) if sooner else None)
+
+        done, counter = await self._write(body)
+        self._notify(name, counter)
+        return done
+
+    async def update_if(self, name: str, id: str, revision: int, element: Any) -> int | None:
+        """See :meth:`Store.update_if`: one conditional ``UPDATE`` (``UPDATE_IF``)."""
+        _validate.element_id(name, "name")
+        _validate.element_id(id)
+        expected = _validate.revision(revision)
+        payload = _blob(self._dumps(element, name, id, "update_if"))
+        codec = self._serializer.name
+
+        def body(conn: sqlite3.Connection) -> int | None:
+            new = sql.next_seq(conn, 1)
+            if conn.execute(sql.UPDATE_IF, (payload, codec, new, name, id, expected)).rowcount != 1:
+                return None
+            # The element is another now: what a claim of it kept for its rearm no longer is.
+            self._forget_envelopes(name, [id])
+            return new
+
+        return await self._write(body)
+
+    async def pull_if(self, name: str, id: str, revision: int) -> bool:
+        """See :meth:`Store.pull_if`: one conditional ``DELETE`` (``PULL_IF``)."""
+        _validate.element_id(name, "name")
+        _validate.element_id(id)
+        expected = _validate.revision(revision)
+
+        def body(conn: sqlite3.Connection) -> bool:
+            if conn.execute(sql.PULL_IF, (name, id, expected)).rowcount != 1:
+                return False
+            self._forget_envelopes(name, [id])
+            return True
 
         return await self._write(body)
 
@@ -861,7 +999,7 @@ class SQLiteStore(StoreBase):
                 self._ttn_after[name] = sql.head(conn, name)
                 return []
             until = now + seconds
-            first = sql.next_seq(conn, len(rows))
+            seq = first = sql.next_seq(conn, len(rows))
             # The filing number doubles as the claim number of the stamp (the fencing token): the
             # sequence never goes back in this file.
             stamps = [stamp(first + i, attempt_of(row[5]) + 1) for i, row in enumerate(rows)]
@@ -870,7 +1008,8 @@ class SQLiteStore(StoreBase):
             for (_, id, payload, codec, due, _), token in zip(rows, stamps, strict=True):
                 element = self._loads(name, id, payload, codec)
                 keep(name, id, token, element, payload)
-                claims.append(new_claim(id, element, attempt_of(token), until, token, due, now))
+                claims.append(new_claim(id, element, attempt_of(token), until, token, due, now, seq))
+                seq += 1
             conn.executemany(
                 sql.CLAIM,
                 [(until, first + i, seconds, stamps[i], row[0]) for i, row in enumerate(rows)],
@@ -1137,16 +1276,19 @@ class SQLiteStore(StoreBase):
         claimed: bool,
         stamped: int | None = None,
     ) -> tuple[float, int | None]:
-        """File a row anew at ``now + seconds`` (in a write transaction); with ``stamped``,
-        released with that stamp in its attempt column (a hand-back).
+        """File a row anew at ``now + seconds`` (in a write transaction): still claimed, its
+        revision kept (a lease's renewal), or released with a new revision; with ``stamped``,
+        with that stamp in its attempt column too (a hand-back).
 
         Returns the new due time and, if that is sooner than every other element's, the bumped
         notification counter.
         """
         due = self._now() + seconds
         head = sql.head(conn, name)  # the row itself included: sooner means sooner than everything
-        if stamped is None:
-            conn.execute(sql.REFILE, (due, sql.next_seq(conn, 1), seconds, int(claimed), rowid))
+        if claimed:
+            conn.execute(sql.EXTEND, (due, sql.next_seq(conn, 1), seconds, rowid))
+        elif stamped is None:
+            conn.execute(sql.REFILE, (due, sql.next_seq(conn, 1), seconds, rowid))
         else:
             conn.execute(sql.HAND_BACK, (due, sql.next_seq(conn, 1), seconds, stamped, rowid))
         return due, (self._bump(conn, name) if head is None or due < head else None)
@@ -1163,7 +1305,12 @@ class SQLiteStore(StoreBase):
             if row is None:
                 return None
             return ElementInfo(
-                id=id, due=row[0], ttl=row[1], attempt=attempt_of(row[2]), claimed=bool(row[3])
+                id=id,
+                due=row[0],
+                ttl=row[1],
+                attempt=attempt_of(row[2]),
+                claimed=bool(row[3]),
+                revision=row[4],
             )
 
         return await self._run(body)

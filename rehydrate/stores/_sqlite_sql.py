@@ -24,6 +24,7 @@ __all__ = [
     "DUE_AHEAD",
     "DEREGISTER",
     "DUE_IDS",
+    "EXTEND",
     "FORGET_WORKERS",
     "GET_SCHEMA",
     "HAS_TABLES",
@@ -35,10 +36,13 @@ __all__ = [
     "LOOK",
     "MIGRATE",
     "NAMES",
+    "PULL_IF",
+    "READ",
     "REARM",
     "REARM_REMOVED",
     "REARM_WHOLE",
     "REFILE",
+    "REPLACE_IF",
     "ROW",
     "SCHEMA",
     "SCHEMA_VERSION",
@@ -46,6 +50,7 @@ __all__ = [
     "SET_SCHEMA",
     "SIZE",
     "SUMMARY",
+    "UPDATE_IF",
     "WORKERS",
     "begin",
     "bump",
@@ -61,7 +66,8 @@ _T = TypeVar("_T")
 #: Bumped when the tables change shape; a file written by a later version is refused, not guessed
 #: at, and one written by an earlier version is brought up to this one when opened (``MIGRATE``).
 #: 2: ``rehydrate_workers`` (worker heartbeats).
-SCHEMA_VERSION: Final = 2
+#: 3: ``rehydrate_elements.rev`` (each element's revision, for compare-and-set).
+SCHEMA_VERSION: Final = 3
 
 SCHEMA: Final = (
     """CREATE TABLE IF NOT EXISTS rehydrate_meta (
@@ -71,6 +77,9 @@ SCHEMA: Final = (
     # One row per element. ``seq`` is the filing order (ties in due time come out in it);
     # ``ttl`` is the TTL or lease the element was last filed with; ``serializer`` names the
     # serializer that wrote ``payload``, so a store configured with another one fails loudly.
+    # ``rev`` is the element's revision (ElementInfo.revision): drawn from the same counter as
+    # ``seq`` (a write that files the row anew takes its new ``seq``; ``update`` draws one for it
+    # alone; ``extend`` keeps it), so it only grows and is never given twice in the file.
     """CREATE TABLE IF NOT EXISTS rehydrate_elements (
         name TEXT NOT NULL,
         id TEXT NOT NULL,
@@ -81,6 +90,7 @@ SCHEMA: Final = (
         ttl REAL NOT NULL,
         attempt INTEGER NOT NULL DEFAULT 0,  -- the claim stamp: see rehydrate._core._fence
         claimed INTEGER NOT NULL DEFAULT 0,
+        rev INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (name, id)
     )""",
     "CREATE INDEX IF NOT EXISTS rehydrate_elements_due ON rehydrate_elements (name, due, seq)",
@@ -100,9 +110,16 @@ SCHEMA: Final = (
     "INSERT OR IGNORE INTO rehydrate_meta (key, value) VALUES ('seq', 0)",
 )
 #: From each earlier schema version to the next: what SCHEMA's ``IF NOT EXISTS`` statements do not
-#: do by themselves (they create new tables; this records the version).
+#: do by themselves (they create new tables; this changes existing ones and records the version).
 MIGRATE: Final = {
-    1: "UPDATE rehydrate_meta SET value = 2 WHERE key = 'schema' AND value = 1",
+    1: ("UPDATE rehydrate_meta SET value = 2 WHERE key = 'schema' AND value = 1",),
+    # Each existing row's revision is its ``seq``: every row's was drawn once from the counter
+    # (so they are distinct), and every revision given from now on is drawn after them.
+    2: (
+        "ALTER TABLE rehydrate_elements ADD COLUMN rev INTEGER NOT NULL DEFAULT 0",
+        "UPDATE rehydrate_elements SET rev = seq",
+        "UPDATE rehydrate_meta SET value = 3 WHERE key = 'schema' AND value = 2",
+    ),
 }
 
 HEAD: Final = "SELECT due FROM rehydrate_elements WHERE name = ? ORDER BY due, seq LIMIT 1"
@@ -119,15 +136,23 @@ ROW: Final = (
     "SELECT rowid, payload, serializer, due, attempt, claimed FROM rehydrate_elements"
     " WHERE name = ? AND id = ?"
 )
+#: A new element: its revision is its filing number (?6).
 INSERT: Final = (
-    "INSERT INTO rehydrate_elements (name, id, payload, serializer, due, seq, ttl)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO rehydrate_elements (name, id, payload, serializer, due, seq, ttl, rev)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?6)"
 )
 DELETE: Final = "DELETE FROM rehydrate_elements WHERE rowid = ?"
-REFILE: Final = "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ?, claimed = ? WHERE rowid = ?"
-#: A claim handed back unrun (hand_back): REFILE, released, with the stamp one attempt lower.
+#: A row filed anew, released (reschedule): a new revision, its filing number (?2).
+REFILE: Final = (
+    "UPDATE rehydrate_elements SET due = ?1, seq = ?2, ttl = ?3, claimed = 0, rev = ?2 WHERE rowid = ?4"
+)
+#: A lease renewed (extend): filed anew, still claimed, its revision kept (the claim's own
+#: renewals must not fence out the claim's conditional writes).
+EXTEND: Final = "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ? WHERE rowid = ?"
+#: A claim handed back unrun (hand_back): REFILE, with the stamp one attempt lower.
 HAND_BACK: Final = (
-    "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ?, claimed = 0, attempt = ? WHERE rowid = ?"
+    "UPDATE rehydrate_elements SET due = ?1, seq = ?2, ttl = ?3, claimed = 0, attempt = ?4, rev = ?2"
+    " WHERE rowid = ?5"
 )
 #: A claimed row filed anew as a new element (a schedule's next occurrence): attempt and claim reset.
 #: Fenced in the statement itself, as ACK is (the claim's token is the row's attempt stamp), so a
@@ -139,7 +164,7 @@ REARM: Final = (
     "UPDATE rehydrate_elements SET"
     " payload = CAST(substr(payload, 1, length(payload) - length(?1)) || ?2 AS BLOB),"
     " serializer = ?3, due = ?4, seq = ?5, ttl = ?6,"
-    " attempt = 0, claimed = 0 WHERE name = ?7 AND id = ?8 AND attempt = ?9 AND claimed = 1"
+    " attempt = 0, claimed = 0, rev = ?5 WHERE name = ?7 AND id = ?8 AND attempt = ?9 AND claimed = 1"
     " AND substr(payload, -length(?1)) = ?1"
 )
 #: A rearm whose stored bytes no longer end as the claimed ones did: the schedule was re-planned
@@ -148,13 +173,13 @@ REARM: Final = (
 #: for its time.
 REARM_REPLANNED: Final = (
     "UPDATE rehydrate_elements SET due = ?1, seq = ?2, ttl = 0,"
-    " attempt = 0, claimed = 0 WHERE name = ?3 AND id = ?4 AND attempt = ?5 AND claimed = 1"
+    " attempt = 0, claimed = 0, rev = ?2 WHERE name = ?3 AND id = ?4 AND attempt = ?5 AND claimed = 1"
 )
 #: REARM of an element encoded whole (?1), unless it is stored as a schedule unscheduled while
 #: its occurrence ran (REMOVED, ?9: then REARM_REMOVED).
 REARM_WHOLE: Final = (
     "UPDATE rehydrate_elements SET payload = ?1, serializer = ?2, due = ?3, seq = ?4, ttl = ?5,"
-    " attempt = 0, claimed = 0 WHERE name = ?6 AND id = ?7 AND attempt = ?8 AND claimed = 1"
+    " attempt = 0, claimed = 0, rev = ?4 WHERE name = ?6 AND id = ?7 AND attempt = ?8 AND claimed = 1"
     " AND payload != ?9"
 )
 #: A rearm of an element stored as a schedule unscheduled while its occurrence ran (REMOVED, ?4):
@@ -175,12 +200,36 @@ NAMES: Final = """
 DELETE_ID: Final = "DELETE FROM rehydrate_elements WHERE name = ? AND id = ?"
 DUE_IDS: Final = "SELECT id FROM rehydrate_elements WHERE name = ? AND due <= ? ORDER BY due, seq LIMIT ?"
 LOOK: Final = "SELECT payload, serializer FROM rehydrate_elements WHERE name = ? AND id = ?"
-SET_PAYLOAD: Final = "UPDATE rehydrate_elements SET payload = ?, serializer = ? WHERE rowid = ?"
+#: ``update``: the element replaced in place (due time, filing number, attempt and claim kept),
+#: with a new revision (?3) drawn from the filing counter.
+SET_PAYLOAD: Final = "UPDATE rehydrate_elements SET payload = ?, serializer = ?, rev = ? WHERE rowid = ?"
+#: A claim: filed at the lease's end, its filing number (?2) the new revision.
 CLAIM: Final = (
-    "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ?, attempt = ?, claimed = 1 WHERE rowid = ?"
+    "UPDATE rehydrate_elements SET due = ?1, seq = ?2, ttl = ?3, attempt = ?4, claimed = 1, rev = ?2"
+    " WHERE rowid = ?5"
 )
+#: The element and what ``info`` gives, in one read (``Store.read``).
+READ: Final = (
+    "SELECT payload, serializer, due, ttl, attempt, claimed, rev FROM rehydrate_elements"
+    " WHERE name = ? AND id = ?"
+)
+#: The conditional writes (compare-and-set): the comparison with the revision the caller read
+#: and the write in one statement, so nothing can write the row between them (the guarantee the
+#: scheduling layer's rules stand on: a write made on a stale read does nothing).
+#: ``replace_if``: filed anew in place, unclaimed, attempt 0, its filing number (?4) the new revision.
+REPLACE_IF: Final = (
+    "UPDATE rehydrate_elements SET payload = ?1, serializer = ?2, due = ?3, seq = ?4, ttl = ?5,"
+    " attempt = 0, claimed = 0, rev = ?4 WHERE name = ?6 AND id = ?7 AND rev = ?8"
+)
+#: ``update_if``: the element replaced, due time, attempt and claim kept; the new revision ?3.
+UPDATE_IF: Final = (
+    "UPDATE rehydrate_elements SET payload = ?1, serializer = ?2, rev = ?3"
+    " WHERE name = ?4 AND id = ?5 AND rev = ?6"
+)
+#: ``pull_if``.
+PULL_IF: Final = "DELETE FROM rehydrate_elements WHERE name = ? AND id = ? AND rev = ?"
 ACK: Final = "DELETE FROM rehydrate_elements WHERE name = ? AND id = ? AND attempt = ? AND claimed = 1"
-INFO: Final = "SELECT due, ttl, attempt, claimed FROM rehydrate_elements WHERE name = ? AND id = ?"
+INFO: Final = "SELECT due, ttl, attempt, claimed, rev FROM rehydrate_elements WHERE name = ? AND id = ?"
 SIZE: Final = "SELECT count(*) FROM rehydrate_elements WHERE name = ?"
 SUMMARY: Final = (
     "SELECT count(*), coalesce(sum(due <= ?), 0), coalesce(sum(claimed), 0), min(due)"

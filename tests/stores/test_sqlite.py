@@ -950,13 +950,15 @@ def test_push_creates_the_database(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_a_version_1_file_is_migrated_when_opened(tmp_path: Path) -> None:
-    """Version 2 added the workers table: a file of version 1 gets it, its elements untouched."""
+    """Version 2 added the workers table: a file of version 1 gets it, its elements untouched
+    (and version 3's revisions)."""
     path = tmp_path / "v1.db"
     async with SQLiteStore(path) as store:
         await store.push("jobs", "kept", ttl=0, id="k")
     conn = sqlite3.connect(path)
     with conn:
         conn.execute("DROP TABLE rehydrate_workers")
+        conn.execute("ALTER TABLE rehydrate_elements DROP COLUMN rev")  # (version 3's)
         conn.execute("UPDATE rehydrate_meta SET value = 1 WHERE key = 'schema'")
     conn.close()
     async with SQLiteStore(path) as store:
@@ -964,7 +966,7 @@ async def test_a_version_1_file_is_migrated_when_opened(tmp_path: Path) -> None:
         await store.heartbeat("w", {"ok": True}, ttl=5)
         assert [w.data for w in await store.workers()] == [{"ok": True}]
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT value FROM rehydrate_meta WHERE key = 'schema'").fetchone() == (2,)
+    assert conn.execute("SELECT value FROM rehydrate_meta WHERE key = 'schema'").fetchone() == (3,)
     conn.close()
 
 
@@ -984,3 +986,309 @@ async def test_the_element_limit_is_sqlites_row_limit(tmp_path: Path) -> None:
         with pytest.raises(InvalidArgumentError, match="too big"):
             await store.push(N, "x", ttl=0, id="i" * 200_000)
         assert await store.size(N) == 0
+
+
+# -- revisions (schema version 3) -------------------------------------------------------------------
+
+#: The tables as version 2 (the release before revisions) created them, verbatim, and the
+#: statements it filed, claimed and rescheduled with: a file written by that version.
+_V2_SCHEMA = (
+    """CREATE TABLE rehydrate_meta (
+        key TEXT PRIMARY KEY,
+        value INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE rehydrate_elements (
+        name TEXT NOT NULL,
+        id TEXT NOT NULL,
+        payload BLOB NOT NULL,
+        serializer TEXT NOT NULL,
+        due REAL NOT NULL,
+        seq INTEGER NOT NULL,
+        ttl REAL NOT NULL,
+        attempt INTEGER NOT NULL DEFAULT 0,  -- the claim stamp: see rehydrate._core._fence
+        claimed INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (name, id)
+    )""",
+    "CREATE INDEX rehydrate_elements_due ON rehydrate_elements (name, due, seq)",
+    "CREATE TABLE rehydrate_signals (name TEXT PRIMARY KEY, counter INTEGER NOT NULL) WITHOUT ROWID",
+    """CREATE TABLE rehydrate_workers (
+        id TEXT PRIMARY KEY,
+        data TEXT NOT NULL,
+        last_seen REAL NOT NULL,
+        expires REAL NOT NULL
+    ) WITHOUT ROWID""",
+    "INSERT INTO rehydrate_meta (key, value) VALUES ('seq', 0)",
+    "INSERT INTO rehydrate_meta (key, value) VALUES ('schema', 2)",
+)
+_V2_INSERT = (
+    "INSERT INTO rehydrate_elements (name, id, payload, serializer, due, seq, ttl)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_V2_CLAIM = (
+    "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ?, attempt = ?, claimed = 1"
+    " WHERE name = ? AND id = ?"
+)
+_V2_REFILE = "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ?, claimed = 0 WHERE name = ? AND id = ?"
+
+
+def _v2_file(path: Path) -> dict[str, tuple[Any, float, int, bool, int]]:
+    """A version-2 file, written as that version wrote it: four elements of ``jobs`` (one due,
+    one later, one under a claim, one rescheduled after a claim) and one of ``other``. Returns
+    what each should read back as: (element, due, attempt, claimed, claim token or 0)."""
+    from rehydrate._core._fence import stamp
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    seq = 0
+
+    def next_seq() -> int:
+        nonlocal seq
+        seq += 1
+        conn.execute("UPDATE rehydrate_meta SET value = ? WHERE key = 'seq'", (seq,))
+        return seq
+
+    conn.execute("BEGIN")
+    for statement in _V2_SCHEMA:
+        conn.execute(statement)
+    rows: list[tuple[str, str, Any, float]] = [
+        (N, "due", {"n": 1}, 1000.0),
+        (N, "later", [2], 1500.0),
+        (N, "held", "h", 1000.0),
+    ]
+    rows += [(N, "again", None, 1000.0), ("other", "due", 5, 900.0)]
+    for name, id, element, due in rows:
+        payload = json.dumps(element, separators=(",", ":")).encode()
+        conn.execute(_V2_INSERT, (name, id, payload, "json", due, next_seq(), 0.0))
+    held = stamp(next_seq(), 1)  # claimed at 1000 for 30 s
+    conn.execute(_V2_CLAIM, (1030.0, seq, 30.0, held, N, "held"))
+    again = stamp(next_seq(), 1)  # claimed, then rescheduled (its attempt kept) to 1200
+    conn.execute(_V2_CLAIM, (1030.0, seq, 30.0, again, N, "again"))
+    conn.execute(_V2_REFILE, (1200.0, next_seq(), 200.0, N, "again"))
+    conn.execute("COMMIT")
+    conn.close()
+    return {
+        "due": ({"n": 1}, 1000.0, 0, False, 0),
+        "later": ([2], 1500.0, 0, False, 0),
+        "held": ("h", 1030.0, 1, True, held),
+        "again": (None, 1200.0, 1, False, 0),
+    }
+
+
+@pytest.mark.anyio
+async def test_a_version_2_file_is_migrated_to_revisions(tmp_path: Path) -> None:
+    """A file written by the version before revisions opens: every element reads back with its
+    due time, attempt and claim, each with its own revision (the migration numbers existing rows),
+    a claim taken before the migration can still be acked, and every write (conditional ones
+    too) then gives revisions no migrated element has."""
+    path = tmp_path / "v2.db"
+    expected = _v2_file(path)
+    clock = FakeClock(1010.0)
+    async with SQLiteStore(path, clock=clock) as store:
+        revisions: dict[str, int] = {}
+        for id, (element, due, attempt, claimed, _) in expected.items():
+            found = await store.read(N, id)
+            assert found is not None, id
+            assert found[0] == element
+            info = found[1]
+            assert (info.due, info.attempt, info.claimed) == (due, attempt, claimed), id
+            assert info == await store.info(N, id)
+            assert info.revision == (await store.info(N, id)).revision  # type: ignore[union-attr]
+            revisions[id] = info.revision
+        other = await store.info("other", "due")
+        assert other is not None
+        assert len({*revisions.values(), other.revision}) == 5  # all distinct
+        assert await store.ack(N, [("held", expected["held"][4])]) == [True]
+        assert await store.update_if(N, "due", revisions["due"] + 1000, "no") is None
+        updated = await store.update_if(N, "due", revisions["due"], {"n": 2})
+        assert updated is not None
+        assert await store.look(N, "due") == {"n": 2}
+        (claim,) = await store.claim(N, lease=10)
+        assert claim.id == "due"
+        replaced = await store.replace_if(
+            N, [("due", claim.revision, "next", 60), ("later", revisions["later"], 3, 0)]
+        )
+        assert None not in replaced
+        assert await store.pull_if(N, "again", revisions["again"])
+        await store.push(N, "new", ttl=0, id="held")
+        new = await store.info(N, "held")
+        assert new is not None
+        given = [updated, claim.revision, *replaced, new.revision]
+        assert len(set(given)) == len(given)
+        assert not set(given) & {*revisions.values(), other.revision}
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT value FROM rehydrate_meta WHERE key = 'schema'").fetchone() == (3,)
+    conn.close()
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rehydrate", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+def test_rehydrate_migrate_brings_a_version_2_file_to_revisions(tmp_path: Path) -> None:
+    """``rehydrate migrate --check`` says a version-2 file needs migrating (one line, exit 1,
+    nothing changed); ``rehydrate migrate`` migrates it, before any worker opens it."""
+    path = tmp_path / "v2.db"
+    _v2_file(path)
+    url = "sqlite:///v2.db"
+    checked = _cli("migrate", "--check", "--store", url, cwd=tmp_path)
+    assert checked.returncode == 1, checked
+    (line,) = checked.stderr.strip().splitlines()
+    assert "schema of version 2" in line
+    assert "rehydrate migrate" in line
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT value FROM rehydrate_meta WHERE key = 'schema'").fetchone() == (2,)
+    conn.close()
+    done = _cli("migrate", "--store", url, cwd=tmp_path)
+    assert done.returncode == 0, done
+    assert "schema version 3" in done.stdout
+    assert _cli("migrate", "--check", "--store", url, cwd=tmp_path).returncode == 0
+    conn = sqlite3.connect(path)
+    revisions = conn.execute("SELECT rev FROM rehydrate_elements").fetchall()
+    conn.close()
+    assert len(set(revisions)) == 5
+    missing = _cli("migrate", "--check", "--store", "sqlite:///tpyo.db", cwd=tmp_path)
+    assert missing.returncode == 1
+    assert "no SQLite database at 'tpyo.db'" in missing.stderr
+    assert not (tmp_path / "tpyo.db").exists()
+
+
+@pytest.mark.anyio
+async def test_a_revision_is_never_given_again_after_a_reopen(tmp_path: Path) -> None:
+    """Revisions come from the file's filing counter, not from the store object: an element
+    pulled and pushed again under its id by another store (another process) on the file never
+    gets the old element's revision back, so a write conditional on the old one does nothing."""
+    path = tmp_path / "jobs.db"
+    async with SQLiteStore(path) as store:
+        await store.push(N, "old", ttl=0, id="x")
+        old = await store.info(N, "x")
+        assert old is not None
+    for _ in range(3):
+        async with SQLiteStore(path) as store:
+            await store.pull(N, "x")
+            await store.push(N, "new", ttl=0, id="x")
+            new = await store.info(N, "x")
+            assert new is not None
+            assert new.revision != old.revision
+            assert await store.update_if(N, "x", old.revision, "stale") is None
+            assert not await store.pull_if(N, "x", old.revision)
+            assert await store.replace_if(N, [("x", old.revision, "stale", 0)]) == [None]
+            assert await store.look(N, "x") == "new"
+            old = new
+
+
+@pytest.mark.anyio
+async def test_conditional_writes_from_two_connections_let_exactly_one_win(tmp_path: Path) -> None:
+    """The comparison and the write are one statement in one ``BEGIN IMMEDIATE`` transaction,
+    which is what makes compare-and-set hold across processes sharing the file: of two writers
+    that read the same revision, exactly one writes and the other does nothing (the guarantee
+    the scheduling layer's rules stand on: no write made on a stale read). Two store objects,
+    two connections, racing each round, every pair of conditional verbs."""
+    path = tmp_path / "jobs.db"
+    async with SQLiteStore(path) as one, SQLiteStore(path) as two:
+        await one.push(N, 0, ttl=0, id="x")
+        verbs = ("update_if", "replace_if", "pull_if")
+        for first in verbs:
+            for second in verbs:
+                info = await one.info(N, "x")
+                if info is None:
+                    await one.push(N, 0, ttl=0, id="x")
+                    info = await one.info(N, "x")
+                assert info is not None
+                results: dict[str, object] = {}
+
+                async def write(
+                    store: SQLiteStore,
+                    verb: str,
+                    tag: str,
+                    revision: int,
+                    results: dict[str, object] = results,
+                ) -> None:
+                    if verb == "update_if":
+                        results[tag] = await store.update_if(N, "x", revision, tag)
+                    elif verb == "replace_if":
+                        (results[tag],) = await store.replace_if(N, [("x", revision, tag, 0)])
+                    else:
+                        results[tag] = await store.pull_if(N, "x", revision)
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(write, one, first, "one", info.revision)
+                    tg.start_soon(write, two, second, "two", info.revision)
+                won = [tag for tag, result in results.items() if result not in (None, False)]
+                assert len(won) == 1, (first, second, results)
+                (winner,) = won
+                verb = first if winner == "one" else second
+                now = await two.read(N, "x")
+                if verb == "pull_if":
+                    assert now is None
+                else:
+                    assert now is not None
+                    assert now[0] == winner
+                    assert now[1].revision == results[winner]
+
+
+@pytest.mark.anyio
+async def test_a_conditional_write_compares_once_it_holds_the_write_lock(tmp_path: Path) -> None:
+    """Each conditional write compares the revision in the statement that writes, inside its
+    ``BEGIN IMMEDIATE`` transaction: a writer that waited for another process's write lock
+    compares with what that process wrote, not with what it saw before it waited. That is the
+    guarantee the scheduling layer's rules stand on (a write decided on a stale read does
+    nothing). Three stores (three connections) wait, with the revision they read, while another
+    process holds the lock and writes the element; once it commits, all three do nothing."""
+    path = tmp_path / "jobs.db"
+    stores = [SQLiteStore(path) for _ in range(3)]
+    async with stores[0], stores[1], stores[2]:
+        await stores[0].push(N, "read", ttl=0, id="x")
+        info = await stores[0].info(N, "x")
+        assert info is not None
+        results: list[object] = [None] * 3
+        # Another process's write transaction (its statements run in a thread: blocking calls).
+        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        await anyio.to_thread.run_sync(other.execute, "BEGIN IMMEDIATE")
+        lock = Path(f"{path}-wake") / "lock"
+
+        def waiting() -> int:
+            return len(list(lock.iterdir())) if lock.is_dir() else 0
+
+        def written() -> None:
+            """That process's write: the element replaced, with a revision from the counter."""
+            other.execute("UPDATE rehydrate_meta SET value = value + 1 WHERE key = 'seq'")
+            other.execute(
+                "UPDATE rehydrate_elements SET payload = CAST('\"written\"' AS BLOB),"
+                " rev = (SELECT value FROM rehydrate_meta WHERE key = 'seq') WHERE name = ? AND id = ?",
+                (N, "x"),
+            )
+            other.execute("COMMIT")
+            _sqlite_wake.hand_over(_sqlite_wake.directory(str(path)))
+
+        async def write(index: int) -> None:
+            store = stores[index]
+            if index == 0:
+                results[0] = await store.update_if(N, "x", info.revision, "stale")
+            elif index == 1:
+                (results[1],) = await store.replace_if(N, [("x", info.revision, "stale", 0)])
+            else:
+                results[2] = await store.pull_if(N, "x", info.revision)
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for index in range(3):
+                    tg.start_soon(write, index)
+                with anyio.fail_after(10):  # until all three wait for the lock (a worker thread each)
+                    while True:
+                        if await anyio.to_thread.run_sync(waiting) >= 3:
+                            break
+                        await anyio.sleep(0.001)  # (they wait in worker threads: no event to wait on)
+                await anyio.to_thread.run_sync(written)
+        finally:
+            await anyio.to_thread.run_sync(other.close)
+        assert results == [None, None, False]
+        found = await stores[2].read(N, "x")
+        assert found is not None
+        assert found[0] == "written"
+        assert found[1].revision != info.revision
