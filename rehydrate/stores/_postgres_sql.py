@@ -221,7 +221,8 @@ _TEMPLATES: Final = {
                 %(payload)s
             FROM t, (SELECT count(*) AS n FROM old) o WHERE o.n >= 0  -- old first: it reads the row
             ON CONFLICT (name, id) DO UPDATE SET due = excluded.due, seq = excluded.seq, rev = NULL,
-                ttl = excluded.ttl, attempt = 0, claimed = false, serializer = excluded.serializer, payload = excluded.payload
+                ttl = excluded.ttl, attempt = 0, claimed = false, serializer = excluded.serializer,
+                payload = excluded.payload
             RETURNING due, (e.xmax = 0) AS inserted
         ),
         {_counter("ins", "count(*) FILTER (WHERE inserted)", "-coalesce((SELECT claimed::int FROM old), 0)")}
@@ -475,7 +476,8 @@ _TEMPLATES: Final = {
         {_counter(_ENDED, "-sum(gone)", "-count(*)")}
         SELECT ord, {_NOTIFY.format(due="(SELECT min(due) FROM upd)")} FROM upd
         UNION ALL SELECT ord, false FROM del""",
-    "info": "SELECT due, ttl, attempt, claimed, coalesce(rev, seq) FROM {table} WHERE name = %(name)s AND id = %(id)s",
+    "info": """SELECT due, ttl, attempt, claimed, coalesce(rev, seq) FROM {table}
+        WHERE name = %(name)s AND id = %(id)s""",
     # read: look and info in one snapshot (one statement).
     "read": """SELECT payload, serializer, due, ttl, attempt, claimed, coalesce(rev, seq) FROM {table}
         WHERE name = %(name)s AND id = %(id)s""",
