@@ -13,7 +13,8 @@ by side), and it keeps one code path for both event loops.
 ``(name, id)``, with an index on ``(name, due, seq)`` so that ``poll``, ``claim``, ``xpoll`` and
 ``ttn`` are index range scans; beside it a small table of counters per name (``size`` and
 ``summary`` read a few rows, not the dehydrator), a sequence (filing order and claim numbers) and a
-``_meta`` table holding the schema version. The tables are created on first use unless
+``_meta`` table holding the schema version. An element's revision is its ``seq`` unless its
+``rev`` column says otherwise (``_postgres_sql.py`` says when). The tables are created on first use unless
 ``create=False`` (then a missing or outdated schema is an error that says to run
 ``rehydrate migrate``). Every verb is one statement, so one round trip in autocommit mode.
 
@@ -1052,7 +1053,10 @@ class PostgresStore(StoreBase):
 
     async def replace_if(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[int | None]:
         """See :meth:`Store.replace_if`: one statement per batch, of any size (as ``push_many``),
-        each item compared and refiled under its row's lock; the ttls count from the call."""
+        each item compared and refiled under its row's lock; the ttls count from the call.
+
+        The comparison and the refile are one step because a claim's end depends on it: with the
+        claim's revision, nobody may write the element (or claim it) between the two."""
         asked = self.clock()
         _name(name)
         ids: list[str] = []
