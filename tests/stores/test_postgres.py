@@ -1054,6 +1054,22 @@ async def test_a_batch_beyond_one_statement_is_refused_whole(
     assert await store.ids(N) == ["a0", "a1", "a2"]
 
 
+async def test_a_conditional_replace_beyond_one_statement_is_refused_whole(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """replace_if sends its payloads in one statement too: the same limit, checked before anything
+    is sent (lowered here as above)."""
+    monkeypatch.setattr(_postgres, "_MAX_BATCH_BYTES", 3000)
+    await store.push_many(N, [("old", 0, f"a{i}") for i in range(4)])
+    revisions = [await _revision(store, f"a{i}") for i in range(4)]
+    items = [(f"a{i}", revisions[i], "x" * 998, 0) for i in range(3)]  # 3,000 bytes: taken
+    assert None not in await store.replace_if(N, items)
+    with pytest.raises(ElementTooLargeError, match=r"replace_if.*split the batch"):
+        await store.replace_if(N, [("a3", revisions[3], "x" * 998, 0), *items])
+    assert await store.look(N, "a3") == "old"
+    assert await _revision(store, "a3") == revisions[3]
+
+
 # -- connection refused ----------------------------------------------------------------------------
 
 
