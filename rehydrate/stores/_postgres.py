@@ -13,7 +13,8 @@ by side), and it keeps one code path for both event loops.
 ``(name, id)``, with an index on ``(name, due, seq)`` so that ``poll``, ``claim``, ``xpoll`` and
 ``ttn`` are index range scans; beside it a small table of counters per name (``size`` and
 ``summary`` read a few rows, not the dehydrator), a sequence (filing order and claim numbers) and a
-``_meta`` table holding the schema version. The tables are created on first use unless
+``_meta`` table holding the schema version. An element's revision is its ``seq`` unless its
+``rev`` column says otherwise (``_postgres_sql.py`` says when). The tables are created on first use unless
 ``create=False`` (then a missing or outdated schema is an error that says to run
 ``rehydrate migrate``). Every verb is one statement, so one round trip in autocommit mode.
 
@@ -61,7 +62,7 @@ import anyio.to_thread
 
 from rehydrate._clock import ServerClock
 from rehydrate._core import _validate, _workers
-from rehydrate._core._fence import attempt_of
+from rehydrate._core._fence import STAMP, attempt_of
 from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, new_claim
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Capabilities, Serializer, Subscription
@@ -103,6 +104,8 @@ _CLAIM_BATCH: Final = 1000
 _LOOK_BATCH: Final = 1000
 #: Durations above this are refused (due times are integer microseconds in a bigint).
 _MAX_SECONDS: Final = 1e9
+#: The largest bigint: the sequence's, and so every revision's, limit.
+_MAX_BIGINT: Final = (1 << 63) - 1
 #: A NOTIFY payload is at most 8000 bytes: longer names are sent as "" (wake every subscription).
 _MAX_NOTE: Final = 4000
 _IDENTIFIER: Final = re.compile(r"[a-z_][a-z0-9_]{0,39}")
@@ -132,6 +135,13 @@ def _micros(seconds: float) -> int:
     if seconds > _MAX_SECONDS:
         raise InvalidArgumentError(f"durations must be at most {_MAX_SECONDS:.0f} seconds, got {seconds!r}")
     return round(seconds * 1_000_000)
+
+
+def _revision(value: object) -> int:
+    """A revision to compare with, as a bigint: one beyond a bigint was never given, and -1 (no
+    revision) matches nothing, as it should."""
+    revision = _validate.revision(value)
+    return revision if revision <= _MAX_BIGINT else -1
 
 
 def _text(value: str, what: str) -> str:
@@ -570,10 +580,19 @@ class PostgresStore(StoreBase):
         return None if version is None else int(version[0])
 
     def _create(self, conn: psycopg.Connection[Any]) -> int:
+        """Create what is missing and migrate an older schema, one version at a time, in one
+        transaction under an advisory lock (concurrent openers and ``rehydrate migrate`` wait
+        for each other); the schema version it leaves."""
+        sql = self._sql
         with conn.transaction():
-            for statement in self._sql.create:
+            for statement in sql.create:
                 conn.execute(statement, {"lock": f"rehydrate:{self.table}", "version": SCHEMA_VERSION})
-            row = conn.execute(self._sql.version).fetchone()
+            row = conn.execute(sql.version).fetchone()
+            version = 0 if row is None else int(row[0])
+            for step in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in sql.migrations.get(step, ()):
+                    conn.execute(statement)
+            row = conn.execute(sql.version).fetchone()
         return 0 if row is None else int(row[0])
 
     def _problem(self, version: int | None) -> str | None:
@@ -588,7 +607,8 @@ class PostgresStore(StoreBase):
     async def _prepare_schema(self) -> None:
         version = await self._run(self._check)
         if (version is None or version < SCHEMA_VERSION) and self._create_tables:
-            # Create the tables, or bring an earlier schema up to this one (it only adds tables).
+            # Create the tables, or bring an earlier schema up to this one (adding tables and a
+            # column; no row is rewritten).
             version = await self._run(self._create)
         problem = self._problem(version)
         if problem is not None:
@@ -1014,6 +1034,97 @@ class PostgresStore(StoreBase):
             raise UnknownIdError(id)
         return self._loads(name, id, bytes(row[0]), row[1])
 
+    # -- revisions: compare-and-set ---------------------------------------------------------------
+
+    async def read(self, name: str, id: str) -> tuple[Any, ElementInfo] | None:
+        """See :meth:`Store.read`: one primary-key query (one snapshot)."""
+        _name(name)
+        _id(id)
+        params = {"name": name, "id": id}
+        row = await self._run(lambda conn: conn.execute(self._sql.read, params, prepare=True).fetchone())
+        if row is None:
+            return None
+        payload, stored, due, ttl, attempt, claimed, revision = row
+        element = self._loads(name, id, bytes(payload), stored)
+        info = ElementInfo(
+            id=id, due=due / 1e6, ttl=ttl, attempt=attempt_of(attempt), claimed=claimed, revision=revision
+        )
+        return element, info
+
+    async def replace_if(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[int | None]:
+        """See :meth:`Store.replace_if`: one statement per batch, of any size (as ``push_many``),
+        each item compared and refiled under its row's lock; the ttls count from the call.
+
+        The comparison and the refile are one step because a claim's end depends on it: with the
+        claim's revision, nobody may write the element (or claim it) between the two."""
+        asked = self.clock()
+        _name(name)
+        ids: list[str] = []
+        revisions: list[int] = []
+        payloads: list[bytes] = []
+        ttls: list[int] = []
+        for index, (id, revision, element, ttl) in enumerate(_validate.conditional_replaces(items)):
+            try:
+                ids.append(_id(id))
+                ttls.append(_micros(ttl))
+            except InvalidArgumentError as exc:
+                exc.add_note(f"in items[{index}] of a replace_if")
+                raise
+            revisions.append(revision if revision <= _MAX_BIGINT else -1)
+            payloads.append(self._dumps(element, name, id, "replace_if", index))
+        total = sum(map(len, payloads))
+        if total > _MAX_BATCH_BYTES:
+            raise ElementTooLargeError(
+                f"a replace_if on {name!r} of {len(payloads)} elements is {total:,} bytes serialized, "
+                f"more than one PostgreSQL statement takes: {_MAX_BATCH_BYTES:,} bytes (the server "
+                "reads a message of at most 1 GB); split the batch. Nothing was written",
+                id=None,
+                size=total,
+                limit=_MAX_BATCH_BYTES,
+            )
+        if not ids:
+            if self._pool is None:
+                raise self._not_open()
+            await anyio.lowlevel.checkpoint()
+            return []
+        self._forget_envelopes(name, ids)
+        params = self._params(
+            name=name,
+            ids=ids,
+            revs=revisions,
+            payloads=payloads,
+            ttls=ttls,
+            codec=self._codec,
+            channel=self._channel,
+            note=self._note(name),
+            start=round(asked * 1_000_000),
+        )
+        rows = await self._run(functools.partial(self._rows, self._sql.replace_if, params))
+        done = {int(ord): int(revision) for ord, revision, _ in rows}
+        if any(row[2] for row in rows):
+            self._wake(name)
+        return [done.get(i + 1) for i in range(len(ids))]
+
+    async def update_if(self, name: str, id: str, revision: int, element: Any) -> int | None:
+        """See :meth:`Store.update_if`: one statement, the comparison in its WHERE clause."""
+        _name(name)
+        _id(id)
+        checked = _revision(revision)
+        payload = self._dumps(element, name, id, "update_if")
+        params = {"name": name, "id": id, "rev": checked, "payload": payload, "codec": self._codec}
+        self._forget_envelopes(name, [id])
+        row = await self._run(lambda conn: conn.execute(self._sql.update_if, params, prepare=True).fetchone())
+        return None if row is None else int(row[0])
+
+    async def pull_if(self, name: str, id: str, revision: int) -> bool:
+        """See :meth:`Store.pull_if`: one statement, the comparison in its WHERE clause."""
+        _name(name)
+        _id(id)
+        params = {"name": name, "id": id, "rev": _revision(revision)}
+        self._forget_envelopes(name, [id])
+        row = await self._run(lambda conn: conn.execute(self._sql.pull_if, params, prepare=True).fetchone())
+        return bool(row and row[0])
+
     # -- leases ----------------------------------------------------------------------------------
 
     async def claim(
@@ -1042,7 +1153,12 @@ class PostgresStore(StoreBase):
             data = bytes(payload)
             element = self._serializer.loads(data)
             keep(name, id, token, element, data)
-            claims.append(new_claim(id, element, attempt_of(token), until / 1e6, token, due / 1e6, now / 1e6))
+            # The claim's revision is its claim number (the fresh seq it filed the row under).
+            claims.append(
+                new_claim(
+                    id, element, attempt_of(token), until / 1e6, token, due / 1e6, now / 1e6, token // STAMP
+                )
+            )
         return claims
 
     def _check_open(self) -> None:
@@ -1192,7 +1308,9 @@ class PostgresStore(StoreBase):
         row = await self._run(lambda conn: conn.execute(self._sql.info, params, prepare=True).fetchone())
         if row is None:
             return None
-        return ElementInfo(id=id, due=row[0] / 1e6, ttl=row[1], attempt=attempt_of(row[2]), claimed=row[3])
+        return ElementInfo(
+            id=id, due=row[0] / 1e6, ttl=row[1], attempt=attempt_of(row[2]), claimed=row[3], revision=row[4]
+        )
 
     # -- inspection and waiting ------------------------------------------------------------------
 

@@ -12,6 +12,14 @@ round trip in autocommit mode. Conventions:
 * The arrays of batch verbs (``push``, ``ack``) are sent in binary (``%(ids)b``): bytea in text
   format is hex-escaped by the client and parsed back by the server, which cost about a quarter
   of a ``push_many`` of small elements.
+* An element's revision (``ElementInfo.revision``) is ``coalesce(rev, seq)``: a write that files
+  the element anew draws a fresh ``seq`` and sets ``rev`` to ``NULL`` (so claim, push and the
+  refiles cost no more than before), ``update`` draws a fresh ``rev`` (it keeps ``seq``, the
+  element's place among equal due times), and ``extend`` freezes the revision it had into ``rev``
+  (it files the lease's end under a fresh ``seq``). Every value comes from the one sequence, so a
+  revision is never given twice, not even to a new element under a reused id. Rows written before
+  version 3 have ``rev`` ``NULL``: their ``seq`` is already a distinct revision, so the migration
+  adds the column without rewriting a row.
 * A write that may make an element due sooner reads the current head ``FOR SHARE SKIP LOCKED``
   and notifies (``pg_notify``, delivered at commit) when the new due time is sooner. The share
   lock keeps that head from being taken or moved later until this write commits, so a subscriber
@@ -28,7 +36,8 @@ __all__ = ["SCHEMA_VERSION", "Statements"]
 
 #: Bumped when the tables change shape; a later release migrates from the recorded version.
 #: 2: the ``_workers`` table (worker heartbeats), added by ``create`` to a version 1 schema.
-SCHEMA_VERSION: Final = 2
+#: 3: the ``rev`` column (revisions, compare-and-set), added without rewriting the table.
+SCHEMA_VERSION: Final = 3
 #: How many counter rows one name may spread over.
 SHARDS: Final = 16
 #: The attempt bits of a claim stamp (rehydrate._core._fence.ATTEMPTS).
@@ -63,6 +72,9 @@ def _counter(source: str, size: str, claimed: str) -> str:
         SET size = c.size + excluded.size, claimed = c.claimed + excluded.claimed
     )"""
 
+
+#: An element's revision (see the module's docstring).
+_REV = "coalesce(e.rev, e.seq)"
 
 #: In a rearm: the stored bytes (``e.payload``) end with the claimed envelope's end (``f.old``).
 _ENDS = (
@@ -110,7 +122,7 @@ def _refile_many(*, hand_back: bool) -> str:
         {_HEAD},
         upd AS (
             UPDATE {{table}} e
-            SET due = t.now + f.ttl, seq = f.n, ttl = f.ttl / 1e6, claimed = false{attempt}
+            SET due = t.now + f.ttl, seq = f.n, rev = NULL, ttl = f.ttl / 1e6, claimed = false{attempt}
             FROM found f, t
             WHERE e.ctid = f.tid AND e.name = %(name)s
             RETURNING f.ord, e.due, f.claimed
@@ -129,7 +141,8 @@ _TEMPLATES: Final = {
         )""",
         # One row per element. ``due`` is in server microseconds; ``seq`` is the filing order (ties
         # in due time come out in it) and doubles as the claim number of ``attempt``, the claim
-        # stamp (see rehydrate._core._fence); ``ttl`` is the TTL or lease it was last filed with.
+        # stamp (see rehydrate._core._fence); ``ttl`` is the TTL or lease it was last filed with;
+        # ``rev``, if not NULL, the revision (else ``seq`` is; see the module's docstring).
         # fillfactor leaves room on each page so that rewriting a payload (update) stays a HOT
         # update; the autovacuum settings keep up with claim/ack churn on a busy table.
         """CREATE TABLE IF NOT EXISTS {table} (
@@ -142,6 +155,7 @@ _TEMPLATES: Final = {
             ttl double precision NOT NULL,
             serializer text NOT NULL,
             payload bytea NOT NULL,
+            rev bigint,
             PRIMARY KEY (name, id)
         ) WITH (
             fillfactor = 85,
@@ -167,8 +181,15 @@ _TEMPLATES: Final = {
             expires bigint NOT NULL
         )""",
         "INSERT INTO {meta} (key, value) VALUES ('schema', %(version)s) ON CONFLICT (key) DO NOTHING",
-        # Migrations, each from one version to the next (the tables above exist by now).
-        "UPDATE {meta} SET value = 2 WHERE key = 'schema' AND value = 1",
+    ),
+    # Migrations, each from the version before it, run after "create" (in its transaction, under
+    # its lock) only on a schema older than the version: the ALTER TABLE takes an exclusive lock,
+    # and a `rehydrate migrate` run on an up-to-date schema should not queue behind every claim.
+    "migrate_2": ("UPDATE {meta} SET value = 2 WHERE key = 'schema' AND value = 1",),
+    "migrate_3": (
+        # Without a default: the rows are not rewritten (a NULL ``rev`` reads as ``seq``).
+        "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS rev bigint",
+        "UPDATE {meta} SET value = 3 WHERE key = 'schema' AND value = 2",
     ),
     "version": "SELECT value FROM {meta} WHERE key = 'schema'",
     "exists": "SELECT to_regclass(%(meta_name)s) IS NOT NULL, to_regclass(%(table_name)s) IS NOT NULL",
@@ -199,8 +220,9 @@ _TEMPLATES: Final = {
             SELECT %(name)s, %(id)s, t.now + %(ttl)s, nextval('{{seq_name}}'), %(ttl)s / 1e6, %(codec)s,
                 %(payload)s
             FROM t, (SELECT count(*) AS n FROM old) o WHERE o.n >= 0  -- old first: it reads the row
-            ON CONFLICT (name, id) DO UPDATE SET due = excluded.due, seq = excluded.seq, ttl = excluded.ttl,
-                attempt = 0, claimed = false, serializer = excluded.serializer, payload = excluded.payload
+            ON CONFLICT (name, id) DO UPDATE SET due = excluded.due, seq = excluded.seq, rev = NULL,
+                ttl = excluded.ttl, attempt = 0, claimed = false, serializer = excluded.serializer,
+                payload = excluded.payload
             RETURNING due, (e.xmax = 0) AS inserted
         ),
         {_counter("ins", "count(*) FILTER (WHERE inserted)", "-coalesce((SELECT claimed::int FROM old), 0)")}
@@ -215,7 +237,7 @@ _TEMPLATES: Final = {
         ),
         {_HEAD},
         upd AS (
-            UPDATE {{table}} AS e SET due = t.now + %(ttl)s, seq = nextval('{{seq_name}}'),
+            UPDATE {{table}} AS e SET due = t.now + %(ttl)s, seq = nextval('{{seq_name}}'), rev = NULL,
                 ttl = %(ttl)s / 1e6, attempt = 0, claimed = false, serializer = %(codec)s,
                 payload = %(payload)s
             FROM t, old WHERE e.name = %(name)s AND e.id = %(id)s AND NOT old.held
@@ -299,13 +321,15 @@ _TEMPLATES: Final = {
     "ttn": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now)
         SELECT greatest(0, due - (SELECT now FROM t)) FROM {{table}}
         WHERE name = %(name)s ORDER BY due, seq LIMIT 1""",
+    # update: the payload replaced (or its end rewritten), a fresh revision drawn; due time, seq,
+    # attempt and claim kept.
     "update": """WITH old AS MATERIALIZED (
             SELECT payload, serializer FROM {table} WHERE name = %(name)s AND id = %(id)s
                 AND (%(token)s::bigint IS NULL OR (attempt = %(token)s::bigint AND claimed))
             FOR UPDATE
         ),
         upd AS (
-            UPDATE {table} SET serializer = %(codec)s,
+            UPDATE {table} SET serializer = %(codec)s, rev = nextval('{seq_name}'),
                 payload = CASE WHEN %(old)s::bytea IS NOT NULL
                     AND length(payload) >= length(%(old)s::bytea)
                     AND substring(payload from length(payload) - length(%(old)s::bytea) + 1)
@@ -339,7 +363,7 @@ _TEMPLATES: Final = {
         bad AS MATERIALIZED (SELECT id, serializer FROM picked WHERE serializer <> %(codec)s LIMIT 1),
         upd AS (
             UPDATE {{table}} e
-            SET due = t.now + %(lease)s, seq = p.n, ttl = %(lease)s / 1e6, claimed = true,
+            SET due = t.now + %(lease)s, seq = p.n, rev = NULL, ttl = %(lease)s / 1e6, claimed = true,
                 attempt = p.n * {ATTEMPTS + 1} + least((p.attempt & {ATTEMPTS}) + 1, {ATTEMPTS})
             FROM picked p, t
             WHERE e.ctid = p.tid AND e.name = %(name)s AND NOT EXISTS (SELECT 1 FROM bad)
@@ -373,7 +397,8 @@ _TEMPLATES: Final = {
         ),
         {_counter("del", "-count(*)", "-count(*)")}
         SELECT id, attempt FROM del""",
-    # reschedule (release the claim) and extend (keep it): file the element anew at now + ttl.
+    # reschedule (release the claim) and extend (keep it): file the element anew at now + ttl;
+    # a reschedule gives it a new revision (the fresh seq), an extend keeps the one it had.
     "refile": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
         old AS MATERIALIZED (
             SELECT ctid AS tid, id, claimed FROM {{table}}
@@ -387,7 +412,7 @@ _TEMPLATES: Final = {
         upd AS (
             UPDATE {{table}} e
             SET due = t.now + %(ttl)s, seq = nextval('{{seq_name}}'), ttl = %(ttl)s / 1e6,
-                claimed = %(extend)s
+                claimed = %(extend)s, rev = CASE WHEN %(extend)s THEN {_REV} END
             FROM old o, t
             WHERE e.ctid = o.tid AND e.name = %(name)s
             RETURNING e.due, o.claimed
@@ -435,6 +460,7 @@ _TEMPLATES: Final = {
             UPDATE {{table}} e
             SET due = t.now + CASE WHEN {_AT_ONCE} THEN 0 ELSE f.ttl END,
                 seq = f.n,
+                rev = NULL,
                 ttl = CASE WHEN {_AT_ONCE} THEN 0 ELSE f.ttl / 1e6 END,
                 attempt = 0, claimed = false,
                 serializer = %(codec)s,
@@ -450,7 +476,56 @@ _TEMPLATES: Final = {
         {_counter(_ENDED, "-sum(gone)", "-count(*)")}
         SELECT ord, {_NOTIFY.format(due="(SELECT min(due) FROM upd)")} FROM upd
         UNION ALL SELECT ord, false FROM del""",
-    "info": "SELECT due, ttl, attempt, claimed FROM {table} WHERE name = %(name)s AND id = %(id)s",
+    "info": """SELECT due, ttl, attempt, claimed, coalesce(rev, seq) FROM {table}
+        WHERE name = %(name)s AND id = %(id)s""",
+    # read: look and info in one snapshot (one statement).
+    "read": """SELECT payload, serializer, due, ttl, attempt, claimed, coalesce(rev, seq) FROM {table}
+        WHERE name = %(name)s AND id = %(id)s""",
+    # The conditional writes. Each compares the revision in the WHERE clause of the statement that
+    # writes (or of its FOR UPDATE lookup): under READ COMMITTED, a row another transaction changed
+    # meanwhile is re-read once its lock is ours and the comparison made again on what it holds
+    # now, so no write can land between the comparison and this one (the fencing the scheduling
+    # layer builds on: a claim's revision ends that claim only if nobody wrote the element since).
+    #
+    # replace_if: each (id, revision) found at that revision is filed anew as a new element
+    # (attempt 0, unclaimed) at now + ttl, in the order given; each gives its position and new
+    # revision (the fresh seq). The caller gives each id once.
+    "replace_if": f"""WITH {_FROM_START},
+        found AS MATERIALIZED (
+            SELECT f.*, nextval('{{seq_name}}') AS n FROM (
+                SELECT a.payload, a.ttl, a.ord, x.tid, x.claimed
+                FROM unnest(%(ids)b::text[], %(revs)b::bigint[], %(payloads)b::bytea[], %(ttls)b::bigint[])
+                    WITH ORDINALITY AS a(id, rev, payload, ttl, ord)
+                CROSS JOIN LATERAL (
+                    SELECT e.ctid AS tid, e.claimed FROM {{table}} e
+                    WHERE e.name = %(name)s AND e.id = a.id AND {_REV} = a.rev
+                    FOR UPDATE
+                ) x
+            ) f ORDER BY f.ord
+        ),
+        {_HEAD},
+        upd AS (
+            UPDATE {{table}} e
+            SET due = t.now + f.ttl, seq = f.n, rev = NULL, ttl = f.ttl / 1e6, attempt = 0,
+                claimed = false, serializer = %(codec)s, payload = f.payload
+            FROM found f, t
+            WHERE e.ctid = f.tid AND e.name = %(name)s
+            RETURNING f.ord, f.n, e.due, f.claimed
+        ),
+        {_counter("upd", "0", "-count(*) FILTER (WHERE claimed)")}
+        SELECT ord, n, {_NOTIFY.format(due="(SELECT min(due) FROM upd)")} FROM upd""",
+    # update_if: the payload replaced and a fresh revision drawn, at that revision only.
+    "update_if": """UPDATE {table} e SET serializer = %(codec)s, payload = %(payload)s,
+            rev = nextval('{seq_name}')
+        WHERE e.name = %(name)s AND e.id = %(id)s AND coalesce(e.rev, e.seq) = %(rev)s
+        RETURNING e.rev""",
+    # pull_if: removed at that revision only, claimed or not, written by any serializer.
+    "pull_if": f"""WITH del AS (
+            DELETE FROM {{table}} e WHERE e.name = %(name)s AND e.id = %(id)s AND {_REV} = %(rev)s
+            RETURNING e.claimed
+        ),
+        {_counter("del", "-count(*)", "-count(*) FILTER (WHERE claimed)")}
+        SELECT count(*) FROM del""",
     # The distinct names by skipping from one to the next in the primary key: O(names * log n).
     "names_query": """WITH RECURSIVE walk(name) AS (
             (SELECT name FROM {table} ORDER BY name LIMIT 1)
@@ -518,6 +593,11 @@ class Statements:
             return template.format(**names)
 
         self.create = tuple(fill(s) for s in _TEMPLATES["create"])
+        #: Per schema version, the statements that bring the one before it to it.
+        self.migrations = {
+            version: tuple(fill(s) for s in _TEMPLATES[f"migrate_{version}"])
+            for version in range(2, SCHEMA_VERSION + 1)
+        }
         self.drop = tuple(fill(s) for s in _TEMPLATES["drop"])
         for key, template in _TEMPLATES.items():
             if isinstance(template, str):
@@ -548,6 +628,10 @@ class Statements:
     hand_back: str
     rearm: str
     info: str
+    read: str
+    replace_if: str
+    update_if: str
+    pull_if: str
     names_query: str
     size: str
     summary: str

@@ -9,6 +9,7 @@ binaries they skip with one line.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -34,7 +35,9 @@ from rehydrate import (
     StoreUnavailableError,
     UnsupportedStoreError,
 )
+from rehydrate._core._fence import attempt_of
 from rehydrate.stores import PostgresStore, _postgres, open_store
+from rehydrate.stores._postgres_sql import SCHEMA_VERSION
 from tests.pg_server import PostgresServer, drop_tables, shared_server_url, skip_without_server
 from tests.stores.server_clock import (
     SlowJSON,
@@ -135,24 +138,27 @@ async def test_an_unreachable_server_is_unavailable() -> None:
 
 
 async def test_tables_are_created_on_first_use_with_a_version_row(store: PostgresStore, table: str) -> None:
-    assert await store.schema_version() == 2
+    assert await store.schema_version() == SCHEMA_VERSION == 3
     rows = await sql(store, "SELECT indexdef FROM pg_indexes WHERE tablename = %s ORDER BY indexname", table)
     assert any("(name, due, seq)" in row[0] for row in rows)
     assert any("(name, id)" in row[0] for row in rows)
-    assert await store.migrate() == 2  # again: nothing to do
+    assert await store.migrate() == 3  # again: nothing to do
 
 
 async def test_a_version_1_schema_is_migrated(store: PostgresStore, url: str, table: str) -> None:
     """Version 2 added the workers table: a version 1 schema gets it when a store that may create
-    tables opens it (or from ``rehydrate migrate``); one that may not asks for the migration."""
+    tables opens it (or from ``rehydrate migrate``); one that may not asks for the migration.
+    (And version 3's column: migrations run one after the other.)"""
     await store.push(N, "kept", ttl=0, id="k")
     await store._run(lambda conn: conn.execute(f"DROP TABLE {table}_workers"))
+    await store._run(lambda conn: conn.execute(f"ALTER TABLE {table} DROP COLUMN rev"))
     await sql(store, f"UPDATE {table}_meta SET value = 1 WHERE key = 'schema' RETURNING 1")
     with pytest.raises(RehydrateError, match=r"version 1.*rehydrate migrate"):
         await PostgresStore.from_url(f"{url}?create=0&table={table}").open()
     async with PostgresStore.from_url(url, table=table) as s:
-        assert await s.schema_version() == 2
+        assert await s.schema_version() == SCHEMA_VERSION
         assert await s.look(N, "k") == "kept"
+        assert await s.update_if(N, "k", await _revision(s, "k"), "changed") is not None
         await s.heartbeat("w", {"ok": True}, ttl=5)
         assert [w.data for w in await s.workers()] == [{"ok": True}]
 
@@ -174,6 +180,305 @@ async def test_a_schema_of_another_version_is_refused(store: PostgresStore, url:
     await sql(store, f"UPDATE {table}_meta SET value = 99 WHERE key = 'schema' RETURNING 1")
     with pytest.raises(RehydrateError, match="version 99"):
         await PostgresStore.from_url(url, table=table).open()
+
+
+async def _revision(store: PostgresStore, id: str, name: str = N) -> int:
+    info = await store.info(name, id)
+    assert info is not None
+    return info.revision
+
+
+# A database written by the version 2 store (the release before revisions): its DDL, verbatim, and
+# the rows, counters and sequence that store left after these calls (at server time ``_V2_NOW``):
+# push plain (ttl 3600), claimed, retried, extended (ttl 0), updated (ttl 100), replaced (ttl 0,
+# then replaced with ttl 50); claim (lease 600: claimed, retried, extended); reschedule retried by
+# its token (ttl 1800); extend extended (lease 900); update updated; push_many to "other" (ttls 10
+# and 20, generated ids).
+_V2_CREATE = (
+    """CREATE TABLE {t} (
+        name text COLLATE "C" NOT NULL,
+        id text COLLATE "C" NOT NULL,
+        due bigint NOT NULL,
+        seq bigint NOT NULL,
+        attempt bigint NOT NULL DEFAULT 0,
+        claimed boolean NOT NULL DEFAULT false,
+        ttl double precision NOT NULL,
+        serializer text NOT NULL,
+        payload bytea NOT NULL,
+        PRIMARY KEY (name, id)
+    ) WITH (
+        fillfactor = 85,
+        autovacuum_vacuum_scale_factor = 0.01,
+        autovacuum_vacuum_insert_scale_factor = 0.01,
+        autovacuum_analyze_scale_factor = 0.02,
+        autovacuum_vacuum_cost_delay = 0
+    )""",
+    "CREATE INDEX {t}_due ON {t} (name, due, seq)",
+    """CREATE TABLE {t}_counts (
+        name text COLLATE "C" NOT NULL,
+        shard integer NOT NULL,
+        size bigint NOT NULL,
+        claimed bigint NOT NULL,
+        PRIMARY KEY (name, shard)
+    ) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000)""",
+    "CREATE SEQUENCE {t}_seq AS bigint",
+    """CREATE TABLE {t}_workers (
+        id text COLLATE "C" PRIMARY KEY,
+        data text NOT NULL,
+        last_seen bigint NOT NULL,
+        expires bigint NOT NULL
+    )""",
+    'CREATE TABLE {t}_meta (key text COLLATE "C" PRIMARY KEY, value bigint NOT NULL)',
+    "INSERT INTO {t}_meta (key, value) VALUES ('schema', 2)",
+)
+_V2_NOW = 1796200001363143
+_V2_LAST = 14
+# (name, id, due, seq, attempt, claimed, ttl, serializer, payload)
+_V2_ROWS = [
+    ("jobs", "claimed", 1796200601330525, 8, 8388609, True, 600.0, "json", '{"n":"claimed"}'),
+    ("jobs", "extended", 1796200901351703, 12, 10485761, True, 900.0, "json", '{"n":"extended"}'),
+    ("jobs", "plain", 1796203601282823, 1, 0, False, 3600.0, "json", '{"n":"plain"}'),
+    ("jobs", "replaced", 1796200051327715, 7, 0, False, 50.0, "json", '{"n":"replaced","v":2}'),
+    ("jobs", "retried", 1796201801343503, 11, 9437185, False, 1800.0, "json", '{"n":"retried"}'),
+    ("jobs", "updated", 1796200101315609, 5, 0, False, 100.0, "json", '{"n":"updated","v":2}'),
+    ("other", "0661a26706b998601961645e7d0cc68b", 1796200011354129, 13, 0, False, 10.0, "json", '{"n":1}'),
+    ("other", "0661a26706b9bba425b89444ff25c1df", 1796200021354129, 14, 0, False, 20.0, "json", '{"n":2}'),
+]
+# (name, size, claimed), on one counter shard each.
+_V2_COUNTS = [("jobs", 6, 2), ("other", 2, 0)]
+
+
+def _raw(url: str, *statements: tuple[str, Any]) -> list[Any]:
+    """Run ``statements`` on a connection of their own, in one transaction; the last one's rows."""
+    import psycopg
+
+    rows: list[Any] = []
+    with psycopg.connect(url) as conn:
+        for statement, params in statements:
+            cursor = conn.execute(statement, params)
+            rows = cursor.fetchall() if cursor.description else []
+    return rows
+
+
+def _write_v2(url: str, table: str) -> int:
+    """The version 2 database above under ``table``, its times moved to now (the same distance
+    from it as when written); how far they moved (µs)."""
+    now = _raw(url, ("SELECT (extract(epoch from clock_timestamp()) * 1000000)::bigint", None))[0][0]
+    shift = int(now) - _V2_NOW
+    statements: list[tuple[str, Any]] = [(s.format(t=table), None) for s in _V2_CREATE]
+    statements += [
+        (
+            f"INSERT INTO {table} (name, id, due, seq, attempt, claimed, ttl, serializer, payload)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (name, id, due + shift, seq, attempt, claimed, ttl, codec, payload.encode()),
+        )
+        for name, id, due, seq, attempt, claimed, ttl, codec, payload in _V2_ROWS
+    ]
+    statements += [(f"INSERT INTO {table}_counts VALUES (%s, 3, %s, %s)", counts) for counts in _V2_COUNTS]
+    statements.append((f"SELECT setval('{table}_seq', %s)", (_V2_LAST,)))
+    _raw(url, *statements)
+    return shift
+
+
+@pytest.mark.parametrize("how", ["open", "migrate"])
+async def test_a_version_2_database_reads_back_whole_with_distinct_revisions(
+    url: str, table: str, how: str
+) -> None:
+    """Version 3 adds the revisions: a database written by the version 2 store is migrated on
+    open (or by ``rehydrate migrate``, which calls ``migrate`` on an unopened store) without
+    rewriting a row, every element reads back as it was written, each with a revision of its
+    own, and every verb works on it, the conditional writes with those revisions included."""
+    shift = await anyio.to_thread.run_sync(_write_v2, url, table)
+    try:
+        refusing = PostgresStore.from_url(f"{url}?create=0&table={table}")
+        with pytest.raises(StoreUnavailableError, match=r"version 2.*version 3: run `rehydrate migrate"):
+            await refusing.open()
+        assert "a schema of version 2" in (await refusing.check_schema() or "")
+        where = await anyio.to_thread.run_sync(
+            _raw, url, (f"SELECT id, ctid::text FROM {table} ORDER BY id", None)
+        )
+        if how == "migrate":
+            assert await PostgresStore.from_url(url, table=table).migrate() == 3
+        async with PostgresStore.from_url(url, table=table, create=how == "open") as s:
+            assert await s.schema_version() == 3
+            # Not one row rewritten: each is where it was, its rev unset (its seq is its revision).
+            assert await sql(s, f"SELECT id, ctid::text FROM {table} ORDER BY id") == where
+            assert await sql(s, f"SELECT count(*) FROM {table} WHERE rev IS NOT NULL") == [(0,)]
+            revisions: dict[str, int] = {}
+            for name, id, due, _seq, attempt, claimed, ttl, _, payload in _V2_ROWS:
+                read = await s.read(name, id)
+                assert read is not None
+                element, info = read
+                assert element == json.loads(payload)
+                assert (info.due, info.ttl, info.attempt, info.claimed) == (
+                    (due + shift) / 1e6,
+                    ttl,
+                    attempt_of(attempt),
+                    claimed,
+                )
+                assert info == await s.info(name, id)
+                revisions[id] = info.revision
+            assert len(set(revisions.values())) == len(_V2_ROWS)
+            for name, size, held in _V2_COUNTS:
+                summary = await s.summary(name)
+                assert (summary.size, summary.claimed) == (size, held)
+
+            # New revisions are never old ones: the sequence goes on from where version 2 left it.
+            await s.push(N, {"n": "new"}, ttl=0, id="new")
+            assert await _revision(s, "new") not in revisions.values()
+            # The conditional writes take the revisions read, and refuse stale ones.
+            assert await s.pull_if(N, "plain", revisions["updated"]) is False
+            assert await s.update_if(N, "updated", revisions["updated"] + 1_000, "x") is None
+            changed = await s.update_if(N, "updated", revisions["updated"], {"n": "updated", "v": 3})
+            assert changed is not None
+            assert changed not in revisions.values()
+            assert await s.read(N, "updated") == (
+                {"n": "updated", "v": 3},
+                await s.info(N, "updated"),
+            )
+            # A claim of version 2 ends by its element's revision (its claim number).
+            assert revisions["claimed"] == 8388609 >> 20
+            (done,) = await s.replace_if(N, [("claimed", revisions["claimed"], {"n": "next"}, 60)])
+            assert done is not None
+            assert done not in revisions.values()
+            assert await s.pull_if(
+                "other", "0661a26706b998601961645e7d0cc68b", revisions["0661a26706b998601961645e7d0cc68b"]
+            )
+            # A renewal of a lease taken before the migration keeps the element's revision.
+            assert await s.extend(N, "extended", lease=5, token=10485761) is not None
+            assert await _revision(s, "extended") == revisions["extended"]
+            assert (await s.summary(N)).claimed == 1
+            assert (await s.summary("other")).size == 1
+    finally:
+        await _drop(url, table)
+
+
+class _Writer:
+    """A transaction of its own on a connection of its own, left open: what another process's
+    write looks like to this store while it has not committed (its row lock held)."""
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(url)
+
+    def run(self, statement: str, params: Any) -> None:
+        self.conn.execute(statement, params)
+
+    def end(self, commit: bool) -> None:
+        if commit:
+            self.conn.commit()
+        else:
+            self.conn.rollback()
+        self.conn.close()
+
+
+async def _waits_for_a_lock(store: PostgresStore, table: str) -> None:
+    """Until a statement on ``table`` waits for a row lock (at most 10 s)."""
+    query = (
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND query LIKE %s AND pid <> pg_backend_pid()"
+    )
+    with anyio.fail_after(10):
+        for _ in iter(int, 1):  # (another server process's state: polled, nothing to wait on)
+            if (await sql(store, query, f"%{table}%"))[0][0]:
+                return
+            await anyio.sleep(0.01)
+
+
+@pytest.mark.parametrize("commit", [True, False], ids=["committed", "rolled-back"])
+@pytest.mark.parametrize("verb", ["replace_if", "update_if", "pull_if"])
+async def test_a_conditional_write_compares_with_what_a_concurrent_write_left(
+    store: PostgresStore, url: str, table: str, verb: str, commit: bool
+) -> None:
+    """The comparison and the write are one step: a conditional write that meets a row another
+    transaction is changing waits for it, then compares with what that transaction left, not with
+    what it read before (the fencing of a claim's end depends on it: a write that changed the
+    revision in between makes it fail, one rolled back does not)."""
+    await store.push(N, "old", ttl=0, id="a")
+    (claim,) = await store.claim(N, lease=30)
+    assert claim.revision == await _revision(store, "a")
+    other = await anyio.to_thread.run_sync(_Writer, url)
+    try:
+        # Another process's update of the element, as the store's own statement makes it.
+        params = {"name": N, "id": "a", "rev": claim.revision, "payload": b'"theirs"', "codec": "json"}
+        await anyio.to_thread.run_sync(other.run, store._sql.update_if, params)
+        async with anyio.create_task_group() as tg:
+            outcome: list[Any] = []
+
+            async def write() -> None:
+                if verb == "replace_if":
+                    outcome.append((await store.replace_if(N, [("a", claim.revision, "next", 0)]))[0])
+                elif verb == "update_if":
+                    outcome.append(await store.update_if(N, "a", claim.revision, "ours"))
+                else:
+                    outcome.append(await store.pull_if(N, "a", claim.revision))
+
+            tg.start_soon(write)
+            await _waits_for_a_lock(store, table)
+            assert outcome == []
+            await anyio.to_thread.run_sync(other.end, commit)
+    except BaseException:
+        await anyio.to_thread.run_sync(other.end, False)
+        raise
+    (done,) = outcome
+    read = await store.read(N, "a")
+    if commit:
+        assert done in (None, False)
+        assert read is not None
+        assert read[0] == "theirs"
+        assert read[1].claimed
+    elif verb == "pull_if":
+        assert done is True
+        assert read is None
+    else:
+        assert isinstance(done, int)
+        assert done != claim.revision
+        assert read is not None
+        assert read[0] == ("next" if verb == "replace_if" else "ours")
+        assert read[1].revision == done
+        assert read[1].claimed is (verb == "update_if")
+    assert (await store.summary(N)).claimed == (1 if commit or verb == "update_if" else 0)
+
+
+async def test_a_batch_of_conditional_replaces_is_one_statement(store: PostgresStore) -> None:
+    """One round trip for any number of items; each compared on its own (a stale one is left
+    alone, the others filed), in the order given among equal due times."""
+    ids = [f"e{i}" for i in range(2_000)]
+    await store.push_many(N, [(i, 0, id) for i, id in enumerate(ids)])
+    revisions = [await _revision(store, id) for id in ids]
+    await store.update(N, "e7", "changed")  # e7's revision is stale now
+    calls: list[str] = []
+    run = store._run
+
+    async def counting(fn: Any, **kw: Any) -> Any:
+        calls.append("call")
+        return await run(fn, **kw)
+
+    store._run = counting  # type: ignore[method-assign]
+    try:
+        done = await store.replace_if(
+            N, [(id, rev, f"new {id}", 0) for id, rev in zip(ids, revisions, strict=True)]
+        )
+    finally:
+        del store._run
+    assert len(calls) == 1
+    assert done[7] is None
+    assert all(isinstance(rev, int) for i, rev in enumerate(done) if i != 7)
+    assert len(set(done) - {None}) == len(ids) - 1
+    assert not set(done) & set(revisions)
+    assert await store.look(N, "e7") == "changed"
+    ordered = await store.ids(N)
+    assert [id for id in ordered if id != "e7"] == [id for id in ids if id != "e7"]
+
+
+async def test_a_revision_beyond_a_bigint_matches_nothing(store: PostgresStore) -> None:
+    await store.push(N, "x", ttl=0, id="a")
+    huge = 1 << 64
+    assert await store.update_if(N, "a", huge, "y") is None
+    assert await store.pull_if(N, "a", huge) is False
+    assert await store.replace_if(N, [("a", huge, "y", 0)]) == [None]
+    assert await store.look(N, "a") == "x"
 
 
 async def test_two_tables_in_one_database_are_separate(url: str, store: PostgresStore) -> None:
@@ -708,7 +1013,7 @@ def test_migrate_command_creates_and_checks(
     unopened = PostgresStore.from_url(url, table=table)
     assert anyio.run(unopened.schema_version) is None  # --check created nothing
     assert cli(["migrate", "--store", target]) == 0
-    assert "schema version 2" in capsys.readouterr().out
+    assert f"schema version {SCHEMA_VERSION}" in capsys.readouterr().out
     assert cli(["migrate", "--store", target]) == 0  # again: nothing to do
     assert cli(["migrate", "--store", target, "--check"]) == 0
     assert "up to date" in capsys.readouterr().out
@@ -747,6 +1052,22 @@ async def test_a_batch_beyond_one_statement_is_refused_whole(
             N, [("x" * 998, 0, "b"), ("x" * 998, 0, "c"), ("x" * 998, 0, None), ("", 0, "d")]
         )
     assert await store.ids(N) == ["a0", "a1", "a2"]
+
+
+async def test_a_conditional_replace_beyond_one_statement_is_refused_whole(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """replace_if sends its payloads in one statement too: the same limit, checked before anything
+    is sent (lowered here as above)."""
+    monkeypatch.setattr(_postgres, "_MAX_BATCH_BYTES", 3000)
+    await store.push_many(N, [("old", 0, f"a{i}") for i in range(4)])
+    revisions = [await _revision(store, f"a{i}") for i in range(4)]
+    items = [(f"a{i}", revisions[i], "x" * 998, 0) for i in range(3)]  # 3,000 bytes: taken
+    assert None not in await store.replace_if(N, items)
+    with pytest.raises(ElementTooLargeError, match=r"replace_if.*split the batch"):
+        await store.replace_if(N, [("a3", revisions[3], "x" * 998, 0), *items])
+    assert await store.look(N, "a3") == "old"
+    assert await _revision(store, "a3") == revisions[3]
 
 
 # -- connection refused ----------------------------------------------------------------------------
