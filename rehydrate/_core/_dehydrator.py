@@ -126,9 +126,12 @@ class _Queue:
         self.head = 0
 
 
-#: One element: ``[due, seq, id, element, attempt, home]``. A list, not a class: building one is
-#: four times cheaper than calling an ``__init__``, and push is a hot path. ``home`` is the node's
-#: queue, or, for a loose node (one that is its own heap entry), its TTL. ``element`` is
+#: One element: ``[due, seq, id, element, attempt, home, revision]``. A list, not a class: building
+#: one is four times cheaper than calling an ``__init__``, and push is a hot path. ``home`` is the
+#: node's queue, or, for a loose node (one that is its own heap entry), its TTL. ``revision`` is
+#: the seq drawn by the write that last changed the element (a filing takes its own seq; an
+#: ``update`` draws one it does not file; an ``extend`` keeps it): seqs are never drawn twice, so
+#: no two writes, nor two elements under one id, ever share a revision. ``element`` is
 #: ``_DEAD`` once the node is dead (pulled, acked, or filed anew elsewhere); claim refiles a node in
 #: place. A node taken by poll or claim is behind its old queue's head, where nothing looks.
 _Node = list[Any]
@@ -138,7 +141,7 @@ _Node = list[Any]
 #: the old one; a dropped node that lingered would make each recurring occurrence a net new
 #: object for the garbage collector's count, and a burst of them a collection every few hundred
 #: (``benchmarks/bench_schedules.py``). Nothing reads a slot behind the head.
-_GONE: Final[_Node] = [_INF, -1, "", _DEAD, 0, None]
+_GONE: Final[_Node] = [_INF, -1, "", _DEAD, 0, None, -1]
 
 
 #: A heads-heap entry: ``[due, seq, queue]``, the ``(due, seq)`` of a queue's head when the entry
@@ -276,7 +279,7 @@ class Dehydrator:
             # Loose without a lookup: a recent push found no queue for its TTL and no room for one
             # (see _SKIP). The window ends before _check_at, so no check is due.
             due = now + seconds
-            node = index[id] = [due, seq, id, element, 0, seconds]
+            node = index[id] = [due, seq, id, element, 0, seconds, seq]
             # _file_loose, written out but for a new slot: a call per push costs as much as the
             # filing (a distinct-TTL push was measurably slower through it).
             if seconds < _HORIZON and (slot := due * _SLOTS_PER_SECOND // 1.0) > self._opened:
@@ -291,19 +294,19 @@ class Dehydrator:
         queues = self._queues
         queue = queues.get(seconds)
         if queue is not None:
-            node = index[id] = [now + seconds, seq, id, element, 0, queue]
+            node = index[id] = [now + seconds, seq, id, element, 0, queue, seq]
             queue.items.append(node)
         elif len(queues) >= _QUEUES_MAX:
             # Loose: the node is its own heap entry. _check_at never goes down, so the window
             # ends before the next check is due.
             self._loose_until = min(seq + 1 + _SKIP, self._check_at)
-            node = index[id] = [now + seconds, seq, id, element, 0, seconds]
+            node = index[id] = [now + seconds, seq, id, element, 0, seconds, seq]
             self._file_loose(node)
         else:
             # A new TTL: _insert's work, written out.
             queue = queues[seconds] = _Queue(seconds, False)
             due = now + seconds
-            node = index[id] = [due, seq, id, element, 0, queue]
+            node = index[id] = [due, seq, id, element, 0, queue, seq]
             queue.items.append(node)
             heappush(self._heads, [due, seq, queue])
         if seq >= self._check_at:
@@ -344,7 +347,7 @@ class Dehydrator:
             else:
                 # _insert's common case (a queue for this TTL), written out: push_many is a hot path.
                 seq = next(seqs)
-                node = index[id] = [now + seconds, seq, id, element, 0, queue]
+                node = index[id] = [now + seconds, seq, id, element, 0, queue, seq]
                 queue.items.append(node)
                 if seq >= self._check_at:
                     self._check(seq)
@@ -545,7 +548,79 @@ class Dehydrator:
             element = merge(node[3], element)[0]
         old = node[3]
         node[3] = element
+        node[6] = self._new_revision()
         return old
+
+    # -- revisions: compare-and-set -----------------------------------------------------------
+
+    def read(self, id: str) -> tuple[Any, ElementInfo] | None:
+        """The element ``id`` and its :class:`ElementInfo` (its revision included); ``None`` if
+        it is unknown: what a compare-and-set reads first."""
+        node = self._checked_get(id)
+        return None if node is None else (node[3], self._info(node))
+
+    def replace_if(self, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[int | None]:
+        """For each ``(id, revision, element, ttl)``, all at one ``now``: if ``id`` still has
+        ``revision``, file ``element`` in its place anew (unclaimed, attempt 0, due at
+        ``now + ttl``) and give its new revision; ``None`` in its place (nothing done) if not.
+
+        Every item is checked before any is filed (see :meth:`Store.replace_if`). With a
+        claim's revision, it ends that claim and files what comes next in one step.
+        """
+        batch = _validate.conditional_replaces(items)
+        now = self.now()
+        index = self._index
+        updated = self._updated
+        insert = self._insert
+        out: list[int | None] = []
+        for id, revision, element, seconds in batch:
+            node = index.get(id)
+            if node is None or node[6] != revision:
+                out.append(None)
+                continue
+            if updated:
+                updated.pop(id, None)  # (its claim, if any, ends here)
+            home = node[5]
+            if type(home) is _Queue and home.lease:
+                self._drop_claimed(node)  # (drops the lease queue's dead front, as an ack does)
+            else:
+                del index[id]
+                node[3] = _DEAD
+            out.append(insert(id, element, 0, now + seconds, seconds, False))
+        return out
+
+    def update_if(self, id: str, revision: int, element: Any) -> int | None:
+        """Replace the element ``id`` if it still has ``revision``, keeping its due time, attempt
+        and claim (as :meth:`update` without a token); its new revision, or ``None`` (nothing
+        done) if it is unknown or has another revision."""
+        node = self._checked_get(id)
+        _validate.revision(revision)
+        if node is None or node[6] != revision:
+            return None
+        if _is_claimed(node):
+            # As an update without the claim's token: someone other than the holder changed it
+            # (what rearm_many's merge looks for).
+            self._updated[node[2]] = node[4]
+        node[3] = element
+        new = node[6] = self._new_revision()
+        return new
+
+    def pull_if(self, id: str, revision: int) -> bool:
+        """Remove the element ``id``, claimed or not, due or not, if it still has ``revision``;
+        whether it did."""
+        node = self._checked_get(id)
+        _validate.revision(revision)
+        if node is None or node[6] != revision:
+            return False
+        self._checked_get(id, pop=True)
+        node[3] = _DEAD
+        return True
+
+    def _new_revision(self) -> int:
+        """A revision for a write that files no node (``update``): a seq drawn and counted as
+        gone at once, as ``_holds_dead`` does, so the count of nodes held stays exact."""
+        self._left += 1
+        return next(self._seq)
 
     # -- leases -------------------------------------------------------------------------------
 
@@ -594,7 +669,7 @@ class Dehydrator:
             token = node[4] = next(stamps) * _STAMP + attempt
             was_due = node[0]
             node[0] = due
-            node[1] = next(seq)
+            node[1] = node[6] = revision = next(seq)
             node[5] = queue
             items.append(node)
             # new_claim, written out: a call per element claimed.
@@ -606,7 +681,7 @@ class Dehydrator:
             set_token(claim, token)
             set_due(claim, was_due)
             set_claimed_at(claim, now)
-            set_revision(claim, 0)  # SPEC: the element's new revision (issue 41, phase A)
+            set_revision(claim, revision)
             append(claim)
         if new:
             self._seat(queue)
@@ -628,7 +703,7 @@ class Dehydrator:
         if node is None or node[4] != token or not _is_claimed(node):
             return None
         due = self.now() + seconds
-        self._move(node, due, seconds, lease=True)
+        self._move(node, due, seconds, lease=True, renew=True)
         return due
 
     def reschedule(
@@ -751,7 +826,7 @@ class Dehydrator:
                 # _insert's common case written out: a batch's next occurrences share their ttl
                 # (measured from one reading of the clock), so all but the first join its queue.
                 seq = next(seqs)
-                node = [now + seconds, seq, id, element, 0, queue]
+                node = [now + seconds, seq, id, element, 0, queue, seq]
                 queue.items.append(node)
                 index[id] = node
                 if seq >= self._check_at:
@@ -762,14 +837,18 @@ class Dehydrator:
     def info(self, id: str) -> ElementInfo | None:
         """Describe the element ``id``, or ``None`` if it is unknown."""
         node = self._checked_get(id)
-        if node is None:
-            return None
+        return None if node is None else self._info(node)
+
+    @staticmethod
+    def _info(node: _Node) -> ElementInfo:
         home = node[5]
         if type(home) is _Queue:
             ttl, claimed = home.key, home.lease
         else:
             ttl, claimed = home, False
-        return ElementInfo(id=node[2], due=node[0], ttl=ttl, attempt=node[4] & _ATTEMPTS, claimed=claimed)
+        return ElementInfo(
+            id=node[2], due=node[0], ttl=ttl, attempt=node[4] & _ATTEMPTS, claimed=claimed, revision=node[6]
+        )
 
     def summary(self) -> Summary:
         """Counts for inspection: O(n), so not for a hot path."""
@@ -816,28 +895,34 @@ class Dehydrator:
             self._updated.pop(key, None)  # (its claim, if any, ends with it)
         return self._index.pop(key, None)
 
-    def _insert(self, id: str, element: Any, attempt: int, due: float, key: float, lease: bool) -> None:
-        """File a node under ``key`` (a TTL, or a lease length when ``lease``), as push does.
+    def _insert(
+        self, id: str, element: Any, attempt: int, due: float, key: float, lease: bool, revision: int = -1
+    ) -> int:
+        """File a node under ``key`` (a TTL, or a lease length when ``lease``), as push does; its
+        revision is its seq unless ``revision`` (a lease's renewal keeps the element's). Returns it.
 
         Leases are never loose: a claimed node is told by its queue, and a scheduler has few.
         """
         queues = self._leases if lease else self._queues
         queue = queues.get(key)
         seq = next(self._seq)
+        if revision < 0:
+            revision = seq
         if queue is not None:
-            node = [due, seq, id, element, attempt, queue]
+            node = [due, seq, id, element, attempt, queue, revision]
             queue.items.append(node)
         elif not lease and len(queues) >= _QUEUES_MAX:
-            node = [due, seq, id, element, attempt, key]
+            node = [due, seq, id, element, attempt, key, revision]
             self._file_loose(node)
         else:
             queue = queues[key] = _Queue(key, lease)
-            node = [due, seq, id, element, attempt, queue]
+            node = [due, seq, id, element, attempt, queue, revision]
             queue.items.append(node)
             heappush(self._heads, [due, seq, queue])
         self._index[id] = node
         if seq >= self._check_at:
             self._check(seq)
+        return revision
 
     def _file_loose(self, node: _Node) -> None:
         """File a loose node: in its time slot if it is due within the horizon (and its slot is
@@ -908,11 +993,12 @@ class Dehydrator:
         first = live[0]
         heappush(self._heads, [first[0], first[1], run])
 
-    def _move(self, node: _Node, due: float, key: float, *, lease: bool) -> None:
-        """Re-file a live node under a new due time. The old node dies in place; a fresh one is filed."""
+    def _move(self, node: _Node, due: float, key: float, *, lease: bool, renew: bool = False) -> None:
+        """Re-file a live node under a new due time. The old node dies in place; a fresh one is
+        filed, with a new revision unless ``renew`` (a lease's renewal keeps it)."""
         id, element, attempt = node[2], node[3], node[4]
         self._kill(node)
-        self._insert(id, element, attempt, due, key, lease)
+        self._insert(id, element, attempt, due, key, lease, node[6] if renew else -1)
 
     @staticmethod
     def _kill(node: _Node) -> None:

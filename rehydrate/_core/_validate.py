@@ -185,3 +185,45 @@ def reschedules(items: object, verb: str = "reschedule_many") -> list[tuple[str,
         seen.add(id)
         out.append((id, checked, seconds(ttl, "ttl")))
     return out
+
+
+def revision(value: object) -> int:
+    """An element's revision to compare with (``ElementInfo.revision``): an ``int`` of at least 0.
+
+    ``bool`` is refused: ``revision=True`` is a bug, and comparing it would silently fail.
+    """
+    if type(value) is int and value >= 0:
+        return value
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidTypeError(f"revision must be an int, not {type(value).__name__}")
+    raise InvalidArgumentError(f"revision must not be negative, got {value!r}")
+
+
+def conditional_replaces(items: object) -> list[tuple[str, int, Any, float]]:
+    """The ``(id, revision, element, ttl)`` items of a ``replace_if``, all checked before any is
+    acted upon: each a 4-tuple with a valid id, a revision and a duration, and no id twice (two
+    items on one id could not both hold the revision they compare with)."""
+    if isinstance(items, str | bytes) or not hasattr(items, "__iter__"):
+        raise InvalidTypeError(
+            f"items must be an iterable of (id, revision, element, ttl), not {type(items).__name__}"
+        )
+    out: list[tuple[str, int, Any, float]] = []
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        if not isinstance(item, tuple) or len(item) != 4:
+            raise InvalidArgumentError(
+                f"items[{index}] must be an (id, revision, element, ttl) tuple, not {item!r:.80}"
+            )
+        id, rev, element, ttl = item
+        try:
+            element_id(id)
+            checked = revision(rev)
+            duration = seconds(ttl, "ttl")
+        except InvalidArgumentError as exc:  # InvalidTypeError too
+            exc.add_note(f"in items[{index}] of a replace_if")
+            raise
+        if id in seen:
+            raise InvalidArgumentError(f"items[{index}]: id {id!r} is given twice in a replace_if")
+        seen.add(id)
+        out.append((id, checked, element, duration))
+    return out

@@ -285,6 +285,50 @@ class MemoryStore(StoreBase):
         payload = self._update_payload(name, id, token, element)[0]
         return self._decode(d.update(id, payload, token=token, merge=self._merge))
 
+    # -- revisions: compare-and-set ---------------------------------------------------------------
+    # Each verb is one call into the dehydrator with no checkpoint after the first: the
+    # comparison and the write are one step, which the scheduling layer's rules rest on.
+
+    async def read(self, name: str, id: str) -> tuple[Any, ElementInfo] | None:
+        await anyio.lowlevel.checkpoint()
+        d = self._get(name)
+        found = d.read(id)
+        if found is None or self._codec is None:
+            return found
+        return self._decode(found[0]), found[1]
+
+    async def replace_if(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[int | None]:
+        await anyio.lowlevel.checkpoint()
+        batch = _validate.conditional_replaces(items)
+        d = self._get(name)
+        if self._codec is not None:
+            dumps = self._dumps
+            batch = [(id, revision, dumps(element, None), ttl) for id, revision, element, ttl in batch]
+        if self._kept:
+            self._forget_envelopes(name, (id for id, _, _, _ in batch))
+        before = d.next_due()
+        done = d.replace_if(batch)
+        self._notify_if_sooner(name, d, before)
+        return done
+
+    async def update_if(self, name: str, id: str, revision: int, element: Any) -> int | None:
+        await anyio.lowlevel.checkpoint()
+        d = self._get(name)
+        _validate.element_id(id)
+        _validate.revision(revision)
+        if self._codec is not None:
+            element = self._dumps(element, None)
+            self._forget_envelopes(name, [id])  # (as update: changed under its claim)
+        return d.update_if(id, revision, element)
+
+    async def pull_if(self, name: str, id: str, revision: int) -> bool:
+        await anyio.lowlevel.checkpoint()
+        d = self._get(name)
+        done = d.pull_if(id, revision)
+        if done and self._kept:
+            self._forget_envelopes(name, [id])
+        return done
+
     # -- leases ----------------------------------------------------------------------------------
 
     async def claim(
@@ -300,7 +344,9 @@ class MemoryStore(StoreBase):
         for c in claims:
             element = loads(c.element)
             keep(name, c.id, c.token, element, c.element)
-            out.append(new_claim(c.id, element, c.attempt, c.lease_until, c.token, c.due, c.claimed_at))
+            out.append(
+                new_claim(c.id, element, c.attempt, c.lease_until, c.token, c.due, c.claimed_at, c.revision)
+            )
         return out
 
     async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:

@@ -71,6 +71,7 @@ __all__ = [
     "Harness",
     "LeasesContract",
     "LifecycleContract",
+    "RevisionsContract",
     "SerializersContract",
     "StoreContract",
     "SubscriptionsContract",
@@ -1352,6 +1353,10 @@ def _every_verb() -> list[Any]:
         lambda s: s.size(N),
         lambda s: s.summary(N),
         lambda s: s.ids(N),
+        lambda s: s.read(N, "a"),
+        lambda s: s.replace_if(N, [("a", 0, "x", 1)]),
+        lambda s: s.update_if(N, "a", 0, "x"),
+        lambda s: s.pull_if(N, "a", 0),
     ]
 
 
@@ -1577,6 +1582,436 @@ class SerializersContract(_Contract):
         assert await s.look_many(N, ["a", "h"]) == ["kept", "held"]
 
 
+async def revision_of(store: Store, id: str, name: str = N) -> int | None:
+    """The element's revision as :meth:`Store.info` gives it; ``None`` if the id is unknown."""
+    info = await store.info(name, id)
+    return None if info is None else info.revision
+
+
+class RevisionsContract(_Contract):
+    """Revisions and compare-and-set: every write of an element gives it a revision never given
+    before (a lease's renewal keeps it), and ``replace_if``, ``update_if`` and ``pull_if`` write
+    only while the element still has the revision they are given."""
+
+    async def test_read_is_look_and_info_in_one(self, harness: Harness) -> None:
+        s = harness.store
+        assert await s.read(N, "a") is None
+        assert await s.read("never-used", "a") is None
+        await s.push(N, {"n": 1}, ttl=5, id="a")
+        read = await s.read(N, "a")
+        assert read is not None
+        element, info = read
+        assert element == {"n": 1}
+        assert info == await s.info(N, "a")
+        assert info.revision == await revision_of(s, "a")
+        assert isinstance(info.revision, int)
+        assert not isinstance(info.revision, bool)
+        assert info.revision >= 0
+        assert (info.id, info.attempt, info.claimed, info.ttl) == ("a", 0, False, about(5))
+        harness.advance(5)
+        (claim,) = await s.claim(N, lease=30)
+        read = await s.read(N, "a")
+        assert read is not None
+        assert read[0] == {"n": 1}
+        assert (read[1].attempt, read[1].claimed, read[1].revision) == (1, True, claim.revision)
+        assert await s.size(N) == 1  # a read takes nothing
+
+    async def test_every_write_changes_the_revision_and_a_renewal_keeps_it(self, harness: Harness) -> None:
+        """Each write gives the element a revision it never had (nor any element before it); a
+        read, a lease's renewal and a write fenced out (that does nothing) keep it."""
+        s = harness.store
+        seen: list[int] = []
+
+        async def changed(id: str = "a") -> int:
+            rev = await revision_of(s, id)
+            assert rev is not None
+            assert rev not in seen, f"revision {rev} given again (seen: {seen})"
+            seen.append(rev)
+            return rev
+
+        async def kept(id: str = "a") -> None:
+            assert await revision_of(s, id) == seen[-1]
+
+        await s.push(N, "v1", ttl=0, id="a")
+        await changed()
+        await s.look(N, "a")
+        await s.look_many(N, ["a"])
+        await s.xpoll(N)
+        await s.ids(N)
+        await s.summary(N)
+        await s.read(N, "a")
+        await kept()
+        await s.push(N, "v2", ttl=0, id="a", replace=True)
+        await changed()
+        await s.update(N, "a", "v3")
+        await changed()
+        (claim,) = await s.claim(N, lease=10)
+        assert claim.revision == await changed()
+        assert await s.extend(N, "a", lease=20, token=claim.token) is not None
+        await kept()
+        assert await s.ack(N, [("a", claim.token + 1)]) == [False]
+        assert await s.reschedule(N, "a", ttl=0, token=claim.token + 1) is False
+        await kept()
+        await s.update(N, "a", "v4", token=claim.token)
+        await changed()
+        assert await s.reschedule(N, "a", ttl=0, token=claim.token) is True
+        await changed()
+        (claim,) = await s.claim(N, lease=10)
+        assert claim.revision == await changed()
+        assert await s.reschedule_many(N, [("a", claim.token, 0)]) == [True]
+        await changed()
+        (claim,) = await s.claim(N, lease=10)
+        assert claim.revision == await changed()
+        assert await s.hand_back(N, [("a", claim.token, 0)]) == [True]
+        await changed()
+        assert await s.hand_back(N, [("a", claim.token, 0)]) == [False]  # not claimed now
+        await kept()
+        assert await s.reschedule(N, "a", ttl=3) is True  # unfenced
+        await changed()
+        harness.advance(3)
+        (claim,) = await s.claim(N, lease=10)
+        assert claim.revision == await changed()
+        assert await s.replace_unless_held(N, "a", "v5", ttl=0) is False  # held: nothing done
+        await kept()
+        harness.advance(10)  # the lease ran out
+        assert await s.replace_unless_held(N, "a", "v6", ttl=0) is True
+        await changed()
+        if s.capabilities.rearm:
+            (claim,) = await s.claim(N, lease=10)
+            assert claim.revision == await changed()
+            assert await s.rearm(N, [("a", claim.token, "v7", 0)]) == [True]
+            await changed()
+        # A new element under a reused id never has an old element's revision.
+        assert await s.pull(N, "a") is not None
+        await s.push(N, "again", ttl=0, id="a")
+        await changed()
+        assert await s.ack(N, [("a", (await s.claim(N, lease=10))[0].token)]) == [True]
+        await s.push_many(N, [("b", 0, "b"), ("again", 0, "a")])
+        await changed("b")
+        await changed("a")
+        # Writes to other elements do not touch it.
+        await s.push(N, "c", ttl=0, id="c")
+        await s.update(N, "b", "b2")
+        await s.pull(N, "b")
+        await kept()
+
+    async def test_a_claim_carries_the_revision_it_filed(self, harness: Harness) -> None:
+        """Each claimed element's ``Claim.revision`` is its revision once claimed, taken ahead
+        or not; every claim of a batch has its own."""
+        s = harness.store
+        await s.push_many(N, [(i, 0, f"e{i}") for i in range(5)])
+        await s.push(N, "ahead", ttl=3, id="ahead")
+        before = {id: await revision_of(s, id) for id in await s.ids(N)}
+        ahead = s.capabilities.claim_ahead
+        claims = await (s.claim(N, lease=30, ahead=5.0) if ahead else s.claim(N, lease=30))
+        assert len(claims) == (6 if ahead else 5)
+        for claim in claims:
+            assert claim.revision == await revision_of(s, claim.id)
+            assert claim.revision != before[claim.id]
+        assert len({c.revision for c in claims}) == len(claims)
+
+    async def test_replace_if(self, harness: Harness) -> None:
+        """Compare-and-set replace: filed anew (unclaimed, attempt 0, due at now + ttl, a new
+        revision) only while the element has the revision given; per item, in a batch."""
+        s = harness.store
+        await s.push_many(N, [("a", 10, "a"), ("b", 10, "b"), ("c", 10, "c")])
+        rev_a, rev_b = await revision_of(s, "a"), await revision_of(s, "b")
+        assert rev_a is not None
+        assert rev_b is not None
+        assert await s.update(N, "b", "b2") == "b"  # b changed since its revision was read
+        result = await s.replace_if(
+            N, [("a", rev_a, "A", 5), ("b", rev_b, "B", 5), ("missing", rev_a, "M", 5)]
+        )
+        assert result[1:] == [None, None]
+        new_a = result[0]
+        assert isinstance(new_a, int)
+        assert new_a not in (rev_a, rev_b)
+        read = await s.read(N, "a")
+        assert read is not None
+        assert read[0] == "A"
+        info = read[1]
+        assert (info.attempt, info.claimed, info.ttl, info.revision) == (0, False, about(5), new_a)
+        assert await s.look_many(N, ["b", "missing"]) == ["b2", None]  # nothing done for them
+        assert await s.replace_if(N, [("a", rev_a, "stale", 0)]) == [None]  # its old revision
+        assert await s.look(N, "a") == "A"
+        assert await s.replace_if(N, []) == []
+        rev_c = await revision_of(s, "c")
+        assert rev_c is not None
+        assert await s.replace_if(N, iter([("c", rev_c, "C", 0)])) != [None]
+        assert await s.poll(N) == ["C"]  # due now
+        assert await s.replace_if("never-used", [("a", new_a, "x", 0)]) == [None]
+        assert await s.size(N) == 2
+
+    async def test_replace_if_with_a_claims_revision_ends_that_claim(self, harness: Harness) -> None:
+        """With :attr:`Claim.revision`: a fenced end of the claim that files what comes next, in
+        one step; refused once anyone wrote the element since the claim, its own renewals aside."""
+        s = harness.store
+        await s.push(N, "first", ttl=0, id="j")
+        (claim,) = await s.claim(N, lease=10)
+        assert await s.extend(N, "j", lease=30, token=claim.token) is not None  # a renewal: kept
+        (rev,) = await s.replace_if(N, [("j", claim.revision, "next", 5)])
+        assert rev is not None
+        info = await s.info(N, "j")
+        assert info is not None
+        assert (info.attempt, info.claimed, info.ttl, info.revision) == (0, False, about(5), rev)
+        assert (await s.summary(N)).claimed == 0
+        # The claim is over: its token fences nothing in, its revision replaces nothing.
+        assert await s.ack(N, [("j", claim.token)]) == [False]
+        assert await s.extend(N, "j", lease=10, token=claim.token) is None
+        assert await s.replace_if(N, [("j", claim.revision, "again", 0)]) == [None]
+        assert await s.claim(N, lease=10) == []
+        harness.advance(5)
+        (claim,) = await s.claim(N, lease=10)
+        assert claim.element == "next"
+        # Changed while claimed (an update without the token): the claim's revision is stale.
+        await s.update(N, "j", "changed")
+        assert await s.replace_if(N, [("j", claim.revision, "lost", 0)]) == [None]
+        assert await s.look(N, "j") == "changed"
+        assert await s.ack(N, [("j", claim.token)]) == [True]  # the claim itself is untouched
+        # The lease ran out and another claim took it: the first claim's revision is stale.
+        await s.push(N, "again", ttl=0, id="j")
+        (stale,) = await s.claim(N, lease=10)
+        harness.advance(10)
+        (fresh,) = await s.claim(N, lease=10)
+        assert await s.replace_if(N, [("j", stale.revision, "stale", 0)]) == [None]
+        assert await s.replace_if(N, [("j", fresh.revision, "fresh", 0)]) != [None]
+        assert await s.ack(N, [("j", fresh.token)]) == [False]
+        assert await s.poll(N) == ["fresh"]
+
+    async def test_replace_if_in_a_large_batch_keeps_order(self, harness: Harness) -> None:
+        """More items than a store's atomic parts: each answered in its place, filed in order."""
+        s = harness.store
+        n = 2500
+        for start in range(0, n, 1000):
+            await s.push_many("many", [(i, 0, f"e{i}") for i in range(start, min(n, start + 1000))])
+        claims = {c.id: c for c in await s.claim("many", lease=60)}
+        while len(claims) < n:
+            claims.update((c.id, c) for c in await s.claim("many", lease=60))
+        # Every third with a revision its element does not have: refused, in its place.
+        items = [(f"e{i}", claims[f"e{i}"].revision + (i % 3 == 0), i, 0.0) for i in range(n)]
+        result = await s.replace_if("many", items)
+        assert len(result) == n
+        done = [r is not None for r in result]
+        assert done == [i % 3 != 0 for i in range(n)]
+        assert len({r for r in result if r is not None}) == sum(done)
+        assert await s.xpoll("many") == [f"e{i}" for i in range(n) if i % 3 != 0]
+
+    async def test_replace_if_checks_every_item_first(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push(N, "keep", ttl=1, id="a")
+        rev = await revision_of(s, "a")
+        assert rev is not None
+        before = await state(s)
+        bad: list[Any] = [
+            [("a", rev, "x", 0), ("a", rev, "y", 0)],  # an id twice
+            [("a", rev, "x", 0), ("b", -1, "y", 0)],
+            [("a", rev, "x", 0), ("b", True, "y", 0)],
+            [("a", rev, "x", 0), ("b", "1", "y", 0)],
+            [("a", rev, "x", 0), ("b", 1.0, "y", 0)],
+            [("a", rev, "x", 0), ("b", None, "y", 0)],
+            [("a", rev, "x", 0), ("b", 1, "y", -1)],
+            [("a", rev, "x", 0), ("b", 1, "y", MAX_SECONDS + 1)],
+            [("a", rev, "x", 0), ("b", 1, "y", float("nan"))],
+            [("a", rev, "x", 0), ("", 1, "y", 0)],
+            [("a", rev, "x", 0), (None, 1, "y", 0)],
+            [("a", rev, "x", 0), ("\ud800", 1, "y", 0)],
+            [("a", rev, "x", 0), ("b", 1, "y")],
+            [("a", rev, "x", 0), "b"],
+            "ab",
+            7,
+        ]
+        for items in bad:
+            with pytest.raises(InvalidArgumentError):
+                await s.replace_if(N, items)
+        with pytest.raises(InvalidArgumentError):
+            await s.replace_if("", [("a", rev, "x", 0)])
+        with pytest.raises(InvalidArgumentError):
+            await s.replace_if("\udcff", [("a", rev, "x", 0)])
+        assert await state(s) == before
+        assert await s.look(N, "a") == "keep"
+
+    async def test_replace_if_wakes_a_subscriber_when_sooner(self, harness: Harness) -> None:
+        s = harness.store
+        await s.push(N, "late", ttl=100, id="a")
+        rev = await revision_of(s, "a")
+        assert rev is not None
+        async with s.subscribe(N) as subscription:
+            await subscription.wait(0)
+            assert await s.replace_if(N, [("a", rev, "soon", 0)]) != [None]
+            with anyio.fail_after(5):
+                assert await subscription.wait(None) is True
+        assert await s.poll(N) == ["soon"]
+
+    async def test_update_if(self, harness: Harness) -> None:
+        """Compare-and-set update: the element replaced, its due time, attempt and claim kept, a
+        new revision; nothing done for another revision or an unknown id."""
+        s = harness.store
+        assert await s.update_if(N, "a", 0, "x") is None
+        assert await s.update_if("never-used", "a", 0, "x") is None
+        await s.push(N, "v1", ttl=0, id="a")
+        await s.push(N, "other", ttl=50, id="b")
+        (claim,) = await s.claim(N, lease=10)
+        before = await s.info(N, "a")
+        assert before is not None
+        rev = await s.update_if(N, "a", claim.revision, "v2")
+        assert isinstance(rev, int)
+        assert rev != claim.revision
+        read = await s.read(N, "a")
+        assert read is not None
+        assert read[0] == "v2"
+        assert (read[1].due, read[1].attempt, read[1].claimed) == (before.due, 1, True)  # kept
+        assert read[1].revision == rev
+        assert await s.update_if(N, "a", claim.revision, "v3") is None  # stale now
+        assert await s.look(N, "a") == "v2"
+        assert await s.extend(N, "a", lease=10, token=claim.token) is not None  # still its claim
+        # The claim's revision is stale: a fenced end of it by revision is refused (what tells
+        # the scheduling layer that the element changed while it ran).
+        assert await s.replace_if(N, [("a", claim.revision, "next", 0)]) == [None]
+        assert await s.ack(N, [("a", claim.token)]) == [True]
+        assert await s.update_if(N, "a", rev, "gone") is None  # acked: unknown
+        rev_b = await revision_of(s, "b")
+        assert rev_b is not None
+        assert await s.update_if(N, "b", rev, "x") is None  # another element's revision
+        assert await s.update_if(N, "b", rev_b, "b2") is not None
+        info = await s.info(N, "b")
+        assert info is not None
+        assert (info.ttl, info.attempt, info.claimed) == (about(50), 0, False)
+
+    async def test_pull_if(self, harness: Harness) -> None:
+        s = harness.store
+        assert await s.pull_if(N, "a", 0) is False
+        assert await s.pull_if("never-used", "a", 0) is False
+        await s.push(N, "v1", ttl=30, id="a")
+        rev = await revision_of(s, "a")
+        assert rev is not None
+        await s.update(N, "a", "v2")
+        assert await s.pull_if(N, "a", rev) is False  # changed since
+        assert await s.look(N, "a") == "v2"
+        rev = await revision_of(s, "a")
+        assert rev is not None
+        assert await s.pull_if(N, "a", rev) is True  # not due: removed all the same
+        assert await s.look(N, "a") is None
+        assert await s.pull_if(N, "a", rev) is False
+        # Claimed: removed, and the claim is over.
+        await s.push(N, "v3", ttl=0, id="a")
+        assert await s.pull_if(N, "a", rev) is False  # a new element: not the old revision
+        (claim,) = await s.claim(N, lease=10)
+        assert await s.pull_if(N, "a", claim.revision) is True
+        assert await s.ack(N, [("a", claim.token)]) == [False]
+        assert await s.size(N) == 0
+        assert (await s.summary(N)).claimed == 0
+
+    @pytest.mark.parametrize(
+        "call",
+        [
+            lambda s: s.read(N, ""),
+            lambda s: s.read(N, 7),
+            lambda s: s.read("", "a"),
+            lambda s: s.read(N, "\ud800"),
+            lambda s: s.update_if(N, "", 0, "x"),
+            lambda s: s.update_if(N, "a", -1, "x"),
+            lambda s: s.update_if(N, "a", True, "x"),
+            lambda s: s.update_if(N, "a", "0", "x"),
+            lambda s: s.update_if(N, "a", None, "x"),
+            lambda s: s.update_if("", "a", 0, "x"),
+            lambda s: s.update_if(N, "\ud800", 0, "x"),
+            lambda s: s.pull_if(N, "", 0),
+            lambda s: s.pull_if(N, "a", -1),
+            lambda s: s.pull_if(N, "a", False),
+            lambda s: s.pull_if(N, "a", 1.5),
+            lambda s: s.pull_if("", "a", 0),
+            lambda s: s.pull_if("n\udcff", "a", 0),
+        ],
+    )
+    async def test_bad_input_is_refused_and_nothing_changes(self, harness: Harness, call: Any) -> None:
+        s = harness.store
+        await s.push(N, "keep", ttl=1, id="a")
+        before = await state(s)
+        with pytest.raises(InvalidArgumentError):
+            await call(s)
+        assert await state(s) == before
+        assert await s.look(N, "a") == "keep"
+
+    async def test_the_verbs_need_an_open_store(self, harness: Harness) -> None:
+        assert harness.twin is not None, TWIN_NEEDED
+        store = harness.twin()
+        calls: list[Any] = [
+            lambda: store.read(N, "a"),
+            lambda: store.replace_if(N, [("a", 0, "x", 0)]),
+            lambda: store.replace_if(N, []),
+            lambda: store.update_if(N, "a", 0, "x"),
+            lambda: store.pull_if(N, "a", 0),
+        ]
+        for call in calls:
+            with pytest.raises(StoreNotOpenError, match="not open"):
+                await call()
+        await store.open()
+        await store.aclose()
+        for call in calls:
+            with pytest.raises(StoreNotOpenError):
+                await call()
+
+    async def test_serialized_elements(self, harness: Harness) -> None:
+        """On a store that keeps bytes: ``read`` hands back what its serializer reads, a new
+        object each time; ``replace_if`` and ``update_if`` file the serializer's bytes, refuse
+        what it refuses and what is too large (naming the id), and change nothing then."""
+        s = harness.store
+        serializer = serializer_of(s)
+        if serializer is None:
+            pytest.skip("this store keeps elements as objects, not serialized")
+        given = ("t", 1)
+        read = serializer.loads(serializer.dumps(given))
+        await s.push(N, given, ttl=0, id="a")
+        await s.push(N, "x", ttl=0, id="b")
+        first, again = await s.read(N, "a"), await s.read(N, "a")
+        assert first is not None
+        assert again is not None
+        assert first[0] == again[0] == read
+        assert first[0] is not again[0]
+        old_b = await revision_of(s, "b")
+        assert old_b is not None
+        (rev_a,) = await s.replace_if(N, [("a", first[1].revision, [given], 0)])
+        rev_b = await s.update_if(N, "b", old_b, {"k": given})
+        assert rev_a is not None
+        assert rev_b is not None
+        assert await s.look_many(N, ["a", "b"]) == [[read], {"k": read}]
+        if getattr(serializer, "name", None) == "json":
+            before = await state(s)
+            for bad in (float("nan"), {"when": object()}, {"a", "b"}):
+                with pytest.raises(InvalidTypeError, match="not JSON-serializable"):
+                    await s.replace_if(N, [("a", rev_a, "fine", 0), ("b", rev_b, bad, 0)])
+                with pytest.raises(InvalidTypeError, match="not JSON-serializable"):
+                    await s.update_if(N, "a", rev_a, bad)
+            assert await state(s) == before
+            assert await revision_of(s, "a") == rev_a
+        if harness.twin is None or getattr(s, "max_element_bytes", None) is None:
+            return
+        big = "é" * 600  # 1,202 bytes as JSON
+        async with harness.twin(max_element_bytes=1000) as small:
+            await small.push(N, "kept", ttl=0, id="kept")
+            rev = await revision_of(small, "kept")
+            assert rev is not None
+            with pytest.raises(ElementTooLargeError, match="'kept'"):
+                await small.replace_if(N, [("kept", rev, big, 0)])
+            with pytest.raises(ElementTooLargeError, match="'kept'"):
+                await small.update_if(N, "kept", rev, big)
+            assert await small.look(N, "kept") == "kept"
+            assert await revision_of(small, "kept") == rev
+
+    async def test_a_mismatched_serializer_cannot_read(self, harness: Harness) -> None:
+        s = harness.store
+        if serializer_of(s) is None:
+            pytest.skip("this store keeps elements as objects, not serialized")
+        if not harness.shared:
+            pytest.skip("another store object does not see this one's elements")
+        assert harness.twin is not None, TWIN_NEEDED
+        await s.push(N, {"a": 1}, ttl=0, id="x")
+        async with harness.twin(serializer="pickle") as other:
+            with pytest.raises(SerializerMismatchError):
+                await other.read(N, "x")
+        assert await s.look(N, "x") == {"a": 1}
+
+
 class StoreContract(
     VerbsContract,
     LeasesContract,
@@ -1586,5 +2021,6 @@ class StoreContract(
     LifecycleContract,
     WorkersContract,
     SerializersContract,
+    RevisionsContract,
 ):
     """The whole suite: subclass it as ``TestMyStore`` and give it a ``harness`` fixture."""

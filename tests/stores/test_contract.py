@@ -55,6 +55,10 @@ class TestSerializers(contract.SerializersContract):
     pass
 
 
+class TestRevisions(contract.RevisionsContract):
+    pass
+
+
 def test_every_store_declares_every_capability() -> None:
     """The stores of this package offer all the contract has: none of its tests is skipped on
     them for want of a capability, and the scheduler uses all of it."""
