@@ -110,15 +110,6 @@ def _text(value: bytes | str) -> str:
 _REV_MAX: Final = 10**16 - 1
 
 
-def _revision(value: object, name: str = "revision") -> int:
-    """A revision to compare with (an ``int`` >= 0, not a ``bool``)."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidTypeError(f"{name} must be an int, not {type(value).__name__}")
-    if value < 0:
-        raise InvalidArgumentError(f"{name} must be at least 0, got {value!r}")
-    return value
-
-
 def _rev_text(revision: int) -> str:
     """A revision as the scripts compare it (rev16); one no script ever wrote matches nothing."""
     return f"{revision:016d}" if revision <= _REV_MAX else "x"
@@ -737,38 +728,22 @@ class RedisStore(StoreBase):
         other writer, nor a claimer, between them). The ttls count from the call, as rearm's."""
         self._keys(name)
         asked = round(self.clock() * 1_000_000)
-        given: object = items  # (checked: a caller may pass anything)
-        if isinstance(given, str | bytes) or not hasattr(given, "__iter__"):
-            raise InvalidTypeError(
-                f"items must be an iterable of (id, revision, element, ttl), not {type(given).__name__}"
-            )
-        flat: _Args = [asked]
-        seen: set[str] = set()
-        for index, item in enumerate(items):
-            if not isinstance(item, tuple) or len(item) != 4:
-                raise InvalidArgumentError(
-                    f"items[{index}] must be an (id, revision, element, ttl) tuple, not {item!r:.80}"
-                )
-            id, revision, element, ttl = item
-            _validate.element_id(id)
-            rev = _revision(revision, f"items[{index}]: revision")
-            micros = _micros(ttl, "ttl")
-            if id in seen:
-                raise InvalidArgumentError(f"items[{index}]: id {id!r} is given twice")
-            seen.add(id)
-            flat += (id, _rev_text(rev), micros, self._dumps(element, name, id, "replace_if", index))
-        n = len(seen)
-        if n > _PUSH_MANY_MAX:
+        batch = _validate.conditional_replaces(items)
+        if len(batch) > _PUSH_MANY_MAX:
             raise InvalidArgumentError(
                 f"replace_if takes at most {_PUSH_MANY_MAX} items per call on Redis (one atomic script); "
-                f"got {n}: split the batch"
+                f"got {len(batch)}: split the batch"
             )
-        if not n:
+        flat: _Args = [asked]
+        for index, (id, revision, element, ttl) in enumerate(batch):
+            payload = self._dumps(element, name, id, "replace_if", index)
+            flat += (id, _rev_text(revision), _micros(ttl, "ttl"), payload)
+        if not batch:
             self._backend.check_open()
             await anyio.lowlevel.checkpoint()
             return []
         # Replaced elements' claims end: what their claimers kept of them is of no use now.
-        self._forget_envelopes(name, seen)
+        self._forget_envelopes(name, (id for id, _, _, _ in batch))
         # (A retry after a lost reply finds the revisions changed and answers None for them,
         # although the first attempt replaced them.)
         reply = await self._eval("replace_if", name, flat)
@@ -779,7 +754,7 @@ class RedisStore(StoreBase):
         script that writes."""
         self._keys(name)
         _validate.element_id(id)
-        rev = _revision(revision)
+        rev = _validate.revision(revision)
         payload = self._dumps(element, name, id, "update_if")
         reply = await self._eval("update", name, [id, payload, "", b"", b"", _rev_text(rev)])
         return int(reply[2]) if int(reply[0]) else None
@@ -789,7 +764,7 @@ class RedisStore(StoreBase):
         script."""
         self._keys(name)
         _validate.element_id(id)
-        rev = _revision(revision)
+        rev = _validate.revision(revision)
         return bool(await self._eval("pull", name, [id, "r", _rev_text(rev)]) == 1)
 
     # -- leases ----------------------------------------------------------------------------------
