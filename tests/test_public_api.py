@@ -66,6 +66,7 @@ SUBMODULES = {
         "Harness",
         "LeasesContract",
         "LifecycleContract",
+        "RevisionsContract",
         "SerializersContract",
         "StoreContract",
         "SubscriptionsContract",
