@@ -106,6 +106,28 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+#: The revisions the scripts write: 16 digits (seqs; a dehydrator draws fewer than that).
+_REV_MAX: Final = 10**16 - 1
+
+
+def _rev_text(revision: int) -> str:
+    """A revision as the scripts compare it (rev16); one no script ever wrote matches nothing."""
+    return f"{revision:016d}" if revision <= _REV_MAX else "x"
+
+
+def _info(id: str, reply: Sequence[Any], at: int) -> ElementInfo:
+    """An :class:`ElementInfo` from look.lua's due, how, attempt, rev at ``reply[at:]``."""
+    how = _text(reply[at + 1])
+    return ElementInfo(
+        id=id,
+        due=int(reply[at]) / 1e6,
+        ttl=int(how[1:]) / 1e6,
+        attempt=int(reply[at + 2]),
+        claimed=how[0] == "l",
+        revision=int(reply[at + 3]),
+    )
+
+
 def _int_option(value: object, name: str, low: int, high: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidTypeError(f"{name} must be an int, not {type(value).__name__}")
@@ -457,18 +479,33 @@ class RedisStore(StoreBase):
             with suppress(RehydrateError):
                 await self._set_clock()
         head = self._head(name)
-        try:
-            return await self._backend.eval(
-                SCRIPTS[script],
-                self._keys(name),
-                [*head, *args],
-                retry_args=[*head, *retry] if retry else None,
-            )
-        except RedisRefusedError as exc:
-            message = str(exc)
-            if message.startswith("RHSERIALIZER "):
-                raise self._mismatch(name, message.split()[1]) from None
-            raise
+        converted = False
+        while True:
+            try:
+                return await self._backend.eval(
+                    SCRIPTS[script],
+                    self._keys(name),
+                    [*head, *args],
+                    retry_args=[*head, *retry] if retry else None,
+                )
+            except RedisRefusedError as exc:
+                message = str(exc)
+                if message.startswith("RHSERIALIZER "):
+                    raise self._mismatch(name, message.split()[1]) from None
+                if message.startswith("RHFORMAT ") and not converted:
+                    # Written by an earlier version: the script refused before writing anything,
+                    # so converting the dehydrator and calling again is safe.
+                    await self._convert(name)
+                    converted = True
+                    continue
+                raise
+
+    async def _convert(self, name: str) -> None:
+        """Bring dehydrator ``name``'s elements to this version's format (``migrate.lua``):
+        ``batch_size`` elements per script, so a large dehydrator never holds the server long."""
+        keys, head = self._keys(name), self._head(name)
+        while not int(await self._backend.eval(SCRIPTS["migrate"], keys, [*head, self._batch])):
+            pass
 
     def _load(self, data: bytes) -> Any:
         """An element the scripts have checked was written by this store's serializer."""
@@ -673,6 +710,63 @@ class RedisStore(StoreBase):
             raise UnknownIdError(id)
         return self._load(reply[1])
 
+    # -- revisions: compare-and-set ---------------------------------------------------------------
+
+    async def read(self, name: str, id: str) -> tuple[Any, ElementInfo] | None:
+        """See :meth:`Store.read`: look.lua's "read", one ``HGET``."""
+        self._keys(name)
+        _validate.element_id(id)
+        reply = await self._eval("look", name, ["read", id])
+        if reply is None:
+            return None
+        return self._load(reply[0]), _info(id, reply, 1)
+
+    async def replace_if(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[int | None]:
+        """See :meth:`Store.replace_if`: one script (replace_if.lua) for the whole batch, so at
+        most 10,000 items per call, as push_many. The revision's comparison and the refiling are
+        one script per item: what makes a claim's end and its successor's filing fenced (no
+        other writer, nor a claimer, between them). The ttls count from the call, as rearm's."""
+        self._keys(name)
+        asked = round(self.clock() * 1_000_000)
+        batch = _validate.conditional_replaces(items)
+        if len(batch) > _PUSH_MANY_MAX:
+            raise InvalidArgumentError(
+                f"replace_if takes at most {_PUSH_MANY_MAX} items per call on Redis (one atomic script); "
+                f"got {len(batch)}: split the batch"
+            )
+        flat: _Args = [asked]
+        for index, (id, revision, element, ttl) in enumerate(batch):
+            payload = self._dumps(element, name, id, "replace_if", index)
+            flat += (id, _rev_text(revision), _micros(ttl, "ttl"), payload)
+        if not batch:
+            self._backend.check_open()
+            await anyio.lowlevel.checkpoint()
+            return []
+        # Replaced elements' claims end: what their claimers kept of them is of no use now.
+        self._forget_envelopes(name, (id for id, _, _, _ in batch))
+        # (A retry after a lost reply finds the revisions changed and answers None for them,
+        # although the first attempt replaced them.)
+        reply = await self._eval("replace_if", name, flat)
+        return [None if int(r) < 0 else int(r) for r in reply]
+
+    async def update_if(self, name: str, id: str, revision: int, element: Any) -> int | None:
+        """See :meth:`Store.update_if`: update.lua given the revision, which it compares in the
+        script that writes."""
+        self._keys(name)
+        _validate.element_id(id)
+        rev = _validate.revision(revision)
+        payload = self._dumps(element, name, id, "update_if")
+        reply = await self._eval("update", name, [id, payload, "", b"", b"", _rev_text(rev)])
+        return int(reply[2]) if int(reply[0]) else None
+
+    async def pull_if(self, name: str, id: str, revision: int) -> bool:
+        """See :meth:`Store.pull_if`: pull.lua's "r" mode, the comparison and the removal in one
+        script."""
+        self._keys(name)
+        _validate.element_id(id)
+        rev = _validate.revision(revision)
+        return bool(await self._eval("pull", name, [id, "r", _rev_text(rev)]) == 1)
+
     # -- leases ----------------------------------------------------------------------------------
 
     async def claim(
@@ -704,7 +798,12 @@ class RedisStore(StoreBase):
                 id, attempt = _text(reply[i]), int(reply[i + 1])
                 token = stamp(int(reply[i + 3]), attempt)
                 keep(name, id, token, element)  # (rearm.lua rewrites the stored bytes' end)
-                out.append(new_claim(id, element, attempt, until, token, int(reply[i + 2]) / 1e6, now))
+                # (The claim's seq is the element's new revision too: take.lua.)
+                out.append(
+                    new_claim(
+                        id, element, attempt, until, token, int(reply[i + 2]) / 1e6, now, int(reply[i + 3])
+                    )
+                )
             if not int(reply[1]):
                 # It took fewer than it asked for: what TTN says comes with the reply, counted
                 # from the script's own time (not this clock's on reading the reply: the loop
@@ -834,12 +933,7 @@ class RedisStore(StoreBase):
         self._keys(name)
         _validate.element_id(id)
         reply = await self._eval("look", name, ["info", id])
-        if reply is None:
-            return None
-        due, how, attempt = int(reply[0]), _text(reply[1]), int(reply[2])
-        return ElementInfo(
-            id=id, due=due / 1e6, ttl=int(how[1:]) / 1e6, attempt=attempt, claimed=how[0] == "l"
-        )
+        return None if reply is None else _info(id, reply, 0)
 
     # -- inspection and waiting ------------------------------------------------------------------
 

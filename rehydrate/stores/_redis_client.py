@@ -36,6 +36,7 @@ __all__ = ["SCRIPTS", "Backend", "RedisRefusedError", "Script", "SentinelTarget"
 
 _SCRIPT_NAMES: Final = (
     "look",
+    "migrate",
     "move",
     "names",
     "pull",
@@ -44,6 +45,7 @@ _SCRIPT_NAMES: Final = (
     "range",
     "rearm",
     "remove",
+    "replace_if",
     "retry",
     "size",
     "summary",

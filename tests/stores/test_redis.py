@@ -45,8 +45,10 @@ from rehydrate import (
     StoreUnavailableError,
     current_delivery,
 )
+from rehydrate._core._fence import STAMP
 from rehydrate.cli._main import run
 from rehydrate.stores import MemoryStore, RedisStore, _redis, open_store
+from rehydrate.stores._redis_client import SCRIPTS, RedisRefusedError
 from rehydrate.testing import FakeClock
 from tests.redis_server import KINDS, RedisServer, available_servers, drop_prefix, shared_server_url
 from tests.stores.server_clock import (
@@ -148,7 +150,7 @@ async def check_invariants(
     """The sorted set's invariants (see ``_redis_scripts/_lib.lua``), checked from outside."""
     base = f"{prefix}:{{{name}}}"
     values = {k.decode(): v for k, v in (await client.hgetall(f"{base}:e")).items()}
-    headers = {id: v[:75].decode() for id, v in values.items()}
+    headers = {id: v[:75].decode() for id, v in values.items()}  # (then rev16, then the payload)
     members = [(_redis._text(m), s) for m, s in await client.zrange(f"{base}:z", 0, -1, withscores=True)]
     expected = {h[:16] + id: float(int(h[16:32])) for id, h in headers.items()}
     assert dict(members) == expected, "one member per element, seq16 .. id, scored by its due time"
@@ -160,6 +162,12 @@ async def check_invariants(
         assert (h[:32] + h[33:]).isdigit(), h
     state = {k.decode(): v.decode() for k, v in (await client.hgetall(f"{base}:s")).items()}
     assert all(int(h[:16]) <= int(state["seq"]) for h in headers.values()), "seqs come from the counter"
+    revisions = [v[75:91].decode() for v in values.values()]
+    assert all(len(r) == 16 and r.isascii() and r.isdigit() for r in revisions), revisions
+    assert len(set(revisions)) == len(revisions), "no two elements share a revision"
+    assert all(int(r) <= int(state["seq"]) for r in revisions), "revisions come from the counter"
+    assert state.get("fmt") == ("2" if values else None), "the format is recorded with the elements"
+    assert "mig" not in state, "no conversion left half done"
     claimed = sum(h[32] == "l" for h in headers.values())
     assert int(state.get("claimed", "0")) == claimed, "the claimed counter counts the claimed headers"
     assert state.get("claimed") != "0", "a zero counter is deleted"
@@ -606,6 +614,270 @@ async def test_big_batches_loop(url: str, prefix: str, raw: coredis.Redis[bytes]
         assert await s.poll(N, limit=105) == expected[200:305]
         assert await s.poll(N) == expected[305:]
         await check_invariants(raw, prefix, N)
+
+
+# -- revisions, compare-and-set, and the header's format --------------------------------------------
+
+#: Writes a dehydrator as the version before revisions did: 75-character headers (seq16 .. due16 ..
+#: how17 .. attempt10 .. claim16, no rev16), and ``ser`` but no ``fmt`` in its state hash. One
+#: script. KEYS: the three keys, the registry of names. ARGV: seq, now, ser, claimed count, name,
+#: then id, member (seq16 .. id), score, value per element.
+_OLD_WRITER = """
+for i = 6, #ARGV, 4 do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 3])
+  redis.call('ZADD', KEYS[2], ARGV[i + 2], ARGV[i + 1])
+end
+redis.call('HSET', KEYS[3], 'seq', ARGV[1], 'now', ARGV[2], 'ser', ARGV[3])
+redis.call('SADD', KEYS[4], ARGV[5])
+if ARGV[4] ~= '0' then
+  redis.call('HSET', KEYS[3], 'claimed', ARGV[4])
+end
+return 1
+"""
+
+
+def _old_value(seq: int, due: int, how: str, span: int, attempt: int, claim: int, payload: bytes) -> bytes:
+    header = f"{seq:016d}{due:016d}{how}{span:016d}{attempt:010d}{claim:016d}"
+    assert len(header) == 75
+    return header.encode() + payload
+
+
+async def _write_old_format(
+    client: coredis.Redis[bytes] | coredis.RedisCluster[bytes],
+    prefix: str,
+    name: str,
+    now_us: int,
+    *,
+    plain: int = 0,
+) -> dict[str, tuple[float, int, bool, int]]:
+    """An old-format dehydrator at ``now_us``: a pending element, one rescheduled after two
+    attempts, one claimed (its lease running), one whose lease ran out, and ``plain`` more
+    pending ones. Returns id -> (due, attempt, claimed, claim number) as the old code filed them."""
+    base = f"{prefix}:{{{name}}}"
+    rows: list[tuple[str, int, int, str, int, int, int, bytes]] = [
+        # id, seq, due, how, ttl or lease, attempt, claim, payload (JSON)
+        ("pending", 3, now_us + 60_000_000, "t", 60_000_000, 0, 0, b'{"a": 1}'),
+        ("retried", 7, now_us + 5_000_000, "t", 5_000_000, 2, 6, b'"retry me"'),
+        ("held", 9, now_us + 30_000_000, "l", 30_000_000, 1, 9, b"[1, 2, 3]"),
+        ("lapsed", 8, now_us - 1_000_000, "l", 10_000_000, 1, 8, b"null"),
+    ]
+    rows += [
+        (f"p{i}", 10 + i, now_us + 1_000_000 + i, "t", 1_000_000 + i, 0, 0, b"%d" % i) for i in range(plain)
+    ]
+    args: list[str | bytes | int] = [10 + plain, now_us, "json", 2, name]
+    expected: dict[str, tuple[float, int, bool, int]] = {}
+    for id, seq, due, how, span, attempt, claim, payload in rows:
+        args += [id, f"{seq:016d}{id}", due, _old_value(seq, due, how, span, attempt, claim, payload)]
+        expected[id] = (due / 1e6, attempt, how == "l", claim)
+    keys = [f"{base}:e", f"{base}:z", f"{base}:s", f"{prefix}:names"]
+    await client.eval(_OLD_WRITER, keys=keys, args=args)
+    return expected
+
+
+async def _check_converted(
+    store: RedisStore, name: str, expected: dict[str, tuple[float, int, bool, int]]
+) -> dict[str, int]:
+    """Every element of ``expected`` reads back as the old code filed it, with a distinct
+    revision; returns the revisions."""
+    revisions: dict[str, int] = {}
+    for id, (due, attempt, claimed, _) in expected.items():
+        found = await store.read(name, id)
+        assert found is not None, id
+        element, info = found
+        assert (info.due, info.attempt, info.claimed) == (due, attempt, claimed), id
+        assert element == await store.look(name, id)
+        revisions[id] = info.revision
+    assert len(set(revisions.values())) == len(revisions), "each element has a revision of its own"
+    return revisions
+
+
+async def test_a_dehydrator_in_the_old_format_is_converted_on_first_use(
+    url: str, prefix: str, raw: coredis.Redis[bytes]
+) -> None:
+    """Data written by the version before revisions (a 75-character header, no ``fmt``) reads
+    back whole, element by element (due time, attempt, claim, payload), each with a revision of
+    its own, and every write works on it afterwards. The conversion runs ``batch_size`` elements
+    per script (a cursor in the state hash): three scripts here."""
+    async with RedisStore.from_url(url, prefix=prefix, batch_size=1000) as s:
+        now = await freeze(s)
+        expected = await _write_old_format(raw, prefix, N, round(now * 1e6), plain=2500)
+        other = await _write_old_format(raw, prefix, "other", round(now * 1e6))
+        revisions = await _check_converted(s, N, expected)
+        await check_invariants(raw, prefix, N)
+        assert revisions["pending"] == 3  # (an element's revision is its seq at the conversion)
+        # Only the dehydrator used was converted; the other one is as the old version left it.
+        assert await raw.hget(f"{prefix}:{{other}}:s", "fmt") is None
+        # The claims the old version handed out still hold: the lease running is the same claim.
+        held_token = 9 * STAMP + 1
+        assert await s.extend(N, "held", lease=30, token=held_token) is not None
+        assert (await s.read(N, "held") or (None, None))[1].revision == revisions["held"]  # type: ignore[union-attr]
+        assert await s.ack(N, [("held", held_token)]) == [True]
+        # Writes: a conditional one with a converted revision, and the ordinary verbs.
+        assert await s.update_if(N, "pending", revisions["pending"], {"a": 2}) is not None
+        assert await s.update_if(N, "retried", revisions["retried"] + 1, "x") is None
+        assert await s.pull_if(N, "p0", revisions["p0"])
+        new = await s.replace_if(N, [("p1", revisions["p1"], "p1 again", 0)])
+        assert new[0] is not None
+        assert new[0] not in revisions.values()
+        await s.push(N, "fresh", ttl=0, id="fresh")
+        advance(s, 10)
+        claims = await s.claim(N, lease=5, limit=3)
+        assert [c.id for c in claims] == ["lapsed", "p1", "fresh"]
+        assert claims[0].attempt == 2
+        assert len({c.revision for c in claims} | set(revisions.values())) == len(revisions) + 3
+        await check_invariants(raw, prefix, N)
+        # Another store (another process) meets the converted data as any other.
+        async with RedisStore.from_url(url, prefix=prefix) as twin:
+            assert await twin.look(N, "pending") == {"a": 2}
+            await _check_converted(twin, "other", other)
+        await check_invariants(raw, prefix, "other")
+
+
+async def test_clients_converting_one_dehydrator_at_once_share_the_work(
+    url: str, prefix: str, raw: coredis.Redis[bytes]
+) -> None:
+    """Several clients that meet an old-format dehydrator at once convert it together (each
+    script takes the next chunk from the cursor), and no element is converted twice."""
+    stores = [RedisStore.from_url(url, prefix=prefix, batch_size=100) for _ in range(4)]
+    async with stores[0], stores[1], stores[2], stores[3]:
+        now = await freeze(stores[0])
+        expected = await _write_old_format(raw, prefix, N, round(now * 1e6), plain=1000)
+        looked: dict[int, Any] = {}
+
+        async def look(i: int, s: RedisStore) -> None:
+            looked[i] = await s.look(N, f"p{i * 100}")
+
+        async with anyio.create_task_group() as tg:
+            for i, s in enumerate(stores):
+                tg.start_soon(look, i, s)
+        assert looked == {i: i * 100 for i in range(4)}
+        await _check_converted(stores[0], N, expected)
+        await check_invariants(raw, prefix, N)
+
+
+async def test_a_write_refused_for_the_format_writes_nothing(
+    url: str, prefix: str, raw: coredis.Redis[bytes]
+) -> None:
+    """A script that meets the old format refuses before it writes (the client converts, then
+    calls again): run by hand, the refusal leaves the keys byte for byte as they were."""
+    async with RedisStore.from_url(url, prefix=prefix) as s:
+        now = await freeze(s)
+        await _write_old_format(raw, prefix, N, round(now * 1e6), plain=3)
+        base = f"{prefix}:{{{N}}}"
+        before = [await raw.dump(f"{base}:{k}") for k in "ezs"]
+        keys = s._keys(N)
+        calls: list[tuple[str, list[str | bytes | int]]] = [
+            ("push1", ["0", "new", 0, b"1"]),
+            ("take", ["claim", 10, 5_000_000, "", "1", "", 0]),
+            ("replace_if", ["", "pending", "0000000000000003", 0, b"2"]),
+            ("update", ["pending", b"3", "", b"", b"", "0000000000000003"]),
+            ("pull", ["pending", "r", "0000000000000003"]),
+        ]
+        for script, args in calls:
+            with pytest.raises(RedisRefusedError, match="RHFORMAT"):
+                await s._backend.eval(SCRIPTS[script], keys, [*s._head(N), *args])
+        assert [await raw.dump(f"{base}:{k}") for k in "ezs"] == before
+
+
+async def test_each_conditional_write_is_one_compare_and_set(
+    url: str, prefix: str, store: RedisStore
+) -> None:
+    """The comparison and the write are one script: clients racing on one revision from their
+    own connections never both win. Lost updates are what a read-then-write in two steps gives:
+    every increment here is read, then written only if nobody wrote since."""
+    clients = [RedisStore.from_url(url, prefix=prefix) for _ in range(4)]
+    async with clients[0], clients[1], clients[2], clients[3]:
+        await store.push(N, 0, ttl=3600, id="counter")
+
+        async def increment(s: RedisStore, times: int) -> None:
+            for _ in range(times):
+                while True:
+                    found = await s.read(N, "counter")
+                    assert found is not None
+                    value, info = found
+                    if await s.update_if(N, "counter", info.revision, value + 1) is not None:
+                        break
+
+        async with anyio.create_task_group() as tg:
+            for s in clients:
+                tg.start_soon(increment, s, 25)
+        assert await store.look(N, "counter") == 100
+
+        for verb in ("replace_if", "update_if", "pull_if"):
+            await store.push(N, verb, ttl=3600, id=verb, replace=True)
+            found = await store.read(N, verb)
+            assert found is not None
+            outcomes = await _race(clients, verb, found[1].revision)
+            assert sum(won for won in outcomes) == 1, (verb, outcomes)
+
+
+async def _race(clients: list[RedisStore], verb: str, revision: int) -> list[bool]:
+    """Each client tries ``verb`` on element ``verb`` with ``revision`` at once: who won."""
+    outcomes: list[bool] = []
+
+    async def one(s: RedisStore) -> None:
+        if verb == "replace_if":
+            (filed,) = await s.replace_if(N, [(verb, revision, "new", 60)])
+            outcomes.append(filed is not None)
+        elif verb == "update_if":
+            outcomes.append(await s.update_if(N, verb, revision, "new") is not None)
+        else:
+            outcomes.append(await s.pull_if(N, verb, revision))
+
+    async with anyio.create_task_group() as tg:
+        for s in clients:
+            tg.start_soon(one, s)
+    return outcomes
+
+
+async def test_replace_if_with_a_claims_revision_ends_the_claim_fenced(
+    store: RedisStore, raw: coredis.Redis[bytes], prefix: str
+) -> None:
+    """A claim's revision, given to replace_if, ends that claim and files what comes next in one
+    script: the claimed counter drops, the old claim's token is void, and a claim that took
+    the element again after the lease ran out makes the first claimer's replace_if fail."""
+    await store.push(N, "job", ttl=0, id="a")
+    (first,) = await store.claim(N, lease=5)
+    advance(store, 6)
+    (second,) = await store.claim(N, lease=5)
+    assert await store.replace_if(N, [("a", first.revision, "late", 0)]) == [None]
+    (filed,) = await store.replace_if(N, [("a", second.revision, "next", 60)])
+    assert filed is not None
+    assert filed > second.revision
+    assert (await store.summary(N)).claimed == 0
+    assert await store.ack(N, [("a", second.token)]) == [False]
+    found = await store.read(N, "a")
+    assert found is not None
+    assert found[0] == "next"
+    assert found[1].revision == filed
+    assert not found[1].claimed
+    await check_invariants(raw, prefix, N)
+
+
+@pytest.mark.parametrize("name", ["jobs", "a{b}c", "}{"])
+async def test_the_conditional_writes_touch_one_slot(
+    store: RedisStore, raw: coredis.Redis[bytes], prefix: str, name: str
+) -> None:
+    """read, replace_if, update_if and pull_if use the dehydrator's three keys only, all in one
+    hash slot (a cluster runs each on one node), and keep the keys' invariants."""
+    await store.push(name, "x", ttl=0, id="a")
+    await store.push(name, "y", ttl=0, id="b")
+    found = await store.read(name, "a")
+    assert found is not None
+    (rev,) = await store.replace_if(name, [("a", found[1].revision, "x2", 1)])
+    assert rev is not None
+    rev2 = await store.update_if(name, "a", rev, "x3")
+    assert rev2 is not None
+    assert rev2 > rev
+    info = await store.info(name, "b")
+    assert info is not None
+    assert await store.pull_if(name, "b", info.revision)
+    keys = [key async for key in raw.scan_iter(match=f"{prefix}:*")]
+    own = [key for key in keys if key != f"{prefix}:names".encode()]
+    assert len(own) == 3
+    assert len({hash_slot(key) for key in own}) == 1
+    if name == "jobs":  # (check_invariants spells the keys of plain names)
+        await check_invariants(raw, prefix, name)
 
 
 # -- time --------------------------------------------------------------------------------------------

@@ -3,13 +3,15 @@
 -- One dehydrator lives under a base "<prefix>:{<name>}" (the braces are a Cluster hash tag, so all
 -- its keys share one slot and every script touches one slot):
 --
---   KEYS[1] <base>:e          HASH  id -> a 75-character header, then the payload (the element
+--   KEYS[1] <base>:e          HASH  id -> a 91-character header, then the payload (the element
 --                                   serialized); the header is seq16 .. due16 .. how17 .. attempt10
---                                   .. claim16
+--                                   .. claim16 .. rev16
 --   KEYS[2] <base>:z          ZSET  one member per element, seq16 .. id, scored by its due time.
 --                                   Equal scores sort by member, so by seq: filing order.
 --   KEYS[3] <base>:s          HASH  seq (last sequence number), now (latest time used), ser (serializer),
---                                   claimed (how many elements are claimed; absent when none)
+--                                   claimed (how many elements are claimed; absent when none),
+--                                   fmt (the elements' format, FORMAT; with ser: absent when none),
+--                                   mig (migrate.lua's progress, only while it converts them)
 --   KEYS[4] <prefix>:names    SET   names of the non-empty dehydrators (not passed on Redis Cluster)
 --   <base>:wake               pub/sub channel: published when something becomes due sooner
 --
@@ -21,6 +23,16 @@
 -- in the zset, scored by the end of its lease: once that passes it is due again, like any other
 -- element. Every filing (push, claim, reschedule, extend) draws a new seq, so ties come out in
 -- filing order. The element's member is found from its id through the header's seq16.
+--
+-- rev16 is the element's revision (ElementInfo.revision): every write of the element draws a new
+-- seq for it (a filing's own seq, an update's a seq of its own) but an extend, which keeps it. Seqs
+-- are never reused, so neither are revisions, even under a reused id. The conditional writes
+-- (replace_if.lua, update.lua and pull.lua given a revision) compare it with the one given and
+-- write in the same script: that is what makes them compare-and-set.
+--
+-- Formats: a dehydrator written by a version whose header ended at claim16 (75 characters) has
+-- ser but no fmt in <base>:s; every script refuses it (RHFORMAT, before any write) until
+-- migrate.lua has converted its elements, which the client then does and calls again.
 --
 -- Invariants: the ids of <base>:e and of the zset's members are the same set, and each element
 -- has one member, seq16 .. id with its header's seq16, scored by its header's due16. Nothing else
@@ -41,7 +53,9 @@ local CHUNK = 1000
 local sub = string.sub
 local byte, find = string.byte, string.find
 -- The header's length; the payload starts after it.
-local HEADER = 75
+local HEADER = 91
+-- The elements' format, kept in <base>:s's fmt: "2" since the header has rev16.
+local FORMAT = '2'
 -- attempt10 .. claim16 of an element never claimed.
 local UNCLAIMED = '00000000000000000000000000'
 
@@ -53,9 +67,14 @@ local function int16(n)
   return string.format('%016d', n)
 end
 
--- The parts of an element's value (strings): seq16, due16, how17, attempt10, claim16.
+-- The parts of an element's value (strings): seq16, due16, how17, attempt10, claim16, rev16.
 local function parse(v)
-  return sub(v, 1, 16), sub(v, 17, 32), sub(v, 33, 49), sub(v, 50, 59), sub(v, 60, 75)
+  return sub(v, 1, 16), sub(v, 17, 32), sub(v, 33, 49), sub(v, 50, 59), sub(v, 60, 75), sub(v, 76, 91)
+end
+
+-- The element's revision, rev16 (compared as a string: the client sends 16 digits).
+local function rev_of(v)
+  return sub(v, 76, 91)
 end
 
 -- The fencing token of the element's last claim: attempt10 .. claim16.
@@ -87,10 +106,13 @@ local SEQ, LAST_NOW = 0, 0
 -- adds it to <base>:s's "claimed", which rehydrate stats reads instead of scanning the headers.
 local CLAIMED = 0
 
--- Read seq and the latest time used; fail (before any write) if the elements were serialized
--- differently from what this client uses.
+-- Read seq and the latest time used; fail (before any write) if the elements are in an older
+-- format (migrate.lua converts them) or were serialized differently from what this client uses.
 local function load_state(check_serializer)
-  local state = redis.call('HMGET', S, 'seq', 'now', 'ser')
+  local state = redis.call('HMGET', S, 'seq', 'now', 'ser', 'fmt')
+  if state[3] and state[4] ~= FORMAT then
+    error({err = 'RHFORMAT ' .. (state[4] or '1')})
+  end
   if check_serializer and state[3] and state[3] ~= ARGV[3] then
     error({err = 'RHSERIALIZER ' .. state[3]})
   end
@@ -138,13 +160,13 @@ local function finish(removed)
   end
   if removed and redis.call('EXISTS', E) == 0 then
     redis.call('HSET', S, 'seq', int(SEQ), 'now', int(LAST_NOW))
-    redis.call('HDEL', S, 'ser')
+    redis.call('HDEL', S, 'ser', 'fmt')
     if REG then
       redis.call('SREM', REG, NAME)
     end
     return
   end
-  redis.call('HSET', S, 'seq', int(SEQ), 'now', int(LAST_NOW), 'ser', ARGV[3])
+  redis.call('HSET', S, 'seq', int(SEQ), 'now', int(LAST_NOW), 'ser', ARGV[3], 'fmt', FORMAT)
 end
 
 -- Due time of the first element, or nil.
@@ -199,9 +221,10 @@ end
 -- File n elements anew, in order: ids[i], due at due16s[i] (a string), with the header's
 -- how17 .. attempt10 .. claim16 tails[i] and payloads[i] after the header. Each draws a seq; its
 -- value is written and its member added. With claimed, tails[i] stops at attempt10 and the seq
--- the element draws is its claim16 (formatted once for both). The caller has removed an
--- element's old member first.
-local function file(n, ids, due16s, tails, payloads, claimed)
+-- the element draws is its claim16 (formatted once for both). The seq drawn is the element's
+-- new revision too (rev16), unless revs gives the one it keeps (an extend). The caller has
+-- removed an element's old member first.
+local function file(n, ids, due16s, tails, payloads, claimed, revs)
   local values, scored = {}, {}
   local seq = SEQ
   for i = 1, n do
@@ -210,9 +233,11 @@ local function file(n, ids, due16s, tails, payloads, claimed)
     local seq16 = int16(seq)
     values[2 * i - 1] = id
     if claimed then
-      values[2 * i] = seq16 .. due16 .. tails[i] .. seq16 .. payloads[i]
+      values[2 * i] = seq16 .. due16 .. tails[i] .. seq16 .. seq16 .. payloads[i]
+    elseif revs then
+      values[2 * i] = seq16 .. due16 .. tails[i] .. revs[i] .. payloads[i]
     else
-      values[2 * i] = seq16 .. due16 .. tails[i] .. payloads[i]
+      values[2 * i] = seq16 .. due16 .. tails[i] .. seq16 .. payloads[i]
     end
     scored[2 * i - 1] = due16 -- a string: Redis parses it, Lua need not format a number
     scored[2 * i] = seq16 .. id

@@ -8,7 +8,8 @@ local due = clock() + tonumber(ttl)
 local due16 = int16(due)
 local seq16 = int16(SEQ + 1)
 -- HSETNX writes only a new id: the common case costs no separate lookup.
-local value = seq16 .. due16 .. 't' .. int16(tonumber(ttl)) .. UNCLAIMED .. payload
+-- (The seq drawn is its revision too: seq16 again, as rev16.)
+local value = seq16 .. due16 .. 't' .. int16(tonumber(ttl)) .. UNCLAIMED .. seq16 .. payload
 if redis.call('HSETNX', E, id, value) == 0 then
   if ARGV[5] == '1' and payload_of(redis.call('HGET', E, id)) == payload then
     return {2}

@@ -1,12 +1,19 @@
--- UPDATE: ARGV[5] id, ARGV[6] new payload, ARGV[7] the claim's token, or "" for no fence; ARGV[8]
--- an end of the stored payload to make ARGV[9] instead of writing ARGV[6] ("" for none: a worker
--- recording the occurrence it runs in the schedule it holds, keeping a change made meanwhile; a
--- stored payload that does not end so was re-planned meanwhile, and is left as it is).
--- Returns {1, old payload}, or {0} if the id is unknown (or, fenced, no longer under that claim).
+-- UPDATE and update_if: ARGV[5] id, ARGV[6] new payload, ARGV[7] the claim's token, or "" for no
+-- fence; ARGV[8] an end of the stored payload to make ARGV[9] instead of writing ARGV[6] ("" for
+-- none: a worker recording the occurrence it runs in the schedule it holds, keeping a change made
+-- meanwhile; a stored payload that does not end so was re-planned meanwhile, and is left as it
+-- is); ARGV[10] (update_if) the revision the element must still have (rev16), or "".
+-- Returns {1, old payload, new revision}, or {0} if the id is unknown (or, fenced, no longer
+-- under that claim; or, with a revision, written since). The comparison and the write are in
+-- this one script: update_if's compare-and-set.
 load_state(true)
 local id = ARGV[5]
 local v = redis.call('HGET', E, id)
-if not v or (ARGV[7] ~= '' and not (claimed(v) and token_of(v) == ARGV[7])) then
+if
+  not v
+  or (ARGV[7] ~= '' and not (claimed(v) and token_of(v) == ARGV[7]))
+  or ((ARGV[10] or '') ~= '' and rev_of(v) ~= ARGV[10])
+then
   return {0}
 end
 local old = payload_of(v)
@@ -19,6 +26,8 @@ if tail ~= '' then
     payload = old -- re-planned meanwhile (a schedule given another trigger): left as it is
   end
 end
-redis.call('HSET', E, id, sub(v, 1, HEADER) .. payload)
+-- A write of the element: a new revision, a seq of its own (nothing is filed: the member stays).
+SEQ = SEQ + 1
+redis.call('HSET', E, id, sub(v, 1, HEADER - 16) .. int16(SEQ) .. payload)
 finish()
-return {1, old}
+return {1, old, SEQ}
