@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any, Final, TextIO
 
 from rehydrate._core._durations import parse_duration
-from rehydrate.errors import InvalidArgumentError
+from rehydrate.errors import InvalidArgumentError, RehydrateError
 
 if TYPE_CHECKING:
     from rehydrate.abc import Store
@@ -97,6 +97,17 @@ def aware_datetime(text: str) -> datetime:
             f"invalid time {text!r}: add a UTC offset or Z, e.g. 2026-12-24T18:00:00+01:00 or "
             "2026-12-24T18:00:00Z (without one it is ambiguous)"
         )
+    return value
+
+
+def port(text: str) -> int:
+    """A TCP port from the command line."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadValue(f"invalid port {text!r}: expected a whole number") from None
+    if not 0 < value < 65536:
+        raise BadValue(f"invalid port {text!r}: it must be from 1 to 65535")
     return value
 
 
@@ -198,15 +209,14 @@ def store_url(args: argparse.Namespace) -> str:
     return url
 
 
-#: The verbs that may create a missing database: the ones that add elements. Any other verb finds
-#: nothing in a new database, so a mistyped path is reported rather than created.
-_CREATORS: Final = frozenset({"push", "rehydrate.cli._schedules:schedule"})
+#: The commands that may create a missing database: the ones that add elements. Any other command
+#: finds nothing in a new database, so a mistyped path is reported rather than created.
+_CREATORS: Final = frozenset({"push", "schedule"})
 
 
 def creates(args: argparse.Namespace) -> bool:
-    """Whether the command may create a missing database: only the verbs of :data:`_CREATORS`."""
-    verb = getattr(args, "verb", None)  # the verb's name (the function's, where one is given)
-    return (verb if isinstance(verb, str) else getattr(verb, "__name__", None)) in _CREATORS
+    """Whether the command may create a missing database: only those of :data:`_CREATORS`."""
+    return getattr(args, "command", None) in _CREATORS
 
 
 def open_from(args: argparse.Namespace, *, create: bool | None = None) -> Store:
@@ -327,6 +337,32 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 
 def utc_text(timestamp: float, timespec: str = "seconds") -> str:
     return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec=timespec)
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions ``exc`` is made of: itself, or the leaves of an exception group."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for e in exc.exceptions for leaf in leaves(e)]
+    return [exc]
+
+
+def person_error(exc: BaseException) -> BaseException | None:
+    """The mistake to report in one line, if ``exc`` is (or a task group wraps only) such mistakes."""
+    found = leaves(exc)
+    if found and all(isinstance(leaf, (CLIError, RehydrateError)) for leaf in found):
+        return found[0]
+    return None
+
+
+def error_message(exc: BaseException) -> str:
+    """The one line that reports a :func:`person_error`."""
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    if isinstance(exc, CLIError):
+        return text
+    return f"{text} ({type(exc).__name__})" if text else type(exc).__name__
 
 
 # -- logging -----------------------------------------------------------------------------------
