@@ -995,6 +995,23 @@ def test_verbs_do_not_import_the_scheduler_or_structlog(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
+def test_building_every_commands_parser_imports_nothing_heavy() -> None:
+    """Each command module imports what it needs to run inside the function that runs it:
+    ``rehydrate --help`` (and completion, which walks the whole parser) stays light."""
+    probe = textwrap.dedent(
+        """
+        import sys
+        from rehydrate.cli._main import build_parser
+        build_parser().format_help()
+        heavy = {"rehydrate._scheduler", "rehydrate.stores._memory", "structlog", "anyio", "asyncio"}
+        heavy |= {"subprocess", "socket"}
+        assert not heavy & set(sys.modules), sorted(heavy & set(sys.modules))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
 # -- issue 11: a one-shot verb on SQLite starts no event loop ------------------------------------
 
 
