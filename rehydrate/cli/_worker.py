@@ -77,6 +77,7 @@ _PR_SET_PDEATHSIG: Final = 1  # <linux/prctl.h>
 
 
 def _logger() -> Any:
+    """The worker's logger: structlog is imported when the worker runs, not when --help is built."""
     import structlog
 
     return structlog.get_logger("rehydrate.worker")
