@@ -838,17 +838,31 @@ def test_bare_command_prints_help() -> None:
     assert "Traceback" not in done.stderr
 
 
-def _parser_commands() -> dict[str, argparse.ArgumentParser]:
+def _parser_commands(parser: argparse.ArgumentParser | None = None) -> dict[str, argparse.ArgumentParser]:
     from rehydrate.cli._main import build_parser
 
-    (commands,) = (a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    actions = (parser or build_parser())._actions
+    (commands,) = (a for a in actions if isinstance(a, argparse._SubParsersAction))
     return dict(commands.choices)
+
+
+def test_a_commands_parser_alone_is_the_one_in_the_whole() -> None:
+    """A command line that names a command builds that command's parser alone, from its module
+    alone (start-up): every command of ``COMMANDS`` is there, in that order, and its help alone is
+    its help in the whole parser."""
+    from rehydrate.cli._main import COMMANDS, build_parser
+
+    commands = _parser_commands()
+    assert list(commands) == [name for names in COMMANDS.values() for name in names]
+    for name, whole in commands.items():
+        (alone,) = _parser_commands(build_parser(only=name)).values()
+        assert alone.format_help() == whole.format_help(), name
 
 
 def test_a_store_verbs_parser_alone_parses_as_the_whole_one() -> None:
     """A one-shot verb builds its own parser only (start-up); it must read a command line as the
     whole parser does, and its help must be the same."""
-    from rehydrate.cli._main import _STORE_VERBS, build_parser
+    from rehydrate.cli._main import build_parser
 
     store = ["--store", "sqlite:///x.db", "--format", "json", "-v"]
     lines = {
@@ -865,11 +879,10 @@ def test_a_store_verbs_parser_alone_parses_as_the_whole_one() -> None:
         "requeue": ["jobs", "a", "--delay", "5s"],
         "workers": [],
     }
-    assert set(lines) == _STORE_VERBS
     commands = _parser_commands()
     for verb, argv in lines.items():
-        whole = vars(build_parser(store_verb=True).parse_args(["-q", verb, *argv, *store]))
-        alone = vars(build_parser(store_verb=True, only=verb).parse_args(["-q", verb, *argv, *store]))
+        whole = vars(build_parser().parse_args(["-q", verb, *argv, *store]))
+        alone = vars(build_parser(only=verb).parse_args(["-q", verb, *argv, *store]))
         assert (
             whole.pop("parser").format_help()
             == alone.pop("parser").format_help()
@@ -976,6 +989,23 @@ def test_verbs_do_not_import_the_scheduler_or_structlog(tmp_path: Path) -> None:
         heavy = sorted({{"rehydrate._scheduler", "structlog", "rehydrate.cli._worker", "rehydrate.cli._demo"}}
                        & set(sys.modules))
         assert not heavy, heavy
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_building_every_commands_parser_imports_nothing_heavy() -> None:
+    """Each command module imports what it needs to run inside the function that runs it:
+    ``rehydrate --help`` (and completion, which walks the whole parser) stays light."""
+    probe = textwrap.dedent(
+        """
+        import sys
+        from rehydrate.cli._main import build_parser
+        build_parser().format_help()
+        heavy = {"rehydrate._scheduler", "rehydrate.stores._memory", "structlog", "anyio", "asyncio"}
+        heavy |= {"subprocess", "socket"}
+        assert not heavy & set(sys.modules), sorted(heavy & set(sys.modules))
         """
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)

@@ -9,15 +9,16 @@ line on stderr while it works.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
-from pathlib import Path
-from typing import Final
-
-import anyio
+from typing import TYPE_CHECKING, Final
 
 from rehydrate.cli._common import CLIError
+from rehydrate.cli._parser import Commands, exits
+
+if TYPE_CHECKING:
+    import subprocess
+    from pathlib import Path
 
 #: name -> (script, extra arguments for --quick)
 BENCHMARKS: Final = {
@@ -37,6 +38,8 @@ _SPINNER: Final = "|/-\\"
 
 
 def find_directory(given: str | None) -> Path:
+    from pathlib import Path
+
     if given is not None:
         path = Path(given)
         if not path.is_dir():
@@ -54,6 +57,10 @@ def find_directory(given: str | None) -> Path:
 async def _run_one(
     name: str, command: list[str], cwd: Path, show_progress: bool
 ) -> tuple[int, str, str, float]:
+    import subprocess
+
+    import anyio
+
     started = time.monotonic()
     result: list[subprocess.CompletedProcess[bytes]] = []
     finished = anyio.Event()
@@ -85,6 +92,8 @@ async def _run_one(
 
 
 async def bench(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     directory = find_directory(args.dir)
     chosen = args.names or list(BENCHMARKS)
     unknown = [name for name in chosen if name not in BENCHMARKS]
@@ -113,5 +122,26 @@ async def bench(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def register(commands: Commands) -> None:
+    """Add ``rehydrate bench``."""
+    command = commands.add(
+        "bench",
+        "run the benchmarks in benchmarks/ and print their tables",
+        "Run the benchmark scripts of a source checkout, one after the other, and print their tables.",
+        exits("all ran", "one failed (its output is shown), or an error"),
+        run,
+    )
+    command.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help=f"which to run: {', '.join(BENCHMARKS)} (default: all)",
+    )
+    command.add_argument("--quick", action="store_true", help="smaller runs: minutes, not tens of minutes")
+    command.add_argument("--dir", help="the benchmarks directory (default: found beside the package or in .)")
+
+
 def run(args: argparse.Namespace) -> int:
+    import anyio
+
     return anyio.run(bench, args)

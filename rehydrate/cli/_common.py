@@ -100,6 +100,17 @@ def aware_datetime(text: str) -> datetime:
     return value
 
 
+def port(text: str) -> int:
+    """A TCP port from the command line."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadValue(f"invalid port {text!r}: expected a whole number") from None
+    if not 0 < value < 65536:
+        raise BadValue(f"invalid port {text!r}: it must be from 1 to 65535")
+    return value
+
+
 def interval(text: str) -> float:
     """A ``stats --watch`` refresh period: at least :data:`MIN_INTERVAL` (a redraw is not free)."""
     seconds = duration(text)
@@ -198,15 +209,14 @@ def store_url(args: argparse.Namespace) -> str:
     return url
 
 
-#: The verbs that may create a missing database: the ones that add elements. Any other verb finds
-#: nothing in a new database, so a mistyped path is reported rather than created.
-_CREATORS: Final = frozenset({"push", "rehydrate.cli._schedules:schedule"})
+#: The commands that may create a missing database: the ones that add elements. Any other command
+#: finds nothing in a new database, so a mistyped path is reported rather than created.
+_CREATORS: Final = frozenset({"push", "schedule"})
 
 
 def creates(args: argparse.Namespace) -> bool:
-    """Whether the command may create a missing database: only the verbs of :data:`_CREATORS`."""
-    verb = getattr(args, "verb", None)  # the verb's name (the function's, where one is given)
-    return (verb if isinstance(verb, str) else getattr(verb, "__name__", None)) in _CREATORS
+    """Whether the command may create a missing database: only those of :data:`_CREATORS`."""
+    return getattr(args, "command", None) in _CREATORS
 
 
 def open_from(args: argparse.Namespace, *, create: bool | None = None) -> Store:
@@ -329,11 +339,11 @@ def utc_text(timestamp: float, timespec: str = "seconds") -> str:
     return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec=timespec)
 
 
-# -- logging -----------------------------------------------------------------------------------
+# -- errors ------------------------------------------------------------------------------------
 
 
 def leaves(exc: BaseException) -> list[BaseException]:
-    """The exceptions ``exc`` is made of: itself, or those its (nested) groups hold."""
+    """The exceptions ``exc`` is made of: itself, or the leaves of an exception group."""
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for e in exc.exceptions for leaf in leaves(e)]
     return [exc]
@@ -348,11 +358,14 @@ def person_error(exc: BaseException) -> BaseException | None:
 
 
 def error_message(exc: BaseException) -> str:
-    """The one line a mistake is reported in (its type named, unless it is the CLI's own)."""
+    """The one line that reports a :func:`person_error`."""
     text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
     if isinstance(exc, CLIError):
         return text
     return f"{text} ({type(exc).__name__})" if text else type(exc).__name__
+
+
+# -- logging -----------------------------------------------------------------------------------
 
 
 def error_line(message: str, log_format: str) -> str:

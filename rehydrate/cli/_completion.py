@@ -7,9 +7,34 @@ own commands, options and choices, so it cannot drift from the command line it c
 from __future__ import annotations
 
 import argparse
-import shlex
+import functools
+from collections.abc import Callable
 
-__all__ = ["script"]
+from rehydrate.cli._common import emit
+from rehydrate.cli._parser import Commands, exits
+
+__all__ = ["register", "script"]
+
+
+def register(commands: Commands) -> None:
+    """Add ``rehydrate completion``: it walks the whole parser (``commands.whole``)."""
+    command = commands.add(
+        "completion",
+        "print a shell completion script (bash, zsh or fish)",
+        "Print a completion script for SHELL, generated from this command's own options. Install it:\n\n"
+        "  bash: rehydrate completion bash > ~/.local/share/bash-completion/completions/rehydrate\n"
+        "  zsh:  rehydrate completion zsh > ~/.zfunc/_rehydrate  (with fpath+=~/.zfunc before compinit)\n"
+        "  fish: rehydrate completion fish > ~/.config/fish/completions/rehydrate.fish\n\n"
+        "or for this shell only: source <(rehydrate completion bash).",
+        exits("printed", None),
+        functools.partial(_run, commands.whole),
+    )
+    command.add_argument("shell", choices=["bash", "zsh", "fish"], help="the shell")
+
+
+def _run(whole: Callable[[], argparse.ArgumentParser], args: argparse.Namespace) -> int:
+    emit(script(whole(), args.shell))
+    return 0
 
 
 def _commands(parser: argparse.ArgumentParser) -> dict[str, tuple[str, argparse.ArgumentParser]]:
@@ -86,6 +111,8 @@ def _bash(parser: argparse.ArgumentParser) -> str:
 
 
 def _compgen(words: list[str]) -> str:
+    import shlex  # here, not at the top: --help imports this module
+
     return f'COMPREPLY=($(compgen -W {shlex.quote(" ".join(words))} -- "$cur"))'
 
 
@@ -138,6 +165,8 @@ def _zsh(parser: argparse.ArgumentParser) -> str:
 
 
 def _fish(parser: argparse.ArgumentParser) -> str:
+    import shlex
+
     commands = _commands(parser)
     not_yet = shlex.quote("not __fish_seen_subcommand_from " + " ".join(commands))
     lines = ["# fish completion for rehydrate (rehydrate completion fish)", "complete -c rehydrate -f"]

@@ -1,8 +1,8 @@
 """``rehydrate dashboard``: serve :func:`rehydrate.web.app` with Hypercorn until SIGINT/SIGTERM.
 
 Hypercorn because it serves ASGI on asyncio *and* trio (``--backend``), as the rest of rehydrate
-runs. This module is cheap to import (the parser takes :func:`port` from it); the event loop and
-the web stack are imported inside :func:`run`, so the other commands start without them.
+runs. This module is cheap to import (``rehydrate --help`` imports it for :func:`register`); the
+event loop and the web stack are imported inside :func:`run`.
 """
 
 from __future__ import annotations
@@ -13,23 +13,41 @@ import sys
 from typing import Final
 
 from rehydrate.cli import _common
-from rehydrate.cli._common import BadValue, CLIError
+from rehydrate.cli._common import CLIError, port
+from rehydrate.cli._parser import Commands, exits
 
-__all__ = ["TOKEN_ENV", "port", "run"]
+__all__ = ["TOKEN_ENV", "register", "run"]
 
 #: Where the token comes from when ``--token`` is not given.
 TOKEN_ENV: Final = "REHYDRATE_DASHBOARD_TOKEN"
 
 
-def port(text: str) -> int:
-    """A TCP port from the command line."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise BadValue(f"invalid port {text!r}: expected a whole number") from None
-    if not 0 < value < 65536:
-        raise BadValue(f"invalid port {text!r}: it must be from 1 to 65535")
-    return value
+def register(commands: Commands) -> None:
+    """Add ``rehydrate dashboard``."""
+    dashboard = commands.add(
+        "dashboard",
+        "serve a web dashboard and /metrics (Prometheus) for a store",
+        "A live web page of every dehydrator (counts, charts, elements, dead letters, and actions: "
+        "requeue, delete, cancel, run now) and /metrics for Prometheus, served by Hypercorn until "
+        f"SIGTERM/SIGINT. Beyond loopback it needs a token (--token or ${TOKEN_ENV}). Needs the web "
+        "extra: pip install 'rehydrate[web]'.",
+        exits("stopped by a signal", "an error (one line on stderr)"),
+        run,
+    )
+    dashboard.add_argument(
+        "--store",
+        metavar="URL",
+        help=f"memory://, sqlite:///path.db, redis://host:6379/0 (default: ${_common.STORE_ENV})",
+    )
+    dashboard.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    dashboard.add_argument("--port", type=port, default=8000, help="port to listen on (default 8000)")
+    dashboard.add_argument("--token", help=f"required of every visitor (default: ${TOKEN_ENV})")
+    dashboard.add_argument(
+        "--backend",
+        choices=["asyncio", "trio"],
+        default="asyncio",
+        help="event loop (default asyncio; trio needs pip install 'rehydrate[trio]')",
+    )
 
 
 def _bind(host: str, port: int) -> str:
@@ -62,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     _common.store_url(args)  # a missing --store is a one-line error before anything starts
     import contextlib
     import signal
-    import socket  # here, not at the top: the parser imports this module for every verb
+    import socket  # here, not at the top: --help imports this module
 
     # Listen here, then hand the socket to Hypercorn: a busy port is one line, not a lifespan traceback.
     where = _bind(args.host, args.port)

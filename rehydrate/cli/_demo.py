@@ -14,12 +14,13 @@ import random
 import shutil
 import sys
 import time
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-import anyio
+from rehydrate.cli._common import configure_logging, duration, positive_int, require_backend, seconds_text
+from rehydrate.cli._parser import Commands, exits
 
-from rehydrate import Backoff, Every, Retry, Scheduler, current_delivery
-from rehydrate.cli._common import configure_logging, require_backend, seconds_text
+if TYPE_CHECKING:  # imported by the demo as it runs, not by --help
+    from rehydrate import Scheduler
 
 #: How the elements are shared between the three handlers.
 _FLAKY_EVERY: Final = 5
@@ -39,6 +40,10 @@ class PermanentError(Exception):
 
 
 def _build(seconds: float) -> tuple[Scheduler, dict[str, int]]:
+    import anyio
+
+    from rehydrate import Backoff, Every, Retry, Scheduler, current_delivery
+
     scheduler = Scheduler(grace=1.0)
     done = {"emails": 0, "invoices": 0, "doomed": 0}
     quick = Backoff(initial=min(0.2, seconds / 10), multiplier=2.0, maximum=1.0, jitter=0.1)
@@ -117,6 +122,8 @@ def _progress_line(
 
 
 async def demo(elements: int, seconds: float, rng: random.Random) -> int:
+    import anyio
+
     scheduler, done = _build(seconds)
     terminal = sys.stdout.isatty()
     async with scheduler:
@@ -188,7 +195,35 @@ async def demo(elements: int, seconds: float, rng: random.Random) -> int:
     return 0 if ok else 1
 
 
+def register(commands: Commands) -> None:
+    """Add ``rehydrate demo``."""
+    command = commands.add(
+        "demo",
+        "a short tour on the embedded store, no server needed",
+        "Defer a few hundred elements to three handlers on the memory store (one always works, one "
+        "fails once then succeeds, one always fails and ends as a dead letter), cancel a few, show "
+        "progress, and end with a summary: delivered, retried, dead-lettered, lateness.",
+        exits("the outcome was as expected", "it was not, or an error"),
+        run,
+    )
+    command.add_argument(
+        "--elements", type=positive_int, default=300, help="how many elements to defer (default 300)"
+    )
+    command.add_argument(
+        "--seconds", type=duration, default=6.0, help="spread their delays over this long (default 6s)"
+    )
+    command.add_argument("--seed", type=int, default=7, help="random seed for the delays")
+    command.add_argument(
+        "--backend",
+        choices=["asyncio", "trio"],
+        default="asyncio",
+        help="event loop (default asyncio; trio needs pip install 'rehydrate[trio]')",
+    )
+
+
 def run(args: argparse.Namespace) -> int:
+    import anyio
+
     if args.verbosity <= 0:  # the failures are the point of the demo: log them only with -v
         configure_logging(args.log_format, -3)
     return anyio.run(

@@ -10,15 +10,33 @@ from __future__ import annotations
 
 import argparse
 
-import anyio
+from rehydrate.cli._common import STORE_ENV, CLIError, store_url
+from rehydrate.cli._parser import Commands, exits
 
-from rehydrate.cli._common import CLIError, store_url
-from rehydrate.stores import open_store
+__all__ = ["register", "run"]
 
-__all__ = ["run"]
+
+def register(commands: Commands) -> None:
+    """Add ``rehydrate migrate``."""
+    command = commands.add(
+        "migrate",
+        "create (or check, with --check) the store's tables",
+        "Create or upgrade the tables of a store that keeps a schema in a shared database "
+        "(PostgreSQL); with --check, change nothing and exit 1 unless the schema is up to date.",
+        exits(
+            "done (or up to date, with --check)", "the schema is missing or outdated (--check), or an error"
+        ),
+        run,
+    )
+    command.add_argument("--store", metavar="URL", help=f"the store (default: ${STORE_ENV})")
+    command.add_argument("--check", action="store_true", help="only check; create nothing")
 
 
 def run(args: argparse.Namespace) -> int:
+    import anyio
+
+    from rehydrate.stores import open_store
+
     url = store_url(args)
     store = open_store(url)
     migrate = getattr(store, "migrate", None)

@@ -31,8 +31,7 @@ def applies(args: argparse.Namespace, url: str) -> bool:
     """Whether this command line can run without an event loop."""
     return (
         url[:7].lower() == "sqlite:"
-        and isinstance(args.verb, str)
-        and args.verb in ONE_SHOT
+        and getattr(args, "command", None) in ONE_SHOT
         and not getattr(args, "watch", False)
     )
 

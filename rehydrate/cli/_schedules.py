@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +24,8 @@ from rehydrate.cli._common import (
     table,
     wants_json,
 )
+from rehydrate.cli._parser import Commands
+from rehydrate.cli._verbs import run_verb
 
 if TYPE_CHECKING:  # the scheduler is imported by the verbs that run, not by building the parser
     from rehydrate._core._triggers import Trigger
@@ -34,16 +35,12 @@ if TYPE_CHECKING:  # the scheduler is imported by the verbs that run, not by bui
 #: rehydrate._core._triggers.MISFIRE, spelled out so that building the parser imports nothing.
 _MISFIRE = ("coalesce", "all", "skip")
 
-__all__ = ["add_commands"]
+__all__ = ["register"]
 
 
-def add_commands(command: Callable[..., Any], store: argparse.ArgumentParser) -> None:
-    """Add the schedule verbs to the ``rehydrate`` parser.
-
-    ``command(name, help, description, epilog, run, *parents)`` makes a subcommand (the main
-    parser's helper); ``store`` is the shared --store/--format parent.
-    """
-    run = "rehydrate.cli._main:_run_verb"
+def register(commands: Commands) -> None:
+    """Add the schedule verbs; each runs as a store verb does (``_verbs.run_verb``)."""
+    command, store, run = commands.add, commands.store, run_verb
     exits = (
         "exit status:\n  0    done\n  1    {one}, or an error (one line on stderr)\n"
         "  2    a malformed command line"
@@ -60,7 +57,7 @@ def add_commands(command: Callable[..., Any], store: argparse.ArgumentParser) ->
     )
     listing.add_argument("name", nargs="?", metavar="NAME", help="only this dehydrator")
     listing.add_argument("--limit", type=positive_int, help="at most this many (in all)")
-    listing.set_defaults(verb=f"{__name__}:schedules")
+    listing.set_defaults(verb=schedules)
 
     add = command(
         "schedule",
@@ -97,14 +94,22 @@ def add_commands(command: Callable[..., Any], store: argparse.ArgumentParser) ->
         help="run at a fixed offset within this window after each nominal time, taken from the "
         "id (spreads many schedules of one trigger), e.g. 10m",
     )
-    add.set_defaults(verb=f"{__name__}:schedule")
+    add.set_defaults(verb=schedule)
     _intermixed(add)
 
     no_schedule = "no such schedule"
-    for verb, help, what, one, id_help in [
-        ("unschedule", "remove a recurring schedule", "Remove the schedule ID of NAME.", no_schedule, None),
+    for verb, function, help, what, one, id_help in [
+        (
+            "unschedule",
+            unschedule,
+            "remove a recurring schedule",
+            "Remove the schedule ID of NAME.",
+            no_schedule,
+            None,
+        ),
         (
             "pause",
+            pause,
             "pause a recurring schedule",
             "Pause the schedule ID of NAME until resumed.",
             no_schedule,
@@ -112,6 +117,7 @@ def add_commands(command: Callable[..., Any], store: argparse.ArgumentParser) ->
         ),
         (
             "resume",
+            resume,
             "resume a paused schedule from its next occurrence",
             "Resume the schedule ID of NAME from its next occurrence (none missed while paused runs).",
             no_schedule,
@@ -119,6 +125,7 @@ def add_commands(command: Callable[..., Any], store: argparse.ArgumentParser) ->
         ),
         (
             "run-now",
+            run_now,
             "run a schedule once now, out of turn (or make an element due now)",
             "Run the schedule ID of NAME once now: an extra occurrence, whose scheduled_for is now; "
             "the occurrence that was next still runs at its time. An element that is not a schedule "
@@ -130,7 +137,7 @@ def add_commands(command: Callable[..., Any], store: argparse.ArgumentParser) ->
         sub = command(verb, help, what, exits.format(one=one), run, store)
         sub.add_argument("name", metavar="NAME", help="the dehydrator")
         sub.add_argument("id", metavar="ID", help=id_help or "the schedule's id")
-        sub.set_defaults(verb=f"{__name__}:{verb.replace('-', '_')}")
+        sub.set_defaults(verb=function)
 
 
 def _intermixed(parser: argparse.ArgumentParser) -> None:

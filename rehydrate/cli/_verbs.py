@@ -26,19 +26,27 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from rehydrate._backend import running_backend
+from rehydrate.cli import _common
 from rehydrate.cli._common import (
     CLIError,
+    aware_datetime,
     due_text,
+    duration,
     emit,
+    interval,
     json_text,
+    payload,
     plural,
+    positive_int,
     seconds_text,
     show,
     show_id,
     table,
+    unicode_text,
     utc_text,
     wants_json,
 )
+from rehydrate.cli._parser import Commands, Parser
 from rehydrate.errors import DuplicateIdError, UnknownIdError
 
 if TYPE_CHECKING:
@@ -428,3 +436,228 @@ async def requeue(args: argparse.Namespace, store: Store) -> int:
                 "live again): " + ", ".join(show_id(id) for id in missing)
             )
     return 1 if missing else 0
+
+
+# -- the commands ------------------------------------------------------------------------------
+
+_EXIT_VERB = """\
+exit status:
+  0    done
+  1    {one}, or an error (one line on stderr)
+  2    a malformed command line
+  141  the output was closed early (e.g. piped into head)"""
+_DASHES = """\
+An id or payload that starts with '-' goes after '--' (rehydrate pull jobs -- -x),
+or as --id=-x."""
+_OUTPUT = "Output: JSON when piped, text on a terminal (--format)."
+
+
+def _epilog(one: str, *more: str) -> str:
+    return "\n\n".join([*more, _OUTPUT, _DASHES, _EXIT_VERB.format(one=one)])
+
+
+def register(commands: Commands) -> None:
+    """Add ReDe's verbs and the operating ones (``stats``, ``workers``, ``dead``, ``requeue``)."""
+
+    def verb(name: str, run: Verb, help: str, description: str, epilog: str) -> Parser:
+        sub = commands.add(name, help, description, epilog, run_verb, commands.store)
+        sub.add_argument("name", metavar="NAME", help="the dehydrator")
+        sub.set_defaults(verb=run, light=True)
+        return sub
+
+    def id_argument(sub: Parser, what: str) -> None:
+        sub.add_argument("id", metavar="ID", help=what + " (after '--' if it starts with '-')")
+
+    # -- ReDe's verbs
+    push_cmd = verb(
+        "push",
+        push,
+        "dehydrate a JSON payload for a while (PUSH/GIDPUSH)",
+        "Dehydrate PAYLOAD into NAME: it is due after --delay (or at --at), under --id or a generated "
+        "id, which is printed. ReDe's PUSH (GIDPUSH without --id).",
+        _epilog("an element with that id is already there (see --replace)"),
+    )
+    push_cmd.add_argument(
+        "payload",
+        type=str,
+        metavar="PAYLOAD",
+        help="JSON, e.g. '{\"to\": \"ann\"}' or '\"text\"' ('-' reads UTF-8 from stdin); no NaN/Infinity",
+    )
+    when = push_cmd.add_mutually_exclusive_group()
+    when.add_argument("--delay", type=duration, default=0.0, help="e.g. 1500ms, 5s, 2m, 1h (default 0)")
+    when.add_argument(
+        "--at", type=aware_datetime, help="ISO 8601 time with a UTC offset or Z, e.g. 2026-12-24T18:00:00Z"
+    )
+    push_cmd.add_argument(
+        "--id", help="the element's id (default: a generated one); --id=-x if it starts with '-'"
+    )
+    push_cmd.add_argument("--replace", action="store_true", help="replace the element under --id, due anew")
+
+    pull_cmd = verb(
+        "pull",
+        pull,
+        "remove and print an element, due or not (PULL)",
+        "Remove the element ID from NAME, due or not, and print it. If printing fails, it is put back. "
+        "ReDe's PULL.",
+        _epilog("no element ID in NAME (prints null as JSON)"),
+    )
+    id_argument(pull_cmd, "the element to remove")
+    look_cmd = verb(
+        "look",
+        look,
+        "print an element without removing it (LOOK)",
+        "Print the element ID of NAME, leaving it in place. ReDe's LOOK.",
+        _epilog("no element ID in NAME (prints null as JSON)"),
+    )
+    id_argument(look_cmd, "the element to print")
+    poll_cmd = verb(
+        "poll",
+        poll,
+        "remove and print every due element, in due order (POLL)",
+        "Print the due elements of NAME in due order and remove them once printed. They are claimed "
+        "first: if printing fails they are due again at once, and if the command is killed they come "
+        "back when their 60s lease runs out. ReDe's POLL.",
+        _epilog("a printed element could not be removed (claimed again after its lease ran out)"),
+    )
+    poll_cmd.add_argument("--limit", type=positive_int, help="at most this many")
+    xpoll_cmd = verb(
+        "xpoll",
+        xpoll,
+        "print the ids of the due elements, removing nothing (XPOLL)",
+        "Print the ids of the due elements of NAME in due order, one a line, removing nothing; "
+        "acknowledge them with xack. In text, an id holding a control character (a newline...) or "
+        "space at either end, or starting with '\"', is printed as a JSON string. ReDe's XPOLL.",
+        _epilog("never (an empty dehydrator prints nothing)"),
+    )
+    xpoll_cmd.add_argument("--limit", type=positive_int, help="at most this many")
+    xack_cmd = verb(
+        "xack",
+        xack,
+        "remove the given due elements and print them (XACK)",
+        "Remove each ID that is due (or claimed) from NAME and print it; the others are left alone "
+        "and printed as null. If printing fails, the removed ones are put back. ReDe's XACK.",
+        _epilog("never for unknown ids"),
+    )
+    xack_cmd.add_argument(
+        "ids", nargs="+", metavar="ID", help="the elements to remove (after '--' if one starts with '-')"
+    )
+    verb(
+        "ttn",
+        ttn,
+        "seconds until the next element is due (TTN)",
+        "Print the seconds until the next element of NAME is due: 0 if one is, null (JSON) or 'empty' "
+        "(text) if NAME holds nothing. ReDe's TTN.",
+        _epilog("never for an empty dehydrator"),
+    )
+    update_cmd = verb(
+        "update",
+        update,
+        "replace an element's payload, keeping its due time (UPDATE)",
+        "Replace the payload of ID in NAME, keeping its due time, and print the old one. ReDe's UPDATE.",
+        _epilog("no element ID in NAME"),
+    )
+    id_argument(update_cmd, "the element to change")
+    update_cmd.add_argument("payload", type=str, metavar="PAYLOAD", help="JSON ('-' reads UTF-8 from stdin)")
+
+    # -- operating
+    stats_cmd = commands.add(
+        "stats",
+        "size, due, claimed, dead letters and next due, per dehydrator",
+        "Print each dehydrator's size, due and claimed elements, dead letters (the elements of "
+        "NAME.dead, listed by 'rehydrate dead NAME') and when the next one is due: JSON gives "
+        "next_due_in (seconds) and next_due_at (ISO 8601, UTC).",
+        _epilog("never"),
+        run_verb,
+        commands.store,
+    )
+    stats_cmd.add_argument("name", nargs="?", metavar="NAME", help="only this dehydrator")
+    stats_cmd.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
+    stats_cmd.add_argument(
+        "--interval",
+        type=interval,
+        default=1.0,
+        help="refresh period with --watch (default 1s, at least 100ms)",
+    )
+    stats_cmd.add_argument("--count", type=positive_int, help="with --watch, stop after this many refreshes")
+    stats_cmd.set_defaults(verb=stats, light=True)
+
+    workers_cmd = commands.add(
+        "workers",
+        "the workers alive (and those that died lately), from their heartbeats",
+        "List the workers (running schedulers) that send heartbeats to the store: alive or expired, "
+        "host, pid, handlers with what each has in flight out of its concurrency, lateness (p50/p99 "
+        "of recent deliveries) and when each was last heard from. A worker that stopped cleanly is "
+        "not listed; one that died is listed as expired for an hour after its heartbeat ran out "
+        "(three heartbeat intervals). JSON gives last_seen_ago and expires_in (negative once "
+        "expired), in seconds.",
+        _epilog("never"),
+        run_verb,
+        commands.store,
+    )
+    workers_cmd.set_defaults(verb=workers, light=True)
+
+    dead_cmd = verb(
+        "dead",
+        dead,
+        "list a dehydrator's dead letters",
+        "List the dead letters of NAME, oldest first: the elements a scheduler gave up on, kept in "
+        "NAME.dead with their error, attempts and failure time (JSON: failed_at, ISO 8601 UTC, and "
+        "failed_ago, seconds). Anything else in NAME.dead is listed as it is.",
+        _epilog("never"),
+    )
+    dead_cmd.add_argument("--limit", type=positive_int, help="at most this many")
+    requeue_cmd = verb(
+        "requeue",
+        requeue,
+        "put dead letters back (all, or the given ids)",
+        "Put the dead letters of NAME (all, or the given ids) back into NAME, due after --delay. A "
+        "dead letter whose id is live again in NAME stays where it is.",
+        _epilog("a given id was not requeued"),
+    )
+    requeue_cmd.set_defaults(light=False)
+    requeue_cmd.add_argument(
+        "ids", nargs="*", metavar="ID", help="the dead letters to put back (default: all)"
+    )
+    requeue_cmd.add_argument("--delay", type=duration, default=0.0, help="due after this long (default 0)")
+
+
+def _check_text(args: argparse.Namespace) -> None:
+    """Names and ids must be Unicode text (bytes that are not UTF-8 arrive as lone surrogates)."""
+    for what in ("name", "id"):
+        value = getattr(args, what, None)
+        if isinstance(value, str):
+            unicode_text(value, f"the {what} {value!r}")
+    for value in getattr(args, "ids", None) or []:
+        unicode_text(value, f"the id {value!r}")
+
+
+def run_verb(args: argparse.Namespace, store: Store | None = None) -> int:
+    """Run the command's verb (``args.verb``, one call on the store): open the store, run it, close
+    the store (unless it was lent to us, as tests do). Runs the schedule verbs too."""
+    from rehydrate.cli import _oneshot
+
+    if getattr(args, "replace", False) and args.id is None:
+        args.parser.error("--replace needs --id: the element to replace")
+    _check_text(args)
+    if getattr(args, "payload", None) is not None:
+        args.payload = payload(args.payload)
+    verb: Verb = args.verb
+    if store is None:
+        url = _common.store_url(args)
+        if _oneshot.applies(args, url):
+            return _oneshot.run(verb, args, url)
+
+    import anyio
+
+    async def body() -> int:
+        if store is not None:
+            return await verb(args, store)
+        async with _common.open_from(args) as opened:
+            return await verb(args, opened)
+
+    try:
+        return anyio.run(body)
+    except KeyboardInterrupt:
+        if args.command == "stats":  # stats --watch ends with Ctrl-C
+            return 0
+        raise  # 130; poll has released its claims, pull and xack put back what they took

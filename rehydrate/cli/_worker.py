@@ -22,38 +22,40 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import gc
 import importlib
 import importlib.util
 import os
-import random
 import signal
-import socket
-import subprocess
 import sys
 import time
-from typing import Any, Final, TextIO, cast
+from typing import TYPE_CHECKING, Any, Final, TextIO, cast
 
-import anyio
-import anyio.abc
 import attrs
-import structlog
 
-from rehydrate._scheduler import Scheduler
-from rehydrate.abc import Store
 from rehydrate.cli._common import (
     STORE_ENV,
     CLIError,
     configure_logging,
+    duration,
     error_message,
     person_error,
+    port,
+    positive_int,
     seconds_text,
 )
+from rehydrate.cli._parser import Commands
 from rehydrate.errors import StoreUnavailableError
-from rehydrate.stores import MemoryStore
 
-logger = structlog.get_logger("rehydrate.worker")
+if TYPE_CHECKING:  # the scheduler, the event loop and structlog are imported by run(), not by --help
+    import socket
+    import subprocess
+
+    import anyio
+    import anyio.abc
+
+    from rehydrate._scheduler import Scheduler
+    from rehydrate.abc import Store
 
 #: SIGHUP is what a closing terminal sends: stop gracefully, as for SIGTERM.
 _SIGNALS: Final = tuple(
@@ -74,8 +76,17 @@ _SUPERVISOR_ENV: Final = "_REHYDRATE_SUPERVISOR"
 _PR_SET_PDEATHSIG: Final = 1  # <linux/prctl.h>
 
 
+def _logger() -> Any:
+    """The worker's logger: structlog is imported when the worker runs, not when --help is built."""
+    import structlog
+
+    return structlog.get_logger("rehydrate.worker")
+
+
 def load_target(target: str) -> Scheduler:
     """Import ``MODULE:ATTR`` and return the scheduler it is, or that calling it returns."""
+    from rehydrate._scheduler import Scheduler
+
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise CLIError(f"invalid worker target {target!r}: use MODULE:ATTR, e.g. myapp.tasks:scheduler")
@@ -133,6 +144,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, supervisor: _Supervisor | None) -> int:
+    import anyio
+
+    from rehydrate.stores import MemoryStore
+
     if args.backend == "trio" and importlib.util.find_spec("trio") is None:
         raise CLIError("--backend trio needs trio: pip install 'rehydrate[trio]'")
     scheduler = load_target(args.target)
@@ -156,7 +171,7 @@ def _run(args: argparse.Namespace, supervisor: _Supervisor | None) -> int:
                 f"process (use --store sqlite:///path.db or redis://host:6379/0, or set {STORE_ENV})"
             )
         named = os.environ.get(STORE_ENV, "")
-        logger.warning(
+        _logger().warning(
             "serving the memory store: nothing outside this process can reach it "
             f"(rehydrate push, other processes); give --store or set {STORE_ENV}",
             store_from=source,
@@ -226,6 +241,10 @@ async def open_waiting(
     Past ``wait`` the last error is raised, saying how long it was waited for. False if ``stop``
     was set meanwhile (a signal): the store is not open, and nothing is to be served.
     """
+    import random
+
+    import anyio
+
     deadline = anyio.current_time() + wait
     delay, attempt = backoff[0], 1
     while True:
@@ -267,7 +286,9 @@ async def _serve(
     backend: str = "asyncio",
     wait: float = 0.0,
 ) -> int:
-    log = logger.bind(pid=os.getpid())
+    import anyio
+
+    log = _logger().bind(pid=os.getpid())
     signals_seen: list[int] = []
     #: Set by the first signal: a worker still waiting for its store stops waiting.
     stopping = anyio.Event()
@@ -418,6 +439,8 @@ class _Supervisor:
         has already handed this process to another parent, and no signal will come.
         """
         if sys.platform.startswith("linux"):
+            import ctypes
+
             try:
                 libc = ctypes.CDLL(None, use_errno=True)
                 libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
@@ -440,6 +463,8 @@ class _Supervisor:
 
     async def gone(self) -> None:
         """Return once the supervisor has ended, however it ended."""
+        import anyio
+
         while True:
             await anyio.wait_readable(self.watch_fd)
             try:
@@ -517,6 +542,8 @@ def _spawn(command: list[str], env: dict[str, str], watch_fd: int) -> _Child:
     ``PR_SET_PDEATHSIG`` when the *thread* that forked it ends, and trio's ``open_process`` forks
     in a worker thread that ends after idling, which would stop a healthy child.
     """
+    import subprocess
+
     status_read, status_write = os.pipe()
     os.set_blocking(status_read, False)
     try:
@@ -537,6 +564,8 @@ def _spawn(command: list[str], env: dict[str, str], watch_fd: int) -> _Child:
 
 async def _wait(child: _Child) -> int:
     """Wait for the child to exit, taking its status line as it comes; its exit code."""
+    import anyio
+
     process = child.process
     try:
         pidfd = os.pidfd_open(process.pid)
@@ -566,12 +595,14 @@ async def _wait(child: _Child) -> int:
 
 async def _supervise(args: argparse.Namespace) -> int:
     """Run ``args.processes`` workers; forward signals; restart the ones that die on their own."""
+    import anyio
+
     env = _child_environment(args)
     children: dict[int, _Child] = {}
     stopping = anyio.Event()
     codes: list[int] = []
     given_up: list[str] = []
-    log = logger.bind(pid=os.getpid())
+    log = _logger().bind(pid=os.getpid())
     # The children watch the read end; the write end (not inherited: os.pipe() fds are not) closes
     # only when this process ends, however it ends.
     watch_read, watch_write = os.pipe()
@@ -665,6 +696,62 @@ async def _supervise(args: argparse.Namespace) -> int:
         raise CLIError(f"worker processes failed to start {_START_ATTEMPTS} times in a row: {given_up[0]}")
     failed = [code for code in codes if code != 0]
     return failed[0] if failed and failed[0] > 0 else (1 if failed else 0)
+
+
+# -- the command -------------------------------------------------------------------------------
+
+
+def register(commands: Commands) -> None:
+    """Add ``rehydrate worker``."""
+    worker = commands.add(
+        "worker",
+        "run a scheduler's handlers until SIGTERM/SIGINT/SIGHUP",
+        DESCRIPTION,
+        EPILOG,
+        run,
+    )
+    worker.add_argument("target", metavar="MODULE:ATTR", help="e.g. myapp.tasks:scheduler")
+    worker.add_argument("--store", metavar="URL", help=STORE_HELP)
+    worker.add_argument(
+        "--concurrency", type=positive_int, metavar="N", help="elements in flight per handler"
+    )
+    worker.add_argument(
+        "--processes", type=positive_int, default=1, metavar="N", help="worker processes (default 1)"
+    )
+    worker.add_argument(
+        "--grace", type=duration, metavar="DURATION", help="shutdown grace (default: the scheduler's)"
+    )
+    worker.add_argument(
+        "--backend",
+        choices=["asyncio", "trio"],
+        default="asyncio",
+        help="event loop (default asyncio; trio needs pip install 'rehydrate[trio]')",
+    )
+    worker.add_argument(
+        "--heartbeat",
+        type=duration,
+        metavar="DURATION",
+        help="seconds between heartbeats to the store (default: the scheduler's, 5s); expires after 3",
+    )
+    worker.add_argument(
+        "--wait",
+        type=duration,
+        # A store restarted beside its workers (a compose file, a rolling deploy) is back within
+        # a minute; a worker that exited at once would only be restarted into the same failure.
+        default=60.0,
+        metavar="DURATION",
+        help="at start-up, wait this long for a store that cannot be reached, trying again with "
+        "backoff (default 1m; 0: fail at once)",
+    )
+    worker.add_argument(
+        "--metrics-port",
+        type=port,
+        metavar="N",
+        help="serve Prometheus metrics on this port (with --processes, child i on N+i)",
+    )
+    worker.add_argument(
+        "--metrics-host", default="127.0.0.1", metavar="HOST", help="where metrics listen (default 127.0.0.1)"
+    )
 
 
 # -- help (shown by `rehydrate worker --help`) ---------------------------------------------------
