@@ -99,6 +99,10 @@ class Server:
             # What takes longer than the grace is cancelled.
             clients.cancel_scope.deadline = anyio.current_time() + self.grace
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
     def stop(self) -> None:
         """Close the listeners, and each connection once its replies in flight are sent."""
         self._stopping = True

@@ -368,6 +368,10 @@ def build_parser(*, store_verb: bool = False, only: str | None = None) -> argpar
         help="event loop (default asyncio; trio needs pip install 'rehydrate[trio]')",
     )
 
+    from rehydrate.cli import _serve
+
+    _serve.register(command)
+
     # -- ReDe's verbs ----------------------------------------------------------------------------
     def verb(name: str, help: str, description: str, epilog: str) -> _Parser:
         sub = command(name, help, description, epilog, "rehydrate.cli._main:_run_verb", store)
