@@ -155,7 +155,8 @@ def _password(args: argparse.Namespace) -> str | None:
             with open(args.requirepass_file, encoding="utf-8") as file:
                 password = file.read().strip()
         except OSError as exc:
-            raise CLIError(f"cannot read --requirepass-file {args.requirepass_file}: {exc.strerror}") from None
+            where = args.requirepass_file
+            raise CLIError(f"cannot read --requirepass-file {where}: {exc.strerror}") from None
     else:
         password = args.requirepass or os.environ.get(PASSWORD_ENV) or ""
     return password or None
