@@ -499,7 +499,9 @@ class Commands:
         }
         if self._info is not None:
             figures.update(self._info())
-        figures["used_memory"] = _rss()
+        import anyio
+
+        figures["used_memory"] = await anyio.to_thread.run_sync(_rss)  # a file read: off the loop
         figures["total_commands_processed"] = self.processed
         names = await self.store.names()
         keys = len(set(names) | self._keys)

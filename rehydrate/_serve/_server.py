@@ -182,7 +182,7 @@ async def tcp_listener(host: str, port: int) -> Listener[Any]:
 async def unix_listener(path: str) -> Listener[Any]:
     """Listen on ``path``, replacing a socket file left by a server that is no longer there (one
     that still answers is not taken over: that is an error). Called once, at start-up."""
-    _clear_stale_socket(path)
+    await anyio.to_thread.run_sync(_clear_stale_socket, path)
     return await anyio.create_unix_listener(path)
 
 
