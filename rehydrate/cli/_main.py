@@ -46,6 +46,7 @@ COMMANDS: Final = {
     "rehydrate.cli._completion": ("completion",),
     "rehydrate.cli._migrate": ("migrate",),
     "rehydrate.cli._dashboard": ("dashboard",),
+    "rehydrate.cli._serve": ("serve",),
     "rehydrate.cli._verbs": (
         *("push", "pull", "look", "poll", "xpoll", "xack", "ttn", "update"),  # ReDe's verbs
         *("stats", "workers", "dead", "requeue"),
