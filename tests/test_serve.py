@@ -417,7 +417,10 @@ def test_serve_command_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
         assert server.wait(timeout=20) == 0
         assert server.stderr is not None
         assert "stopped" in server.stderr.read()
+        client.close()
     finally:
         if server.poll() is None:
             server.kill()
             server.wait()
+        if server.stderr is not None:
+            server.stderr.close()  # (an unclosed pipe is an unraisable warning in a later test)
