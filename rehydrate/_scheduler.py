@@ -170,19 +170,6 @@ def _heartbeat_interval(value: Seconds | None) -> float | None:
     return seconds
 
 
-def _nominal_of_record(record: dict[str, Any]) -> float | None:
-    """The nominal time (Unix seconds) of the occurrence a dead letter holds, ``None`` for
-    one-shot work (or a record whose ``scheduled_for`` cannot be read: it goes back as it is)."""
-    text = record.get("scheduled_for")
-    if not isinstance(text, str):
-        return None
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return None if when.tzinfo is None else when.timestamp()
-
-
 def _delay_until(at: datetime, clock: Clock) -> float:
     """Seconds from now until ``at``, by the store's clock (a FakeClock's wall time in tests)."""
     if not isinstance(at, datetime):

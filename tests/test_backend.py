@@ -35,8 +35,14 @@ import anyio
 from rehydrate import Scheduler
 from rehydrate._backend import running_backend
 
+scheduler = Scheduler("sqlite:///{tmp_path / "jobs.db"}")
+
+@scheduler.handler("jobs")  # (a scheduler with no handler is a producer, and sends no heartbeat)
+async def job(element):
+    pass
+
 async def main():
-    async with Scheduler("sqlite:///{tmp_path / "jobs.db"}") as scheduler:
+    async with scheduler:
         (worker,) = await scheduler.store.workers()
         print(worker.data["backend"], running_backend())
 
