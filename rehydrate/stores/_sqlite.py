@@ -1080,35 +1080,20 @@ class SQLiteStore(StoreBase):
     async def reschedule_many(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
         """See :meth:`Store.reschedule_many`: one write transaction for the whole batch."""
         _validate.element_id(name, "name")
-        batch = _validate.reschedules(items)
-        if not batch:
-            if self._conn is None:
-                raise self._not_open()
-            await anyio.lowlevel.checkpoint()
-            return []
-        self._forget_envelopes(name, (id for id, _, _ in batch))
-
-        def body(conn: sqlite3.Connection) -> tuple[list[bool], int | None]:
-            done: list[bool] = []
-            counter: int | None = None
-            for id, token, seconds in batch:
-                row = conn.execute(sql.ROW, (name, id)).fetchone()
-                if row is None or row[4] != token:
-                    done.append(False)
-                    continue
-                bumped = self._refile(conn, name, row[0], seconds, claimed=False)[1]
-                counter = bumped if bumped is not None else counter
-                done.append(True)
-            return done, counter
-
-        done, counter = await self._write(body)
-        self._notify(name, counter)
-        return done
+        return await self._release_many(name, _validate.reschedules(items), hand_back=False)
 
     async def hand_back(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
         """See :meth:`Store.hand_back`: one write transaction for the whole batch."""
         _validate.element_id(name, "name")
-        batch = _validate.reschedules(items, "hand_back")
+        return await self._release_many(name, _validate.reschedules(items, "hand_back"), hand_back=True)
+
+    async def _release_many(
+        self, name: str, batch: list[tuple[str, int, float]], *, hand_back: bool
+    ) -> list[bool]:
+        """File each ``(id, token, ttl)`` still under that claim anew, released: its attempt
+        kept (a delayed retry), or, handing it back, only a claim still held, with that claim's
+        attempt undone (the same claim number, one attempt fewer: the token no longer matches,
+        so a second hand-back does nothing)."""
         if not batch:
             if self._conn is None:
                 raise self._not_open()
@@ -1121,13 +1106,11 @@ class SQLiteStore(StoreBase):
             counter: int | None = None
             for id, token, seconds in batch:
                 row = conn.execute(sql.ROW, (name, id)).fetchone()
-                if row is None or row[4] != token or not row[5]:
+                if row is None or row[4] != token or (hand_back and not row[5]):
                     done.append(False)
                     continue
-                # The claim's attempt undone: the same claim number, one attempt fewer (so this
-                # token no longer matches, and a second hand-back does nothing).
-                unclaimed = token - 1 if attempt_of(token) else token
-                bumped = self._refile(conn, name, row[0], seconds, claimed=False, stamped=unclaimed)[1]
+                stamped = (token - 1 if attempt_of(token) else token) if hand_back else None
+                bumped = self._refile(conn, name, row[0], seconds, claimed=False, stamped=stamped)[1]
                 counter = bumped if bumped is not None else counter
                 done.append(True)
             return done, counter
