@@ -180,6 +180,21 @@ _NOT_YET: Final = (
 )
 
 
+def _check_batch_bytes(what: str, name: str, payloads: list[bytes]) -> None:
+    """Refuse a batch whose elements together exceed what one statement takes (``what``: the
+    verb and its preposition, ``"push_many to"``), before anything is sent."""
+    total = sum(map(len, payloads))
+    if total > _MAX_BATCH_BYTES:
+        raise ElementTooLargeError(
+            f"a {what} {name!r} of {len(payloads)} elements is {total:,} bytes serialized, "
+            f"more than one PostgreSQL statement takes: {_MAX_BATCH_BYTES:,} bytes (the server "
+            "reads a message of at most 1 GB); split the batch. Nothing was written",
+            id=None,
+            size=total,
+            limit=_MAX_BATCH_BYTES,
+        )
+
+
 def _connect_error(exc: BaseException, shown: str) -> RehydrateError:
     """The error for a failed connection: :class:`StoreRefusedError` when the server answered
     and refused (no such database or role, a wrong password, no ``pg_hba.conf`` entry, TLS it
@@ -880,16 +895,7 @@ class PostgresStore(StoreBase):
             keys.append(key)
             payloads.append(self._dumps(element, name, id, "push_many", len(payloads)))
             ttls.append(micros)
-        total = sum(map(len, payloads))
-        if total > _MAX_BATCH_BYTES:
-            raise ElementTooLargeError(
-                f"a push_many to {name!r} of {len(payloads)} elements is {total:,} bytes serialized, "
-                f"more than one PostgreSQL statement takes: {_MAX_BATCH_BYTES:,} bytes (the server "
-                "reads a message of at most 1 GB); split the batch. Nothing was written",
-                id=None,
-                size=total,
-                limit=_MAX_BATCH_BYTES,
-            )
+        _check_batch_bytes("push_many to", name, payloads)
         if not keys:
             if self._pool is None:
                 raise self._not_open()
@@ -1072,16 +1078,7 @@ class PostgresStore(StoreBase):
                 raise
             revisions.append(revision if revision <= _MAX_BIGINT else -1)
             payloads.append(self._dumps(element, name, id, "replace_if", index))
-        total = sum(map(len, payloads))
-        if total > _MAX_BATCH_BYTES:
-            raise ElementTooLargeError(
-                f"a replace_if on {name!r} of {len(payloads)} elements is {total:,} bytes serialized, "
-                f"more than one PostgreSQL statement takes: {_MAX_BATCH_BYTES:,} bytes (the server "
-                "reads a message of at most 1 GB); split the batch. Nothing was written",
-                id=None,
-                size=total,
-                limit=_MAX_BATCH_BYTES,
-            )
+        _check_batch_bytes("replace_if on", name, payloads)
         if not ids:
             if self._pool is None:
                 raise self._not_open()
