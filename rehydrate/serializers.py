@@ -141,7 +141,9 @@ class MsgpackSerializer:
         return data
 
     def loads(self, data: bytes) -> Any:
-        return self._msgpack.unpackb(data, raw=False)
+        # ``strict_map_key=False``: what ``dumps`` writes reads back, a dict with int keys
+        # included (msgpack's default refuses any key but str and bytes, on reading only).
+        return self._msgpack.unpackb(data, raw=False, strict_map_key=False)
 
     def __repr__(self) -> str:
         return "MsgpackSerializer()"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rehydrate.serializers import JSONSerializer
+from rehydrate.serializers import JSONSerializer, MsgpackSerializer
 
 ELEMENTS: list[Any] = [
     {"i": 1},
@@ -46,3 +46,15 @@ def test_bad_json_raises_as_json_loads_does(data: bytes) -> None:
     with pytest.raises(json.JSONDecodeError) as theirs:
         json.loads(data)
     assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize(
+    "element",
+    [*ELEMENTS, {1: "a", 2.5: "b", None: "c", -3: "d"}, {"bytes": b"\x00\xff"}, {b"k": [1, {"x": 2}]}],
+)
+def test_what_msgpack_writes_reads_back(element: Any) -> None:
+    """Keys of any type msgpack writes read back: an element that could be pushed but never
+    read would be lost."""
+    pytest.importorskip("msgpack")
+    serializer = MsgpackSerializer()
+    assert serializer.loads(serializer.dumps(element)) == element
