@@ -38,6 +38,7 @@ from rehydrate._core import _validate
 from rehydrate.errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = [
+    "HEAD_ROWS",
     "ON_ITS_WAY",
     "WAKE_MAX",
     "KeyState",
@@ -58,6 +59,9 @@ __all__ = [
 WAKE_MAX: Final = 16
 #: A waiter woken (due) this long ago still counts as on its way to the room made for it.
 ON_ITS_WAY: Final = 1.0
+#: How many waiters a store that keeps rows reads from the head of a key's FIFO per step: the
+#: most a step wakes, and room to skip the waiters forgotten or on their way.
+HEAD_ROWS: Final = WAKE_MAX + 64
 #: The longest limit name or partition key, in UTF-8 bytes: they are part of every key, row and
 #: script argument of the limit.
 MAX_KEY_BYTES: Final = 512
@@ -258,13 +262,36 @@ class KeyState:
     """One limit key's state in memory (the memory store's; the SQL stores build one per step
     from the rows they read)."""
 
-    __slots__ = ("holders", "starts", "waiters")
+    __slots__ = ("holders", "new_start", "starts", "waiters")
 
     def __init__(self) -> None:
         self.holders: dict[str, float] = {}
         self.starts: list[float] = []
         #: In FIFO order (insertion order of the dict): (name, id) -> waiter.
         self.waiters: dict[tuple[str, str], Waiter] = {}
+        #: The start the last step recorded (``None``: none), for a store that writes rows.
+        self.new_start: float | None = None
+
+    @classmethod
+    def loaded(
+        cls, holders: Iterable[tuple[str, float]], starts: Iterable[float], waiters: Iterable[Waiter]
+    ) -> tuple[KeyState, dict[tuple[str, str], tuple[int, float]]]:
+        """A state built from a store's rows (the waiters in FIFO order: the head and the
+        caller's own, not necessarily all), and what its waiters were, for :meth:`changes`."""
+        state = cls()
+        state.holders = dict(holders)
+        state.starts = sorted(starts)
+        for waiter in waiters:
+            state.waiters[waiter.name, waiter.id] = waiter
+        return state, {key: (w.attempt, w.until) for key, w in state.waiters.items()}
+
+    def changes(
+        self, before: dict[tuple[str, str], tuple[int, float]]
+    ) -> tuple[list[tuple[str, str]], list[Waiter]]:
+        """The waiters to delete and those to write (new or changed), against ``before``."""
+        gone = [key for key in before if key not in self.waiters]
+        written = [w for key, w in self.waiters.items() if before.get(key) != (w.attempt, w.until)]
+        return gone, written
 
     def prune(self, now: float, window: float) -> None:
         """Forget the leases that ran out and the starts that left every window."""
@@ -290,13 +317,14 @@ class KeyState:
         # Stale waiters are skipped without counting: walk until ``count`` live ones are seen.
         for seen, waiter in enumerate(self.waiters.values(), 1):
             yield waiter
-            if seen >= count + 64:
+            if seen >= count + HEAD_ROWS - WAKE_MAX:
                 return
 
     def acquire(
         self, now: float, holder: str, spec: LimitSpec, waiter: tuple[str, str, int] | None
     ) -> LimitAnswer:
         self.prune(now, spec.window)
+        self.new_start = None
         if spec.concurrency is not None and holder in self.holders:  # (a retry of a grant)
             self.holders[holder] = now + spec.lease
             return LimitAnswer(granted=True, wake=tuple(self._wake(now, spec)))
@@ -306,6 +334,7 @@ class KeyState:
                 self.holders[holder] = now + spec.lease
             if spec.rates:
                 bisect.insort(self.starts, now)
+                self.new_start = now
             if waiter is not None:
                 self.waiters.pop((waiter[0], waiter[1]), None)
             return LimitAnswer(granted=True, wake=tuple(self._wake(now, spec)))
