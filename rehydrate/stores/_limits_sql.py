@@ -28,29 +28,32 @@ _SWEEP_EVERY: Final = 512
 class LimitTables:
     """The statements of one database's limit tables, and the steps that use them."""
 
-    def __init__(self, prefix: str, *, postgres: bool) -> None:
+    def __init__(self, prefix: str, *, postgres: bool, schema: str | None = None) -> None:
         real = "DOUBLE PRECISION" if postgres else "REAL"
         seq = "BIGSERIAL PRIMARY KEY" if postgres else "INTEGER PRIMARY KEY"
         without_rowid = "" if postgres else " WITHOUT ROWID"
-        h, s, w = f"{prefix}limit_holders", f"{prefix}limit_starts", f"{prefix}limit_waiters"
+        # Index names take no schema: the bare table names name them.
+        hi, si, wi = f"{prefix}limit_holders", f"{prefix}limit_starts", f"{prefix}limit_waiters"
+        at = "" if schema is None else f"{schema}."
+        h, s, w = at + hi, at + si, at + wi
         self.create: tuple[str, ...] = (
             f"""CREATE TABLE IF NOT EXISTS {h} (
                 lim TEXT NOT NULL, key TEXT NOT NULL, holder TEXT NOT NULL, until {real} NOT NULL,
                 PRIMARY KEY (lim, key, holder)){without_rowid}""",
-            f"CREATE INDEX IF NOT EXISTS {h}_until ON {h} (until)",
+            f"CREATE INDEX IF NOT EXISTS {hi}_until ON {h} (until)",
             f"""CREATE TABLE IF NOT EXISTS {s} (
                 lim TEXT NOT NULL, key TEXT NOT NULL, at {real} NOT NULL, until {real} NOT NULL)""",
-            f"CREATE INDEX IF NOT EXISTS {s}_key ON {s} (lim, key, at)",
-            f"CREATE INDEX IF NOT EXISTS {s}_until ON {s} (until)",
+            f"CREATE INDEX IF NOT EXISTS {si}_key ON {s} (lim, key, at)",
+            f"CREATE INDEX IF NOT EXISTS {si}_until ON {s} (until)",
             # ``seq``: the FIFO order; ``until``: when the waiter's element is filed due.
             f"""CREATE TABLE IF NOT EXISTS {w} (
                 seq {seq}, lim TEXT NOT NULL, key TEXT NOT NULL, name TEXT NOT NULL, id TEXT NOT NULL,
                 attempt INTEGER NOT NULL, until {real} NOT NULL, forget {real} NOT NULL,
                 UNIQUE (lim, key, name, id))""",
-            f"CREATE INDEX IF NOT EXISTS {w}_key ON {w} (lim, key, seq)",
-            f"CREATE INDEX IF NOT EXISTS {w}_forget ON {w} (forget)",
+            f"CREATE INDEX IF NOT EXISTS {wi}_key ON {w} (lim, key, seq)",
+            f"CREATE INDEX IF NOT EXISTS {wi}_forget ON {w} (forget)",
         )
-        self.tables = (h, s, w)
+        self.tables = (hi, si, wi)
         q = "%s" if postgres else "?"
 
         def sql(text: str) -> str:
