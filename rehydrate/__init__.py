@@ -15,6 +15,7 @@ from rehydrate.errors import (
     ElementTooLargeError,
     InvalidArgumentError,
     InvalidTypeError,
+    LimitKeyError,
     RehydrateError,
     SchedulerNotRunningError,
     SerializerMismatchError,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from rehydrate._core._retry import Backoff, Retry
     from rehydrate._core._triggers import Cron, Every
     from rehydrate._deliveries import DeadLetter, Delivery, Stats, current_delivery
+    from rehydrate._limits import Concurrency, Limiter, Rate
     from rehydrate._scheduler import Scheduler
     from rehydrate._schedules import ScheduleInfo
     from rehydrate._sync import SyncAdmin, SyncScheduler
@@ -41,6 +43,7 @@ __all__ = [
     "Admin",
     "Backoff",
     "Claim",
+    "Concurrency",
     "Cron",
     "DeadLetter",
     "Dehydrator",
@@ -52,6 +55,9 @@ __all__ = [
     "Every",
     "InvalidArgumentError",
     "InvalidTypeError",
+    "LimitKeyError",
+    "Limiter",
+    "Rate",
     "RehydrateError",
     "Retry",
     "ScheduleInfo",
@@ -90,6 +96,9 @@ _LAZY = {
     "Stats": "rehydrate._deliveries",
     "current_delivery": "rehydrate._deliveries",
     "Scheduler": "rehydrate._scheduler",
+    "Concurrency": "rehydrate._limits",
+    "Limiter": "rehydrate._limits",
+    "Rate": "rehydrate._limits",
     "SyncAdmin": "rehydrate._sync",
     "SyncScheduler": "rehydrate._sync",
     "Cron": "rehydrate._core._triggers",

@@ -34,10 +34,12 @@ import structlog
 from anyio.streams.memory import MemoryObjectSendStream
 
 from rehydrate._clock import wall
+from rehydrate._core._limits import LimitSpec
 from rehydrate._core._records import Claim, set_claimed_at
 from rehydrate._core._retry import Retry
 from rehydrate._core._triggers import Trigger
 from rehydrate._deliveries import DEAD_SUFFIX, Counters, Delivery, delivery_from_claim, delivery_var
+from rehydrate._limits import HandlerLimits
 from rehydrate._occurrences import Occurrences
 from rehydrate._retries import Rescheduler
 from rehydrate._schedules import KEY as SCHEDULE_KEY
@@ -45,7 +47,7 @@ from rehydrate._schedules import PAUSED_TTL, Envelope, Occurrence, is_envelope
 from rehydrate._tracing import KEY as TRACE_KEY
 from rehydrate._tracing import Tracing, unwrap
 from rehydrate.abc import Store, Subscription
-from rehydrate.errors import DuplicateIdError, RehydrateError
+from rehydrate.errors import DuplicateIdError, LimitKeyError, RehydrateError
 
 __all__ = [
     "DEAD_SUFFIX",
@@ -101,6 +103,10 @@ class HandlerSpec:
     schedule: Trigger | None = None
     #: Seconds before their due time that elements are claimed, then held until due (0: none).
     claim_ahead: float = 0.0
+    #: The handler's limits (``handler(limits=...)``), as the store takes them; ``None``: none.
+    limits: LimitSpec | None = None
+    #: The partition key function (``handler(limit_key=...)``); ``None``: one key.
+    limit_key: Callable[[Any], Any] | None = None
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -649,6 +655,12 @@ class Runner:
         self._acker = _Acker(store, handler.name, counters, self._workers, handler.lease)
         self._rearmer = _Rearmer(store, handler.name, counters, self._workers, handler.lease)
         self._rescheduler = Rescheduler(store, handler.name)
+        #: The limits asked before each start (``handler(limits=...)``); ``None`` without.
+        self._limits = (
+            None
+            if handler.limits is None
+            else HandlerLimits(store, handler.name, handler.limits, handler.limit_key)
+        )
         #: What a schedule's claimed occurrence stands for, and what is filed when it ends.
         self._occurrences = Occurrences(store, handler.name, file=self._rearmer.add, ack=self._acker.add)
         #: Claims taken ahead of their due time (``claim_ahead``), until due; and, at shutdown,
@@ -695,6 +707,8 @@ class Runner:
                 work.start_soon(acker.run)
                 work.start_soon(self._rearmer.run)
                 work.start_soon(self._rescheduler.run)
+                if self._limits is not None:
+                    work.start_soon(self._limits.renewer.run)
                 try:
                     async with anyio.create_task_group() as handlers:
                         workers.group = handlers
@@ -843,6 +857,11 @@ class Runner:
                 self._keeper.discard(claim.id, claim.token)
                 self._done()
                 return
+        slot: tuple[str, str] | None = None
+        if self._limits is not None and occurrence is None:
+            slot = await self._admit(claim)
+            if slot is None:  # parked (not an attempt), or failed for its key
+                return
         counters.delivered += 1
         late = claim.claimed_at - claim.due
         counters.record_lateness(late if late > 0.0 else 0.0)  # (Claim.lateness, written out)
@@ -906,8 +925,39 @@ class Runner:
         finally:
             if span is not None:
                 span.end(outcome, error)
+            if slot is not None:
+                assert self._limits is not None
+                await self._limits.release(*slot)
             self._keeper.discard(claim.id, claim.token)
             self._done()
+
+    async def _admit(self, claim: Claim) -> tuple[str, str] | None:
+        """Take a slot of the handler's limits for ``claim`` (its holder and key), or park it
+        or fail it (``None``: the claim is over, and counted as ended here)."""
+        limits = self._limits
+        assert limits is not None
+        holder = None
+        try:
+            try:
+                key = limits.key_of(unwrap(claim.element)[0])
+            except LimitKeyError as exc:
+                # The element's own fault: it follows the retry policy, naming the error.
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_ACK_TIMEOUT):
+                    await self._failed(claim, exc)
+                return None
+            holder = await limits.admit(claim, key)
+            return None if holder is None else (holder, key)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                if holder is not None:
+                    await limits.release(holder, key)
+                await release(self._store, self.handler.name, claim.id, claim.token)
+            holder = None
+            raise
+        finally:
+            if holder is None:
+                self._keeper.discard(claim.id, claim.token)
+                self._done()
 
     async def _in_thread(self, claim: Claim, element: Any) -> None:
         """Run a plain ``def`` handler in a worker thread, and wait for it even while shutting down.

@@ -46,6 +46,7 @@ from rehydrate._core._triggers import US, Misfire, Trigger
 from rehydrate._core._validate import Seconds
 from rehydrate._deliveries import Counters, DeadLetter, Delivery, Stats, current_delivery, stats_of
 from rehydrate._heartbeat import Heartbeat, new_worker_id
+from rehydrate._limits import Limit, Limiter, spec_of
 from rehydrate._runner import (
     DEAD_SUFFIX,
     HandlerSpec,
@@ -392,6 +393,8 @@ class Scheduler:
         grace: Seconds | None = None,
         spread: Seconds | None = None,
         claim_ahead: Seconds = 0.0,
+        limits: Iterable[Limit] | None = None,
+        limit_key: Callable[[Any], Any] | None = None,
     ) -> Callable[[Handler], Handler]:
         """Register the decorated function as the handler of dehydrator ``name``.
 
@@ -425,6 +428,17 @@ class Scheduler:
         Claimed elements whose lease has not run out are never taken early. Keep it short (the
         time a burst takes to claim: milliseconds in process, tens of milliseconds over a
         network). Needs a store whose ``claim`` takes ``ahead`` (every store of this package).
+
+        ``limits`` (:class:`~rehydrate.Concurrency`, :class:`~rehydrate.Rate`, several at once)
+        bound the handler across every process sharing the store, per partition key:
+        ``limit_key`` (a function of the element, returning a ``str`` or an ``int``; without it,
+        one key) picks it. An element whose key has no room is not run and not counted as an
+        attempt: it is handed back and waits, out of the due range, until a release (or the
+        earliest lease end or window slide) wakes it, while other keys' elements run. A
+        ``limit_key`` that raises or returns no key fails that element (retry policy). The
+        limit's name is the handler's: :meth:`limiter` with this name shares it. Each slot's lease
+        is the handler's ``lease``, renewed at half of it while the handler runs. Schedule
+        occurrences are not limited (see ``docs/limits.md``).
         """
         _validate.element_id(name, "name")
         if name in self._handlers:
@@ -442,6 +456,12 @@ class Scheduler:
                 f"claim_ahead must be under half the lease ({seconds / 2:g} s), got {claim_ahead!r}: "
                 "held elements' leases run while they wait"
             )
+        spec = None if limits is None else spec_of(limits, seconds)
+        if limit_key is not None:
+            if spec is None:
+                raise InvalidArgumentError("limit_key goes with limits= (it partitions them)")
+            if not callable(limit_key):
+                raise InvalidTypeError(f"limit_key must be callable, not {type(limit_key).__name__}")
         policy: tuple[Misfire, float | None, float | None] | None = None
         if schedule is not None:
             check_trigger(schedule)
@@ -467,6 +487,8 @@ class Scheduler:
                 label=handler_label(func),
                 schedule=schedule,
                 claim_ahead=ahead,
+                limits=spec,
+                limit_key=limit_key,
             )
             self._check_claim_ahead(handler)
             self._handlers[name] = handler
@@ -1148,8 +1170,21 @@ class Scheduler:
             task_status.started()
             await self._stopped.wait()
 
+    def limiter(
+        self, name: str, *limits: Limit, lease: Seconds = 30.0, renew_every: Seconds | None = None
+    ) -> Limiter:
+        """A :class:`~rehydrate.Limiter` on this scheduler's store: ``async with
+        scheduler.limiter("charge", Concurrency(10)).hold(key):`` from any code. Named as a
+        handler, it shares that handler's limit (its slots and windows)."""
+        return Limiter(self.store, name, *limits, lease=lease, renew_every=renew_every)
+
     def _check_claim_ahead(self, handler: HandlerSpec) -> None:
         # Declared by the store's class (Store.capabilities), not found out by inspecting it.
+        if handler.limits is not None and not self.store.capabilities.limits:
+            raise InvalidArgumentError(
+                f"handler {handler.name!r} has limits but {type(self.store).__name__} does not "
+                "implement them (its capabilities do not declare limits)"
+            )
         if handler.claim_ahead and not self.store.capabilities.claim_ahead:
             raise InvalidArgumentError(
                 f"handler {handler.name!r} has claim_ahead={handler.claim_ahead:g} but "

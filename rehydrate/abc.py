@@ -76,13 +76,24 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkab
 import attrs
 
 from rehydrate._core import _validate
+from rehydrate._core._limits import LimitAnswer, LimitInfo, LimitSpec, Wake
 from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, is_held
 from rehydrate._core._validate import Seconds
 
 if TYPE_CHECKING:
     import anyio
 
-__all__ = ["Capabilities", "Clock", "Serializer", "Store", "Subscription"]
+__all__ = [
+    "Capabilities",
+    "Clock",
+    "LimitAnswer",
+    "LimitInfo",
+    "LimitSpec",
+    "Serializer",
+    "Store",
+    "Subscription",
+    "Wake",
+]
 
 
 @runtime_checkable
@@ -183,6 +194,10 @@ class Capabilities:
     #: :meth:`Store.heartbeat`, :meth:`Store.deregister_worker` and :meth:`Store.workers` are
     #: implemented: the worker registry (``rehydrate workers``, the dashboard's workers).
     workers: bool = False
+    #: :meth:`Store.limit_acquire`, :meth:`Store.limit_renew`, :meth:`Store.limit_release` and
+    #: :meth:`Store.limits` are implemented: global concurrency and rate limits
+    #: (``rehydrate.Concurrency``, ``rehydrate.Rate``, ``Scheduler.handler(limits=...)``).
+    limits: bool = False
 
 
 class Store(ABC):
@@ -599,3 +614,55 @@ class Store(ABC):
         seconds since its last heartbeat. Not a hot path: it reads every worker.
         """
         raise NotImplementedError(f"{type(self).__name__} does not implement worker heartbeats")
+
+    # -- limits ----------------------------------------------------------------------------------
+    # Not abstract: a store without them serves everything but limited handlers (the scheduler
+    # refuses ``limits=`` on it when the handler is declared). Every store of this package
+    # implements them and declares ``limits`` in its capabilities. The rules (what a key's state
+    # is, what each step does to it) are written once in ``rehydrate._core._limits``; a store
+    # makes each step atomic.
+
+    async def limit_acquire(
+        self,
+        limit: str,
+        key: str,
+        holder: str,
+        spec: LimitSpec,
+        *,
+        waiter: tuple[str, str, int] | None = None,
+    ) -> LimitAnswer:
+        """Take a start of the limit key ``(limit, key)`` for ``holder``, all or nothing, in one
+        atomic step: a concurrency slot held until ``now + spec.lease`` (if ``spec`` has a
+        concurrency) and a start recorded in the rate windows (if it has rates).
+
+        Granted (``LimitAnswer.granted``) if every part has room: fewer live holders than the
+        concurrency (a lease that ran out is no holder) and, for each rate ``(n, per)``, fewer
+        than ``n`` starts in ``(now - per, now]``. A holder that holds a slot already is granted
+        again without a new start (its lease renewed): a retried call takes one slot. Refused,
+        nothing is taken and ``retry_in`` says when the earliest chance is (the first lease to
+        end, every full window sliding). With ``waiter`` ``(dehydrator name, id, attempt)`` (an
+        element the caller hands back because the limit is full), the waiter joins the key's
+        FIFO (or keeps its place in it) and ``parked_in`` says when to file it due: at the
+        earliest chance at the head, further out behind it. A granted waiter leaves the FIFO.
+        Every step (granted or not) wakes waiters as ``rehydrate._core._limits`` says, at most as
+        many as there is room for: ``wake`` lists the ones to file earlier (fenced by their
+        attempt). The limit name, key and holder are non-empty ``str`` of at most 512 UTF-8 bytes;
+        anything else is an ``InvalidArgumentError``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement limits")
+
+    async def limit_renew(self, limit: str, key: str, holder: str, spec: LimitSpec) -> bool:
+        """Keep ``holder``'s slot until ``now + spec.lease``; ``False`` (nothing done) if it
+        holds none (released, or its lease ran out: then someone else may hold it)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement limits")
+
+    async def limit_release(self, limit: str, key: str, holder: str, spec: LimitSpec) -> LimitAnswer:
+        """Free ``holder``'s slot (``granted``: it held one) and wake waiters for the room made,
+        in one atomic step. The starts stay counted: a rate counts starts, not running work.
+        A key with no live holder, no start in its windows and no waiter left is deleted."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement limits")
+
+    async def limits(self, limit: str | None = None) -> list[LimitInfo]:
+        """Every limit key with state (``limit``: only that limit's), sorted by limit and key:
+        its live holders, the starts it remembers and how many wait. For views, not a hot path."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement limits")

@@ -11,6 +11,7 @@ __all__ = [
     "ElementTooLargeError",
     "InvalidArgumentError",
     "InvalidTypeError",
+    "LimitKeyError",
     "RehydrateError",
     "SchedulerNotRunningError",
     "SerializerMismatchError",
@@ -134,3 +135,9 @@ class SchedulerNotRunningError(RehydrateError, RuntimeError):
 
 class UnsupportedStoreError(RehydrateError, ValueError):
     """``open_store`` was given a URL whose scheme names no store, or a store's extra is missing."""
+
+
+class LimitKeyError(InvalidArgumentError):
+    """A handler's ``limit_key`` raised, or returned what is no key (not a ``str`` or ``int``,
+    empty, longer than 512 bytes): that element fails with this error, which names the cause,
+    and follows its retry policy; nothing else stops."""

@@ -10,8 +10,9 @@ from urllib.parse import urlsplit
 import anyio
 
 from rehydrate._clock import SystemClock
-from rehydrate._core import _validate, _workers
+from rehydrate._core import _limits, _validate, _workers
 from rehydrate._core._dehydrator import Dehydrator
+from rehydrate._core._limits import KeyState, LimitAnswer, LimitInfo, LimitSpec
 from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, is_held, new_claim
 from rehydrate._core._validate import Seconds
 from rehydrate._schedules import is_removed
@@ -42,7 +43,7 @@ class MemoryStore(StoreBase):
     it again finds them.
     """
 
-    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True)
+    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True, limits=True)
 
     #: Nothing to gain from coalescing concurrent defers: a push costs no round trip here.
     _coalesce_pushes = False
@@ -65,6 +66,10 @@ class MemoryStore(StoreBase):
         self._subscribers: dict[str, set[EventSubscription]] = {}
         #: Worker id -> (data as JSON text, last seen, expires), in this store's clock.
         self._workers: dict[str, tuple[str, float, float]] = {}
+        #: (limit, key) -> its state, with the horizon it was last touched with: only keys with
+        #: holders, starts in a window or waiters (an idle key is deleted).
+        self._limits: dict[tuple[str, str], tuple[KeyState, float, float]] = {}
+        self._limit_steps = 0
         self._open = False
 
     @classmethod
@@ -484,6 +489,79 @@ class MemoryStore(StoreBase):
             for id, (text, seen, expires) in sorted(self._workers.items())
             if not _workers.forgotten(expires, now)
         ]
+
+    # -- limits ----------------------------------------------------------------------------------
+    # Each verb is one synchronous step after its checkpoint: atomic, as every verb here.
+
+    def _limit_state(self, limit: str, key: str, holder: str | None, spec: LimitSpec) -> KeyState:
+        self._check_open()
+        _limits.check_names(limit, key, holder)
+        _limits.check_spec(spec)
+        entry = self._limits.get((limit, key))
+        return KeyState() if entry is None else entry[0]
+
+    def _limit_keep(self, limit: str, key: str, state: KeyState, spec: LimitSpec, now: float) -> None:
+        """File the state back, or delete it if idle; every 1024 steps, sweep the keys nobody
+        touched since they went idle (a lease or a window that ran out with no step after it),
+        so that an idle key costs nothing for long."""
+        if state.idle():
+            self._limits.pop((limit, key), None)
+        else:
+            self._limits[limit, key] = (state, spec.window, spec.horizon)
+        self._limit_steps += 1
+        if self._limit_steps % 1024 == 0:
+            for at, (other, window, horizon) in list(self._limits.items()):
+                other.prune(now, window)
+                for waiter in [w for w in other.waiters.values() if w.until + horizon <= now]:
+                    del other.waiters[waiter.name, waiter.id]
+                if other.idle():
+                    del self._limits[at]
+
+    async def limit_acquire(
+        self,
+        limit: str,
+        key: str,
+        holder: str,
+        spec: LimitSpec,
+        *,
+        waiter: tuple[str, str, int] | None = None,
+    ) -> LimitAnswer:
+        await anyio.lowlevel.checkpoint()
+        state = self._limit_state(limit, key, holder, spec)
+        waiter = _limits.check_waiter(waiter)
+        now = self.clock()
+        answer = state.acquire(now, holder, spec, waiter)
+        self._limit_keep(limit, key, state, spec, now)
+        return answer
+
+    async def limit_renew(self, limit: str, key: str, holder: str, spec: LimitSpec) -> bool:
+        await anyio.lowlevel.checkpoint()
+        state = self._limit_state(limit, key, holder, spec)
+        return state.renew(self.clock(), holder, spec)
+
+    async def limit_release(self, limit: str, key: str, holder: str, spec: LimitSpec) -> LimitAnswer:
+        await anyio.lowlevel.checkpoint()
+        state = self._limit_state(limit, key, holder, spec)
+        now = self.clock()
+        answer = state.release(now, holder, spec)
+        self._limit_keep(limit, key, state, spec, now)
+        return answer
+
+    async def limits(self, limit: str | None = None) -> list[LimitInfo]:
+        await anyio.lowlevel.checkpoint()
+        self._check_open()
+        if limit is not None:
+            _limits.check_names(limit, "-")
+        now = self.clock()
+        out = []
+        for (name, key), (state, window, _) in sorted(self._limits.items(), key=lambda item: item[0]):
+            if limit is None or name == limit:
+                state.prune(now, window)
+                if state.idle():
+                    del self._limits[name, key]
+                else:
+                    out.append(state.info(name, key))
+        return out
 
     @asynccontextmanager
     async def _subscribe(self, name: str) -> AsyncIterator[Subscription]:

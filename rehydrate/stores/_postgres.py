@@ -61,8 +61,9 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from rehydrate._clock import ServerClock
-from rehydrate._core import _validate, _workers
+from rehydrate._core import _limits, _validate, _workers
 from rehydrate._core._fence import STAMP, attempt_of
+from rehydrate._core._limits import LimitAnswer, LimitInfo, LimitSpec
 from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, new_claim
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Capabilities, Serializer, Subscription
@@ -87,6 +88,7 @@ from rehydrate.stores._base import (
     element_bytes,
     url_options,
 )
+from rehydrate.stores._limits_sql import LimitTables
 from rehydrate.stores._postgres_sql import SCHEMA_VERSION, Statements
 from rehydrate.stores._subscription import EventSubscription
 
@@ -359,6 +361,14 @@ class _Listener:
                 conn.close()
 
 
+#: The server's time in µs as every statement reads it (``_postgres_sql``'s, with the tests'
+#: pin and skew), for a limit step's rule, which runs in Python.
+_LIMIT_NOW: Final = (
+    "SELECT coalesce(%(pin)s::bigint, (extract(epoch from clock_timestamp()) * 1000000)::bigint)"
+    " + %(skew)s::bigint"
+)
+
+
 class PostgresStore(StoreBase):
     """Dehydrators in a PostgreSQL database (``postgresql://user:password@host:5432/db``).
 
@@ -385,7 +395,7 @@ class PostgresStore(StoreBase):
             a ``push_many`` whose elements together pass 1000 MiB (one statement's parameters).
     """
 
-    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True)
+    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True, limits=True)
 
     def __init__(
         self,
@@ -431,6 +441,8 @@ class PostgresStore(StoreBase):
         self._backoff = _validate.seconds(retry_backoff, "retry_backoff")
         self._create_tables = _validate.flag(create, "create")
         self._sql = Statements(self._schema, self._table)
+        #: The limits' tables (``rehydrate.stores._limits_sql``), beside the elements' table.
+        self._limit_sql = LimitTables(f"{self._table}_", postgres=True, schema=self._schema)
         digest = hashlib.sha1(f"{self._schema}.{self._table}".encode()).hexdigest()[:12]
         self._channel = f"rehydrate_{self._table[:30]}_{digest}"
         self.clock: ServerClock = ServerClock("PostgreSQL")
@@ -628,6 +640,27 @@ class PostgresStore(StoreBase):
         problem = self._problem(version)
         if problem is not None:
             raise StoreUnavailableError(f"{problem}: run `rehydrate migrate --store URL`")
+        if self._create_tables:
+            await self._run(self._create_limits)
+
+    def _create_limits(self, conn: psycopg.Connection[Any]) -> None:
+        """The limits' tables, outside the schema version: created where missing, under the
+        same advisory lock as the schema (concurrent openers wait for each other)."""
+        names = [
+            f"{self._table}_limit_holders",
+            f"{self._table}_limit_starts",
+            f"{self._table}_limit_waiters",
+        ]
+        found = conn.execute(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename = ANY(%s)",
+            (self._schema, names),
+        ).fetchone()
+        if found is not None and found[0] == len(names):
+            return
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"rehydrate:{self.table}",))
+            for statement in self._limit_sql.create:
+                conn.execute(statement)
 
     async def _with_connection(self, fn: Callable[[psycopg.Connection[Any]], _T]) -> _T:
         """``fn`` on this store's pool if it is open, else on a connection of its own (the CLI's case)."""
@@ -1341,6 +1374,83 @@ class PostgresStore(StoreBase):
         return [row[0] for row in rows]
 
     # -- workers ---------------------------------------------------------------------------------
+
+    # -- limits ----------------------------------------------------------------------------------
+    # Each step is one transaction holding an advisory lock on its limit key
+    # (rehydrate.stores._limits_sql); time is the server's, as for every statement here.
+
+    def _limit_step(
+        self, limit: str, key: str | None, step: Callable[[Any, float], _T]
+    ) -> Callable[[Any], _T]:
+        def body(conn: psycopg.Connection[Any]) -> _T:
+            with conn.transaction():
+                if key is not None:
+                    lock = int.from_bytes(
+                        hashlib.blake2b(f"{limit}\x00{key}".encode(), digest_size=8).digest(),
+                        "big",
+                        signed=True,
+                    )
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
+                row = conn.execute(_LIMIT_NOW, self._params()).fetchone()
+                assert row is not None
+                now = int(row[0]) / 1e6
+
+                def execute(statement: str, params: tuple[Any, ...]) -> list[Any]:
+                    cursor = conn.execute(statement, params)
+                    return cursor.fetchall() if cursor.description is not None else []
+
+                return step(execute, now)
+
+        return body
+
+    async def limit_acquire(
+        self,
+        limit: str,
+        key: str,
+        holder: str,
+        spec: LimitSpec,
+        *,
+        waiter: tuple[str, str, int] | None = None,
+    ) -> LimitAnswer:
+        _limits.check_names(limit, key, holder)
+        _limits.check_spec(spec)
+        waiter = _limits.check_waiter(waiter)
+        tables = self._limit_sql
+        return await self._run(
+            self._limit_step(
+                limit,
+                key,
+                lambda execute, now: tables.acquire(execute, now, limit, key, holder, spec, waiter),
+            )
+        )
+
+    async def limit_renew(self, limit: str, key: str, holder: str, spec: LimitSpec) -> bool:
+        _limits.check_names(limit, key, holder)
+        _limits.check_spec(spec)
+        tables = self._limit_sql
+        return await self._run(
+            self._limit_step(
+                limit, key, lambda execute, now: tables.renew(execute, now, limit, key, holder, spec)
+            )
+        )
+
+    async def limit_release(self, limit: str, key: str, holder: str, spec: LimitSpec) -> LimitAnswer:
+        _limits.check_names(limit, key, holder)
+        _limits.check_spec(spec)
+        tables = self._limit_sql
+        return await self._run(
+            self._limit_step(
+                limit, key, lambda execute, now: tables.release(execute, now, limit, key, holder, spec)
+            )
+        )
+
+    async def limits(self, limit: str | None = None) -> list[LimitInfo]:
+        if limit is not None:
+            _limits.check_names(limit, "-")
+        tables = self._limit_sql
+        return await self._run(
+            self._limit_step(limit or "-", None, lambda execute, now: tables.listing(execute, now, limit))
+        )
 
     async def heartbeat(self, worker: str, data: Mapping[str, Any], *, ttl: Seconds) -> None:
         worker = _text(_workers.check_worker(worker), "worker")

@@ -14,8 +14,9 @@ import anyio
 import anyio.to_thread
 
 from rehydrate._clock import WallClock
-from rehydrate._core import _validate, _workers
+from rehydrate._core import _limits, _validate, _workers
 from rehydrate._core._fence import attempt_of, stamp
+from rehydrate._core._limits import LimitAnswer, LimitInfo, LimitSpec
 from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, new_claim
 from rehydrate._core._validate import MAX_SECONDS, Seconds
 from rehydrate.abc import Capabilities, Clock, Serializer, Subscription
@@ -30,6 +31,7 @@ from rehydrate.errors import (
 from rehydrate.stores import _sqlite_sql as sql
 from rehydrate.stores import _sqlite_wake as wake
 from rehydrate.stores._base import StoreBase, as_float, as_size, as_str, element_bytes, rewritten, url_options
+from rehydrate.stores._limits_sql import LimitTables
 from rehydrate.stores._sqlite_wake import Listener
 
 __all__ = ["BlockingSQLiteStore", "SQLiteStore"]
@@ -67,6 +69,10 @@ _DEFAULT_MAX_LENGTH: Final = 1_000_000_000
 #: than binding the value, three times per occurrence a rearm files (counted with callgrind: see
 #: docs/benchmarks.md, "Recurring schedules").
 _blob: Final = bytearray
+
+
+#: The limits' tables and steps (``rehydrate.stores._limits_sql``).
+_LIMITS: Final = LimitTables("rehydrate_", postgres=False)
 
 
 def _new_id() -> str:
@@ -269,7 +275,7 @@ class SQLiteStore(StoreBase):
             :class:`~rehydrate.errors.ElementTooLargeError` before anything is written.
     """
 
-    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True)
+    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True, limits=True)
 
     def __init__(
         self,
@@ -520,6 +526,17 @@ class SQLiteStore(StoreBase):
                 f"{self._database!r} holds a rehydrate schema of version {version}, this version "
                 f"of rehydrate reads version {sql.SCHEMA_VERSION}"
             )
+        # The limits' tables, outside the schema version (created where missing; a read when not).
+        found = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (_LIMITS.tables[-1],)
+        ).fetchone()
+        if found is None:
+
+            def create_limits(conn: sqlite3.Connection) -> None:
+                for statement in _LIMITS.create:
+                    conn.execute(statement)
+
+            sql.transaction(conn, create_limits, self._busy_timeout, self._wake_dir)
 
     def _is_open(self) -> bool:
         return self._conn is not None
@@ -1360,6 +1377,51 @@ class SQLiteStore(StoreBase):
             return [_workers.record(id, text, seen, expires, now) for id, text, seen, expires in rows]
 
         return await self._run(body)
+
+    # -- limits ----------------------------------------------------------------------------------
+    # Each step is one BEGIN IMMEDIATE transaction (rehydrate.stores._limits_sql).
+
+    @staticmethod
+    def _executor(conn: sqlite3.Connection) -> Callable[[str, tuple[Any, ...]], list[Any]]:
+        return lambda statement, params: conn.execute(statement, params).fetchall()
+
+    async def limit_acquire(
+        self,
+        limit: str,
+        key: str,
+        holder: str,
+        spec: LimitSpec,
+        *,
+        waiter: tuple[str, str, int] | None = None,
+    ) -> LimitAnswer:
+        _limits.check_names(limit, key, holder)
+        _limits.check_spec(spec)
+        waiter = _limits.check_waiter(waiter)
+        return await self._write(
+            lambda conn: _LIMITS.acquire(self._executor(conn), self._now(), limit, key, holder, spec, waiter),
+            lease_only=True,
+        )
+
+    async def limit_renew(self, limit: str, key: str, holder: str, spec: LimitSpec) -> bool:
+        _limits.check_names(limit, key, holder)
+        _limits.check_spec(spec)
+        return await self._write(
+            lambda conn: _LIMITS.renew(self._executor(conn), self._now(), limit, key, holder, spec),
+            lease_only=True,
+        )
+
+    async def limit_release(self, limit: str, key: str, holder: str, spec: LimitSpec) -> LimitAnswer:
+        _limits.check_names(limit, key, holder)
+        _limits.check_spec(spec)
+        return await self._write(
+            lambda conn: _LIMITS.release(self._executor(conn), self._now(), limit, key, holder, spec),
+            lease_only=True,
+        )
+
+    async def limits(self, limit: str | None = None) -> list[LimitInfo]:
+        if limit is not None:
+            _limits.check_names(limit, "-")
+        return await self._run(lambda conn: _LIMITS.listing(self._executor(conn), self._now(), limit))
 
     @asynccontextmanager
     async def _subscribe(self, name: str) -> AsyncIterator[Subscription]:

@@ -61,6 +61,7 @@ from rehydrate import (
     Summary,
     UnknownIdError,
 )
+from rehydrate._core._limits import LimitSpec
 from rehydrate._core._validate import MAX_SECONDS
 from rehydrate._core._workers import WORKER_KEEP
 from rehydrate._schedules import with_extra, with_paused, without_extra
@@ -71,6 +72,7 @@ __all__ = [
     "Harness",
     "LeasesContract",
     "LifecycleContract",
+    "LimitsContract",
     "RevisionsContract",
     "SerializersContract",
     "StoreContract",
@@ -2052,6 +2054,193 @@ class RevisionsContract(_Contract):
         assert await s.look(N, "x") == {"a": 1}
 
 
+def _spec(concurrency: int | None = None, *rates: tuple[int, float], lease: float = 10.0) -> LimitSpec:
+    return LimitSpec(concurrency=concurrency, rates=tuple(rates), lease=lease)
+
+
+class LimitsContract(_Contract):
+    """Limits (``Store.limit_acquire``, ``limit_renew``, ``limit_release``, ``limits``): each
+    step atomic, all or nothing, the rules of ``rehydrate._core._limits``."""
+
+    async def test_concurrency_slots_are_held_renewed_released_and_expire(self, harness: Harness) -> None:
+        needs(harness.store, "limits")
+        s, spec = harness.store, _spec(2, lease=10.0)
+        assert (await s.limit_acquire("L", "k", "a", spec)).granted
+        harness.advance(1)
+        assert (await s.limit_acquire("L", "k", "b", spec)).granted
+        no = await s.limit_acquire("L", "k", "c", spec)
+        assert not no.granted
+        assert no.retry_in == about(9)  # a's lease ends first
+        assert no.parked_in is None
+        assert no.wake == ()
+        assert (await s.limit_acquire("L", "k", "a", spec)).granted  # a holder again: no new slot
+        assert not (await s.limit_acquire("L", "k", "c", spec)).granted
+        (info,) = await s.limits()
+        assert (info.limit, info.key, sorted(info.holders), info.starts, info.waiting) == (
+            "L",
+            "k",
+            ["a", "b"],
+            0,
+            0,
+        )
+        released = await s.limit_release("L", "k", "b", spec)
+        assert released.granted
+        assert not (await s.limit_release("L", "k", "b", spec)).granted  # released already
+        assert (await s.limit_acquire("L", "k", "c", spec)).granted
+        harness.advance(5)
+        assert await s.limit_renew("L", "k", "c", spec)  # c's lease now ends 10 s from here
+        harness.advance(6)  # a's ended (renewed at 1, until 11 - 0): it holds nothing
+        assert not await s.limit_renew("L", "k", "a", spec)
+        assert (await s.limit_acquire("L", "k", "d", spec)).granted
+        assert not (await s.limit_acquire("L", "k", "e", spec)).granted
+        assert await s.limits("other") == []
+
+    async def test_rates_count_starts_in_a_sliding_window(self, harness: Harness) -> None:
+        needs(harness.store, "limits")
+        s, spec = harness.store, _spec(None, (2, 10.0), (3, 100.0))
+        assert (await s.limit_acquire("R", "k", "a", spec)).granted
+        harness.advance(4)
+        assert (await s.limit_acquire("R", "k", "b", spec)).granted
+        no = await s.limit_acquire("R", "k", "c", spec)
+        assert not no.granted
+        assert no.retry_in == about(6)  # when a's start leaves the 10 s window
+        assert not await s.limit_renew("R", "k", "a", spec)  # a rate holds no slot
+        harness.advance(6.01)
+        assert (await s.limit_acquire("R", "k", "c", spec)).granted
+        harness.advance(20)
+        no = await s.limit_acquire("R", "k", "d", spec)  # 3 in 100 s: full until a leaves it
+        assert not no.granted
+        assert no.retry_in == about(100 - 30.01)
+        (info,) = await s.limits("R")
+        assert info.starts == 3
+        assert info.holders == {}
+
+    async def test_all_or_nothing(self, harness: Harness) -> None:
+        needs(harness.store, "limits")
+        s, spec = harness.store, _spec(5, (1, 10.0))
+        assert (await s.limit_acquire("A", "k", "a", spec)).granted
+        no = await s.limit_acquire("A", "k", "b", spec)  # a slot is free, the window is not
+        assert not no.granted
+        assert no.retry_in == about(10)
+        (info,) = await s.limits("A")
+        assert (list(info.holders), info.starts) == (["a"], 1)
+        assert not (await s.limit_acquire("A", "k", "c", _spec(1))).granted  # and the other way
+
+    async def test_keys_are_apart_and_idle_ones_are_deleted(self, harness: Harness) -> None:
+        needs(harness.store, "limits")
+        s, spec = harness.store, _spec(1, (5, 2.0), lease=3.0)
+        assert (await s.limit_acquire("K", "one", "a", spec)).granted
+        assert (await s.limit_acquire("K", "two", "b", spec)).granted
+        assert (await s.limit_acquire("K2", "one", "c", spec)).granted
+        assert [(i.limit, i.key) for i in await s.limits()] == [("K", "one"), ("K", "two"), ("K2", "one")]
+        assert [i.key for i in await s.limits("K")] == ["one", "two"]
+        for limit, key, holder in (("K", "one", "a"), ("K", "two", "b"), ("K2", "one", "c")):
+            await s.limit_release(limit, key, holder, spec)
+        harness.advance(2.5)  # every start has left its window
+        assert await s.limits() == []
+        assert await s.names() == []  # limits are not dehydrators
+
+    async def test_waiters_queue_and_a_release_wakes_the_head(self, harness: Harness) -> None:
+        needs(harness.store, "limits")
+        s, spec = harness.store, _spec(1, lease=10.0)
+        assert (await s.limit_acquire("W", "k", "h", spec)).granted
+        first = await s.limit_acquire("W", "k", "x1", spec, waiter=("jobs", "e1", 0))
+        assert not first.granted
+        assert first.parked_in == about(10)  # the head: due when the lease ends
+        second = await s.limit_acquire("W", "k", "x2", spec, waiter=("jobs", "e2", 3))
+        assert second.parked_in == about(10)  # behind it: a horizon out
+        assert second.wake == ()
+        (info,) = await s.limits("W")
+        assert info.waiting == 2
+        released = await s.limit_release("W", "k", "h", spec)
+        assert [(w.name, w.id, w.attempt) for w in released.wake] == [("jobs", "e1", 0)]
+        assert released.wake[0].ttl == about(0)
+        # The woken head takes the slot and leaves the queue; the next is moved up to the
+        # earliest chance (the new holder's lease end).
+        granted = await s.limit_acquire("W", "k", "x1b", spec, waiter=("jobs", "e1", 0))
+        assert granted.granted
+        assert [(w.id, w.attempt) for w in granted.wake] == []  # e2 was due a horizon out = 10
+        harness.advance(4)
+        no = await s.limit_acquire("W", "k", "x2b", spec, waiter=("jobs", "e2", 3))
+        assert no.parked_in == about(6)  # the head now: x1b's lease ends in 6
+        (info,) = await s.limits("W")
+        assert info.waiting == 1
+        await s.limit_release("W", "k", "x1b", spec)
+        assert (await s.limit_acquire("W", "k", "x2c", spec, waiter=("jobs", "e2", 3))).granted
+        assert (await s.limits("W"))[0].waiting == 0
+
+    async def test_a_release_wakes_as_many_as_there_is_room_for(self, harness: Harness) -> None:
+        needs(harness.store, "limits")
+        s, spec = harness.store, _spec(3, lease=30.0)
+        for holder in "abc":
+            assert (await s.limit_acquire("M", "k", holder, spec)).granted
+        for i in range(6):
+            await s.limit_acquire("M", "k", f"w{i}", spec, waiter=("jobs", f"e{i}", 0))
+        woken = [[w.id for w in (await s.limit_release("M", "k", h, spec)).wake] for h in "abc"]
+        assert woken == [["e0"], ["e1"], ["e2"]]  # one per slot freed, in FIFO order
+        grant = await s.limit_acquire("M", "k", "n", spec)  # (not one of them: it comes first)
+        assert grant.granted
+        assert grant.wake == ()  # room for two: e0..e2 are on their way to it
+        harness.advance(2)  # they did not come (their elements were being parked, or are gone)
+        grant = await s.limit_acquire("M", "k", "m", spec)
+        assert grant.granted
+        assert [w.id for w in grant.wake] == ["e3"]  # room for one: the next waiter, not all
+
+    async def test_concurrent_acquires_never_over_admit(self, harness: Harness) -> None:
+        needs(harness.store, "limits")
+        s, spec = harness.store, _spec(3, (5, 60.0))
+        granted: list[str] = []
+
+        async def take(holder: str) -> None:
+            if (await s.limit_acquire("C", "k", holder, spec)).granted:
+                granted.append(holder)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(take, f"h{i}")
+        assert len(granted) == 3
+        for holder in granted:
+            await s.limit_release("C", "k", holder, spec)
+        granted.clear()
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(take, f"g{i}")
+        assert len(granted) == 2  # five starts a minute: three taken already
+
+    @pytest.mark.parametrize(
+        "call",
+        [
+            lambda s: s.limit_acquire("", "k", "h", _spec(1)),
+            lambda s: s.limit_acquire("L", "", "h", _spec(1)),
+            lambda s: s.limit_acquire("L", "k", "", _spec(1)),
+            lambda s: s.limit_acquire("L", "k" * 600, "h", _spec(1)),
+            lambda s: s.limit_acquire("L", 5, "h", _spec(1)),
+            lambda s: s.limit_acquire("L", "k", "h", {"concurrency": 1}),
+            lambda s: s.limit_acquire("L", "k", "h", _spec(1), waiter=("jobs", "e")),
+            lambda s: s.limit_acquire("L", "k", "h", _spec(1), waiter=("jobs", "e", -1)),
+            lambda s: s.limit_renew("L", "k", "", _spec(1)),
+            lambda s: s.limit_release("L", None, "h", _spec(1)),
+            lambda s: s.limits(""),
+        ],
+    )
+    async def test_bad_input_is_refused_and_nothing_changes(self, harness: Harness, call: Any) -> None:
+        needs(harness.store, "limits")
+        with pytest.raises(InvalidArgumentError):
+            await call(harness.store)
+        assert await harness.store.limits() == []
+
+    def test_a_spec_is_checked_when_made(self) -> None:
+        for bad in (
+            {"concurrency": 0, "lease": 1.0},
+            {"concurrency": None, "lease": 1.0},
+            {"concurrency": 1, "lease": 0.0},
+            {"concurrency": None, "rates": ((0, 1.0),), "lease": 1.0},
+            {"concurrency": None, "rates": ((1, 0.0),), "lease": 1.0},
+        ):
+            with pytest.raises(InvalidArgumentError):
+                LimitSpec(**bad)
+
+
 class StoreContract(
     VerbsContract,
     LeasesContract,
@@ -2062,5 +2251,6 @@ class StoreContract(
     WorkersContract,
     SerializersContract,
     RevisionsContract,
+    LimitsContract,
 ):
     """The whole suite: subclass it as ``TestMyStore`` and give it a ``harness`` fixture."""

@@ -59,13 +59,19 @@ class TestRevisions(contract.RevisionsContract):
     pass
 
 
+class TestLimits(contract.LimitsContract):
+    pass
+
+
 def test_every_store_declares_every_capability() -> None:
     """The stores of this package offer all the contract has: none of its tests is skipped on
     them for want of a capability, and the scheduler uses all of it."""
     from rehydrate.stores import PostgresStore, RedisStore, SQLiteStore
 
     for store in (MemoryStore, SQLiteStore, RedisStore, PostgresStore):
-        assert store.capabilities == Capabilities(claim_ahead=True, rearm=True, workers=True), store
+        assert store.capabilities == Capabilities(
+            claim_ahead=True, rearm=True, workers=True, limits=store is not RedisStore
+        ), store
 
 
 class _Defaults(MemoryStore):

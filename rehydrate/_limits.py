@@ -1,0 +1,364 @@
+"""Global concurrency and rate limits, per key, across every process sharing a store.
+
+The stores keep each limit key's state and make each step atomic (``Store.limit_acquire``,
+``limit_renew``, ``limit_release``; the rules are ``rehydrate._core._limits``). This module is the
+policy above them, once for every store:
+
+* :class:`Concurrency` and :class:`Rate`, the declarations, checked where they are written;
+* :class:`Limiter`, a limit usable from any code (``async with limiter.hold(key):``);
+* :class:`HandlerLimits`, what a runner asks before it starts a limited handler: it takes a
+  slot, or *parks* the element (hands its claim back unrun, its attempt undone, filed out of the
+  due range and queued as a waiter of its key), so that a worker never polls a full limit and the
+  elements of other keys are claimed and run meanwhile.
+
+Waking: every step answers which waiters to file earlier (``LimitAnswer.wake``), and the caller
+files them with ``Store.reschedule`` fenced by their attempt; the store's own notification
+(Redis pub/sub, PostgreSQL ``NOTIFY``, SQLite's datagram, the memory store's events) then wakes
+the claim loops of their dehydrator, as for any element that became due.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from datetime import timedelta
+from typing import Any, Final
+
+import anyio
+import attrs
+import structlog
+
+from rehydrate._core import _validate
+from rehydrate._core._limits import LimitSpec, Wake, check_key, check_names
+from rehydrate._core._records import Claim
+from rehydrate._core._validate import Seconds
+from rehydrate.abc import Store
+from rehydrate.errors import InvalidArgumentError, InvalidTypeError, LimitKeyError, RehydrateError
+
+__all__ = [
+    "DEFAULT_KEY",
+    "Concurrency",
+    "HandlerLimits",
+    "Limit",
+    "Limiter",
+    "Rate",
+    "apply_wakes",
+    "spec_of",
+]
+
+logger = structlog.get_logger("rehydrate")
+
+#: The partition key of a limit without a key function: one key for everything.
+DEFAULT_KEY: Final = "*"
+#: A :class:`Limiter`'s waiter leaves a marker element in a dehydrator of its own (this prefix
+#: and its holder id), so that a release in any process wakes it, and it alone, through the
+#: store's notification (which tells of the earliest element of a dehydrator: with every
+#: waiter's marker in one, a marker moved up behind another would wake nobody).
+WAKE_PREFIX: Final = "rehydrate.limits:"
+#: Store calls a limit makes outside the hot path (releases, wakes) get this long at most.
+_STEP_TIMEOUT: Final = 10.0
+
+
+def _positive_n(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"{what} takes a whole number, not {type(value).__name__}")
+    if value < 1:
+        raise InvalidArgumentError(f"{what} must be at least 1, got {value!r}")
+    return value
+
+
+def _concurrency_n(value: object) -> int:
+    return _positive_n(value, "Concurrency(n)")
+
+
+def _rate_n(value: object) -> int:
+    return _positive_n(value, "Rate(n)")
+
+
+def _window(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, timedelta)):
+        raise InvalidTypeError(
+            f"Rate's per must be seconds or a datetime.timedelta, not {type(value).__name__}"
+        )
+    seconds = _validate.seconds(value, "Rate's per")
+    if seconds <= 0:
+        raise InvalidArgumentError(f"Rate's per must be positive, got {value!r}")
+    return seconds
+
+
+@attrs.frozen
+class Concurrency:
+    """At most ``n`` holders at once per key, across every process sharing the store: a handler
+    counts from the moment its slot is taken (before it is called) until it returns or raises
+    (or its lease runs out, if its process died)."""
+
+    n: int = attrs.field(converter=_concurrency_n)
+
+
+@attrs.frozen
+class Rate:
+    """At most ``n`` starts per key in any window of ``per`` seconds (or a ``timedelta``),
+    sliding: a start is counted when its slot is granted (before the handler is called),
+    whether it then succeeds or fails, and stays counted for ``per`` seconds. Running time does
+    not count: that is :class:`Concurrency`'s."""
+
+    n: int = attrs.field(converter=_rate_n)
+    per: float = attrs.field(default=1.0, converter=_window)
+
+
+#: What ``limits=`` takes.
+Limit = Concurrency | Rate
+
+
+def spec_of(limits: Iterable[object], lease: float) -> LimitSpec:
+    """The store's form of a list of limits: the smallest concurrency (several make no sense
+    beside it) and every rate; ``InvalidArgumentError`` for an empty list or anything else."""
+    if isinstance(limits, (Concurrency, Rate)):
+        limits = [limits]
+    if isinstance(limits, (str, bytes)) or not isinstance(limits, Iterable):
+        raise InvalidTypeError(
+            f"limits must be a list of rehydrate.Concurrency and rehydrate.Rate, not {type(limits).__name__}"
+        )
+    concurrency: int | None = None
+    rates: list[tuple[int, float]] = []
+    for limit in limits:
+        if isinstance(limit, Concurrency):
+            concurrency = limit.n if concurrency is None else min(concurrency, limit.n)
+        elif isinstance(limit, Rate):
+            rates.append((limit.n, limit.per))
+        else:
+            raise InvalidTypeError(
+                f"a limit is a rehydrate.Concurrency or a rehydrate.Rate, not {type(limit).__name__}"
+            )
+    if concurrency is None and not rates:
+        raise InvalidArgumentError("limits must name at least one Concurrency or Rate")
+    return LimitSpec(concurrency=concurrency, rates=tuple(sorted(set(rates))), lease=float(lease))
+
+
+async def apply_wakes(store: Store, wakes: Sequence[Wake]) -> None:
+    """File the woken waiters' elements earlier, each fenced by its attempt: one claimed (or
+    gone) since is left alone. A failure is logged: the waiter is still due at its own time."""
+    for wake in wakes:
+        try:
+            await store.reschedule(wake.name, wake.id, ttl=wake.ttl, attempt=wake.attempt)
+        except RehydrateError as exc:
+            logger.warning(
+                "could not wake a waiter of a limit", dehydrator=wake.name, id=wake.id, exc_info=exc
+            )
+
+
+class _Renewer:
+    """Renews the slots one process holds under one limit, every ``every`` seconds: all of them
+    in one loop (a slot taken just after a round is renewed at the next, within its lease)."""
+
+    def __init__(self, store: Store, limit: str, spec: LimitSpec, every: float) -> None:
+        self._store, self._limit, self._spec, self._every = store, limit, spec, every
+        #: holder -> key, of the slots held now.
+        self.held: dict[str, str] = {}
+
+    async def run(self) -> None:
+        clock = self._store.clock
+        while True:
+            await clock.sleep(self._every)
+            for holder, key in list(self.held.items()):
+                try:
+                    kept = await self._store.limit_renew(self._limit, key, holder, self._spec)
+                except RehydrateError as exc:
+                    logger.warning(
+                        "limit slot renewal failed, will retry", limit=self._limit, key=key, exc_info=exc
+                    )
+                    continue
+                if not kept and self.held.pop(holder, None) is not None:
+                    logger.warning(
+                        "limit slot lost: its lease ran out before it was renewed (a blocked event loop?)",
+                        limit=self._limit,
+                        key=key,
+                    )
+
+
+class Limiter:
+    """A limit usable from any code: ``async with limiter.hold(key):`` runs its block with a slot
+    of ``key`` held (``Scheduler.limiter`` makes one on the scheduler's store).
+
+    The same limit as the handlers of the dehydrator ``name`` declared with ``limits=`` (one
+    state per limit name and key in the store): code and handlers share its slots and windows.
+    Everything sharing a limit should declare the same limits; each step is checked against the
+    caller's. ``hold`` waits for room without polling: until the earliest chance the store names
+    (a lease ending, a window sliding) or until a release anywhere wakes it. The slot's lease
+    (``lease``) is renewed every ``renew_every`` seconds (a third of it by default) while the
+    block runs; a process that dies frees it when the lease runs out.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        name: str,
+        *limits: Limit,
+        lease: Seconds = 30.0,
+        renew_every: Seconds | None = None,
+    ) -> None:
+        check_names(name, DEFAULT_KEY)
+        seconds = _validate.seconds(lease, "lease")
+        if seconds <= 0:
+            raise InvalidArgumentError("lease must be positive")
+        every = seconds / 3 if renew_every is None else _validate.seconds(renew_every, "renew_every")
+        if not 0 < every < seconds:
+            raise InvalidArgumentError(
+                f"the lease ({seconds:g} s) must be longer than the renewal interval ({every:g} s): "
+                "a slot would be lost between two renewals"
+            )
+        if not store.capabilities.limits:
+            raise InvalidArgumentError(f"{type(store).__name__} does not implement limits (its capabilities)")
+        self.store = store
+        self.name = name
+        self.spec = spec_of(limits, seconds)
+        self._every = every
+
+    def __repr__(self) -> str:
+        return f"Limiter({self.name!r}, {self.spec!r})"
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str | int = DEFAULT_KEY) -> AsyncIterator[None]:
+        """Hold a slot of ``key`` (and count a start in its windows) for the block."""
+        part = check_key(key)
+        store, spec = self.store, self.spec
+        holder = uuid.uuid4().hex
+        answer = await store.limit_acquire(self.name, part, holder, spec)
+        await apply_wakes(store, answer.wake)
+        if not answer.granted:
+            await self._wait(part, holder)
+        try:
+            if spec.concurrency is None:
+                yield  # a rate's start is counted; there is no slot to keep
+                return
+            renewer = _Renewer(store, self.name, spec, self._every)
+            renewer.held[holder] = part
+            failure: BaseException | None = None
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(renewer.run)
+                try:
+                    yield
+                except BaseException as exc:  # raised below, not wrapped in the group's
+                    failure = exc
+                finally:
+                    tg.cancel_scope.cancel()
+            if failure is not None:
+                raise failure
+        finally:
+            if spec.concurrency is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_STEP_TIMEOUT):
+                    try:
+                        done = await store.limit_release(self.name, part, holder, spec)
+                        await apply_wakes(store, done.wake)
+                    except RehydrateError as exc:
+                        logger.warning(
+                            "could not release a limit slot; its lease frees it",
+                            limit=self.name,
+                            exc_info=exc,
+                        )
+
+    async def _wait(self, key: str, holder: str) -> None:
+        """Queue as a waiter until granted: a marker element in the wake dehydrator, filed when
+        the store says, is what a release moves up (and so what wakes this subscription)."""
+        store, spec = self.store, self.spec
+        wake_name = WAKE_PREFIX + holder
+        async with store.subscribe(wake_name) as subscription:
+            try:
+                while True:
+                    answer = await store.limit_acquire(
+                        self.name, key, holder, spec, waiter=(wake_name, holder, 0)
+                    )
+                    await apply_wakes(store, answer.wake)
+                    if answer.granted:
+                        return
+                    wait = answer.parked_in if answer.parked_in is not None else answer.retry_in
+                    assert wait is not None
+                    await store.push(wake_name, None, ttl=wait, id=holder, replace=True)
+                    await subscription.wait(wait)
+            finally:
+                with (
+                    anyio.CancelScope(shield=True),
+                    anyio.move_on_after(_STEP_TIMEOUT),
+                    contextlib.suppress(RehydrateError),
+                ):
+                    await store.pull(wake_name, holder)
+
+
+class HandlerLimits:
+    """What a runner asks before it starts a limited handler, and tells when it ends.
+
+    :meth:`admit` takes the slot (returns its holder and key) or parks the element: hands its
+    claim back (``Store.hand_back``: no attempt counted) due when the store says (the earliest
+    chance at the head of the key's waiters, a horizon out behind it), and returns ``None``. A
+    ``limit_key`` that raises or returns no key gives a :class:`LimitKeyError` for the runner to
+    fail the element with. The slots held are renewed at half the handler's lease.
+    """
+
+    def __init__(self, store: Store, name: str, spec: LimitSpec, key: Callable[[Any], Any] | None) -> None:
+        self._store, self._name, self.spec, self._key = store, name, spec, key
+        self.renewer = _Renewer(store, name, spec, spec.lease / 2)
+        #: Elements parked (handed back for want of room), for the stats.
+        self.parked = 0
+
+    def key_of(self, element: Any) -> str:
+        if self._key is None:
+            return DEFAULT_KEY
+        try:
+            value = self._key(element)
+        except Exception as exc:
+            raise LimitKeyError(f"limit_key raised {exc!r}") from exc
+        try:
+            return check_key(value)
+        except InvalidArgumentError as exc:
+            raise LimitKeyError(f"limit_key returned no key: {exc}") from None
+
+    async def admit(self, claim: Claim, key: str) -> str | None:
+        """The holder id of the slot taken for ``claim``, or ``None``: parked (or handed back
+        after a store error, to come again shortly)."""
+        store, name, spec = self._store, self._name, self.spec
+        holder = f"{name}/{claim.id}/{claim.token}"
+        try:
+            answer = await store.limit_acquire(
+                name, key, holder, spec, waiter=(name, claim.id, max(0, claim.attempt - 1))
+            )
+        except RehydrateError as exc:
+            logger.error(
+                "limit step failed; the element is handed back", dehydrator=name, id=claim.id, exc_info=exc
+            )
+            await _hand_back(store, name, claim, 1.0)
+            return None
+        if answer.wake:
+            await apply_wakes(store, answer.wake)
+        if answer.granted:
+            if spec.concurrency is not None:
+                self.renewer.held[holder] = key
+            return holder
+        self.parked += 1
+        parked_in = answer.parked_in if answer.parked_in is not None else answer.retry_in or 0.0
+        await _hand_back(store, name, claim, parked_in)
+        return None
+
+    async def release(self, holder: str, key: str) -> None:
+        if self.spec.concurrency is None:
+            return  # a rate counts starts: nothing to give back
+        self.renewer.held.pop(holder, None)
+        store = self._store
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_STEP_TIMEOUT):
+            try:
+                answer = await store.limit_release(self._name, key, holder, self.spec)
+                if answer.wake:
+                    await apply_wakes(store, answer.wake)
+            except RehydrateError as exc:
+                logger.warning(
+                    "could not release a limit slot; its lease frees it", dehydrator=self._name, exc_info=exc
+                )
+
+
+async def _hand_back(store: Store, name: str, claim: Claim, ttl: float) -> None:
+    with (
+        anyio.CancelScope(shield=True),
+        anyio.move_on_after(_STEP_TIMEOUT),
+        contextlib.suppress(RehydrateError),
+    ):
+        await store.hand_back(name, [(claim.id, claim.token, min(max(ttl, 0.0), _validate.MAX_SECONDS))])
