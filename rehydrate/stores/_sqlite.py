@@ -217,10 +217,9 @@ class SQLiteStore(StoreBase):
     from the dehydrator's first element, O(log n + k) for k elements. ``seq`` is a filing order
     kept in a counter row and allocated inside each transaction (push, claim, reschedule and
     extend file an element anew with a fresh one), so elements due at the same instant come out
-    in the order they were filed. Each row's revision is drawn from the same counter: a write
-    that files the row anew takes its new ``seq`` (``rev`` 0 says so, and takes no bytes),
-    ``update`` draws one into ``rev``, ``extend`` keeps it; so it only grows, and the conditional
-    writes compare it in the statement that writes.
+    in the order they were filed. Each row's revision (``rev``) is drawn from the same counter:
+    a write that files the row anew takes its new ``seq``, ``update`` draws one, ``extend`` keeps
+    it; so it only grows, and the conditional writes compare it in the statement that writes.
     The statements are in ``_sqlite_sql.py``.
 
     **Threads.** ``sqlite3`` blocks, so every call runs in a worker thread through

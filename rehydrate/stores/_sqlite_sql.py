@@ -43,7 +43,6 @@ __all__ = [
     "REARM_WHOLE",
     "REFILE",
     "REPLACE_IF",
-    "REV",
     "ROW",
     "SCHEMA",
     "SCHEMA_VERSION",
@@ -68,9 +67,7 @@ _T = TypeVar("_T")
 #: at, and one written by an earlier version is brought up to this one when opened (``MIGRATE``).
 #: 2: ``rehydrate_workers`` (worker heartbeats).
 #: 3: ``rehydrate_elements.rev`` (each element's revision, for compare-and-set).
-#: 4: ``rev`` 0 means "the row's ``seq``" (what a write that files the row anew writes): an integer
-#: 0 takes no bytes in a SQLite record, a revision two to four. Rows written before keep theirs.
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 3
 
 SCHEMA: Final = (
     """CREATE TABLE IF NOT EXISTS rehydrate_meta (
@@ -80,10 +77,9 @@ SCHEMA: Final = (
     # One row per element. ``seq`` is the filing order (ties in due time come out in it);
     # ``ttl`` is the TTL or lease the element was last filed with; ``serializer`` names the
     # serializer that wrote ``payload``, so a store configured with another one fails loudly.
-    # ``rev`` is the element's revision (ElementInfo.revision), 0 when it is ``seq`` (REV): drawn
-    # from the same counter as ``seq`` (a write that files the row anew takes its new ``seq`` and
-    # writes 0; ``update`` draws one for it alone; ``extend`` keeps it, writing it out since it
-    # changes ``seq``), so it only grows and is never given twice in the file.
+    # ``rev`` is the element's revision (ElementInfo.revision): drawn from the same counter as
+    # ``seq`` (a write that files the row anew takes its new ``seq``; ``update`` draws one for it
+    # alone; ``extend`` keeps it), so it only grows and is never given twice in the file.
     """CREATE TABLE IF NOT EXISTS rehydrate_elements (
         name TEXT NOT NULL,
         id TEXT NOT NULL,
@@ -124,14 +120,7 @@ MIGRATE: Final = {
         "UPDATE rehydrate_elements SET rev = seq",
         "UPDATE rehydrate_meta SET value = 3 WHERE key = 'schema' AND value = 2",
     ),
-    # Rows keep the revision they hold (it is still theirs); each row's next write that files it
-    # anew stores 0. Rewriting them now would not shrink the file, only fill it with free space.
-    3: ("UPDATE rehydrate_meta SET value = 4 WHERE key = 'schema' AND value = 3",),
 }
-
-#: A row's revision: ``rev``, or its ``seq`` when ``rev`` is 0 (no revision is 0: the counter
-#: starts at 1).
-REV: Final = "coalesce(nullif(rev, 0), seq)"
 
 HEAD: Final = "SELECT due FROM rehydrate_elements WHERE name = ? ORDER BY due, seq LIMIT 1"
 DUE: Final = (
@@ -147,22 +136,22 @@ ROW: Final = (
     "SELECT rowid, payload, serializer, due, attempt, claimed FROM rehydrate_elements"
     " WHERE name = ? AND id = ?"
 )
-#: A new element: its revision is its filing number (?6; ``rev`` 0).
+#: A new element: its revision is its filing number (?6).
 INSERT: Final = (
-    "INSERT INTO rehydrate_elements (name, id, payload, serializer, due, seq, ttl)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+    "INSERT INTO rehydrate_elements (name, id, payload, serializer, due, seq, ttl, rev)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?6)"
 )
 DELETE: Final = "DELETE FROM rehydrate_elements WHERE rowid = ?"
 #: A row filed anew, released (reschedule): a new revision, its filing number (?2).
 REFILE: Final = (
-    "UPDATE rehydrate_elements SET due = ?1, seq = ?2, ttl = ?3, claimed = 0, rev = 0 WHERE rowid = ?4"
+    "UPDATE rehydrate_elements SET due = ?1, seq = ?2, ttl = ?3, claimed = 0, rev = ?2 WHERE rowid = ?4"
 )
 #: A lease renewed (extend): filed anew, still claimed, its revision kept (the claim's own
-#: renewals must not fence out the claim's conditional writes): written out, as ``seq`` changes.
-EXTEND: Final = f"UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ?, rev = {REV} WHERE rowid = ?"
+#: renewals must not fence out the claim's conditional writes).
+EXTEND: Final = "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ? WHERE rowid = ?"
 #: A claim handed back unrun (hand_back): REFILE, with the stamp one attempt lower.
 HAND_BACK: Final = (
-    "UPDATE rehydrate_elements SET due = ?1, seq = ?2, ttl = ?3, claimed = 0, attempt = ?4, rev = 0"
+    "UPDATE rehydrate_elements SET due = ?1, seq = ?2, ttl = ?3, claimed = 0, attempt = ?4, rev = ?2"
     " WHERE rowid = ?5"
 )
 #: A claimed row filed anew as a new element (a schedule's next occurrence): attempt and claim reset.
@@ -216,12 +205,12 @@ LOOK: Final = "SELECT payload, serializer FROM rehydrate_elements WHERE name = ?
 SET_PAYLOAD: Final = "UPDATE rehydrate_elements SET payload = ?, serializer = ?, rev = ? WHERE rowid = ?"
 #: A claim: filed at the lease's end, its filing number (?2) the new revision.
 CLAIM: Final = (
-    "UPDATE rehydrate_elements SET due = ?1, seq = ?2, ttl = ?3, attempt = ?4, claimed = 1, rev = 0"
+    "UPDATE rehydrate_elements SET due = ?1, seq = ?2, ttl = ?3, attempt = ?4, claimed = 1, rev = ?2"
     " WHERE rowid = ?5"
 )
 #: The element and what ``info`` gives, in one read (``Store.read``).
 READ: Final = (
-    f"SELECT payload, serializer, due, ttl, attempt, claimed, {REV} FROM rehydrate_elements"
+    "SELECT payload, serializer, due, ttl, attempt, claimed, rev FROM rehydrate_elements"
     " WHERE name = ? AND id = ?"
 )
 #: The conditional writes (compare-and-set): the comparison with the revision the caller read
@@ -230,17 +219,17 @@ READ: Final = (
 #: ``replace_if``: filed anew in place, unclaimed, attempt 0, its filing number (?4) the new revision.
 REPLACE_IF: Final = (
     "UPDATE rehydrate_elements SET payload = ?1, serializer = ?2, due = ?3, seq = ?4, ttl = ?5,"
-    f" attempt = 0, claimed = 0, rev = 0 WHERE name = ?6 AND id = ?7 AND {REV} = ?8"
+    " attempt = 0, claimed = 0, rev = ?4 WHERE name = ?6 AND id = ?7 AND rev = ?8"
 )
 #: ``update_if``: the element replaced, due time, attempt and claim kept; the new revision ?3.
 UPDATE_IF: Final = (
     "UPDATE rehydrate_elements SET payload = ?1, serializer = ?2, rev = ?3"
-    f" WHERE name = ?4 AND id = ?5 AND {REV} = ?6"
+    " WHERE name = ?4 AND id = ?5 AND rev = ?6"
 )
 #: ``pull_if``.
-PULL_IF: Final = f"DELETE FROM rehydrate_elements WHERE name = ? AND id = ? AND {REV} = ?"
+PULL_IF: Final = "DELETE FROM rehydrate_elements WHERE name = ? AND id = ? AND rev = ?"
 ACK: Final = "DELETE FROM rehydrate_elements WHERE name = ? AND id = ? AND attempt = ? AND claimed = 1"
-INFO: Final = f"SELECT due, ttl, attempt, claimed, {REV} FROM rehydrate_elements WHERE name = ? AND id = ?"
+INFO: Final = "SELECT due, ttl, attempt, claimed, rev FROM rehydrate_elements WHERE name = ? AND id = ?"
 SIZE: Final = "SELECT count(*) FROM rehydrate_elements WHERE name = ?"
 SUMMARY: Final = (
     "SELECT count(*), coalesce(sum(due <= ?), 0), coalesce(sum(claimed), 0), min(due)"

@@ -966,7 +966,7 @@ async def test_a_version_1_file_is_migrated_when_opened(tmp_path: Path) -> None:
         await store.heartbeat("w", {"ok": True}, ttl=5)
         assert [w.data for w in await store.workers()] == [{"ok": True}]
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT value FROM rehydrate_meta WHERE key = 'schema'").fetchone() == (4,)
+    assert conn.execute("SELECT value FROM rehydrate_meta WHERE key = 'schema'").fetchone() == (3,)
     conn.close()
 
 
@@ -1115,7 +1115,7 @@ async def test_a_version_2_file_is_migrated_to_revisions(tmp_path: Path) -> None
         assert len(set(given)) == len(given)
         assert not set(given) & {*revisions.values(), other.revision}
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT value FROM rehydrate_meta WHERE key = 'schema'").fetchone() == (4,)
+    assert conn.execute("SELECT value FROM rehydrate_meta WHERE key = 'schema'").fetchone() == (3,)
     conn.close()
 
 
@@ -1146,147 +1146,16 @@ def test_rehydrate_migrate_brings_a_version_2_file_to_revisions(tmp_path: Path) 
     conn.close()
     done = _cli("migrate", "--store", url, cwd=tmp_path)
     assert done.returncode == 0, done
-    assert "schema version 4" in done.stdout
+    assert "schema version 3" in done.stdout
     assert _cli("migrate", "--check", "--store", url, cwd=tmp_path).returncode == 0
     conn = sqlite3.connect(path)
-    revisions = conn.execute("SELECT coalesce(nullif(rev, 0), seq) FROM rehydrate_elements").fetchall()
+    revisions = conn.execute("SELECT rev FROM rehydrate_elements").fetchall()
     conn.close()
     assert len(set(revisions)) == 5
     missing = _cli("migrate", "--check", "--store", "sqlite:///tpyo.db", cwd=tmp_path)
     assert missing.returncode == 1
     assert "no SQLite database at 'tpyo.db'" in missing.stderr
     assert not (tmp_path / "tpyo.db").exists()
-
-
-# -- compact revisions (schema version 4) ------------------------------------------------------------
-
-#: The elements table as version 3 created it, verbatim (its other tables are version 2's), and
-#: the statements it filed, claimed, updated and extended with: ``rev`` written out on every row.
-_V3_ELEMENTS = """CREATE TABLE rehydrate_elements (
-        name TEXT NOT NULL,
-        id TEXT NOT NULL,
-        payload BLOB NOT NULL,
-        serializer TEXT NOT NULL,
-        due REAL NOT NULL,
-        seq INTEGER NOT NULL,
-        ttl REAL NOT NULL,
-        attempt INTEGER NOT NULL DEFAULT 0,  -- the claim stamp: see rehydrate._core._fence
-        claimed INTEGER NOT NULL DEFAULT 0,
-        rev INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (name, id)
-    )"""
-_V3_INSERT = (
-    "INSERT INTO rehydrate_elements (name, id, payload, serializer, due, seq, ttl, rev)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?6)"
-)
-_V3_CLAIM = (
-    "UPDATE rehydrate_elements SET due = ?1, seq = ?2, ttl = ?3, attempt = ?4, claimed = 1, rev = ?2"
-    " WHERE name = ?5 AND id = ?6"
-)
-_V3_EXTEND = "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ? WHERE name = ? AND id = ?"
-_V3_UPDATE = "UPDATE rehydrate_elements SET payload = ?, serializer = ?, rev = ? WHERE name = ? AND id = ?"
-
-
-def _v3_file(path: Path) -> dict[str, tuple[Any, float, int, bool, int, int]]:
-    """A version-3 file, written as that version wrote it: ``jobs`` holds one element due, one
-    later, one under a claim, one updated (a revision of its own) and one under a claim whose
-    lease was extended (its revision kept, its seq new). Returns what each should read back as:
-    (element, due, attempt, claimed, claim token or 0, revision)."""
-    from rehydrate._core._fence import stamp
-
-    conn = sqlite3.connect(path, isolation_level=None)
-    seq = 0
-
-    def next_seq() -> int:
-        nonlocal seq
-        seq += 1
-        conn.execute("UPDATE rehydrate_meta SET value = ? WHERE key = 'seq'", (seq,))
-        return seq
-
-    conn.execute("BEGIN")
-    for statement in _V2_SCHEMA:
-        conn.execute(_V3_ELEMENTS if "CREATE TABLE rehydrate_elements" in statement else statement)
-    conn.execute("UPDATE rehydrate_meta SET value = 3 WHERE key = 'schema'")
-    revisions: dict[str, int] = {}
-    for id, element, due in [("due", {"n": 1}, 1000.0), ("later", [2], 1500.0), ("held", "h", 1000.0)]:
-        revisions[id] = next_seq()
-        payload = json.dumps(element, separators=(",", ":")).encode()
-        conn.execute(_V3_INSERT, (N, id, payload, "json", due, revisions[id], 0.0))
-    for id in ("updated", "extended"):
-        revisions[id] = next_seq()
-        conn.execute(_V3_INSERT, (N, id, b'"x"', "json", 1000.0, revisions[id], 0.0))
-    held = stamp(next_seq(), 1)  # claimed at 1000 for 30 s
-    revisions["held"] = seq
-    conn.execute(_V3_CLAIM, (1030.0, seq, 30.0, held, N, "held"))
-    revisions["updated"] = next_seq()
-    conn.execute(_V3_UPDATE, (b'"y"', "json", revisions["updated"], N, "updated"))
-    extended = stamp(next_seq(), 1)
-    revisions["extended"] = seq
-    conn.execute(_V3_CLAIM, (1030.0, seq, 30.0, extended, N, "extended"))
-    conn.execute(_V3_EXTEND, (1090.0, next_seq(), 90.0, N, "extended"))  # the revision kept
-    conn.execute("COMMIT")
-    conn.close()
-    return {
-        "due": ({"n": 1}, 1000.0, 0, False, 0, revisions["due"]),
-        "later": ([2], 1500.0, 0, False, 0, revisions["later"]),
-        "held": ("h", 1030.0, 1, True, held, revisions["held"]),
-        "updated": ("y", 1000.0, 0, False, 0, revisions["updated"]),
-        "extended": ("x", 1090.0, 1, True, extended, revisions["extended"]),
-    }
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("how", ["open", "migrate"])
-async def test_a_version_3_file_keeps_its_revisions_and_new_writes_store_none(
-    tmp_path: Path, how: str
-) -> None:
-    """Version 4 stores ``rev`` 0 for "the row's seq": a file written by version 3 is migrated on
-    open (or by ``rehydrate migrate``) without rewriting a row, every element reads back with
-    the revision version 3 gave it (a conditional write on it still lands, a stale one still
-    does nothing), its claims can still be acked and extended, and each write that files a row
-    anew then stores no revision of its own."""
-    path = tmp_path / "v3.db"
-    expected = _v3_file(path)
-    if how == "migrate":
-        done = _cli("migrate", "--store", "sqlite:///v3.db", cwd=tmp_path)
-        assert done.returncode == 0, done
-        assert "schema version 4" in done.stdout
-    clock = FakeClock(1010.0)
-    async with SQLiteStore(path, clock=clock) as store:
-        for id, (element, due, attempt, claimed, _, revision) in expected.items():
-            found = await store.read(N, id)
-            assert found is not None, id
-            assert found[0] == element
-            info = found[1]
-            assert (info.due, info.attempt, info.claimed, info.revision) == (
-                due,
-                attempt,
-                claimed,
-                revision,
-            ), id
-            assert info == await store.info(N, id)
-        assert await store.ack(N, [("held", expected["held"][4])]) == [True]
-        assert await store.extend(N, "extended", lease=60, token=expected["extended"][4]) is not None
-        extended = await store.info(N, "extended")
-        assert extended is not None
-        assert extended.revision == expected["extended"][5]
-        assert await store.update_if(N, "updated", expected["updated"][5] + 1000, "no") is None
-        assert await store.update_if(N, "updated", expected["updated"][5], "z") is not None
-        (claim,) = await store.claim(N, lease=10, limit=1)
-        assert claim.id == "due"
-        assert claim.revision not in {r for *_, r in expected.values()}
-        (replaced,) = await store.replace_if(N, [("later", expected["later"][5], "new", 100)])
-        assert replaced is not None
-        await store.push(N, "pushed", ttl=5, id="pushed")
-        assert await store.pull_if(N, "due", claim.revision)
-    conn = sqlite3.connect(path)
-    assert conn.execute("SELECT value FROM rehydrate_meta WHERE key = 'schema'").fetchone() == (4,)
-    stored = dict(conn.execute("SELECT id, rev FROM rehydrate_elements").fetchall())
-    conn.close()
-    # Filed anew (replaced, pushed): no revision stored; extended: kept, written out; updated: drawn.
-    assert stored["later"] == stored["pushed"] == 0
-    assert stored["extended"] == expected["extended"][5]
-    assert stored["updated"] > expected["updated"][5]
 
 
 @pytest.mark.anyio
