@@ -138,11 +138,11 @@ async def test_an_unreachable_server_is_unavailable() -> None:
 
 
 async def test_tables_are_created_on_first_use_with_a_version_row(store: PostgresStore, table: str) -> None:
-    assert await store.schema_version() == SCHEMA_VERSION == 3
+    assert await store.schema_version() == SCHEMA_VERSION == 4
     rows = await sql(store, "SELECT indexdef FROM pg_indexes WHERE tablename = %s ORDER BY indexname", table)
     assert any("(name, due, seq)" in row[0] for row in rows)
     assert any("(name, id)" in row[0] for row in rows)
-    assert await store.migrate() == 3  # again: nothing to do
+    assert await store.migrate() == 4  # again: nothing to do
 
 
 async def test_a_version_1_schema_is_migrated(store: PostgresStore, url: str, table: str) -> None:
@@ -291,16 +291,16 @@ async def test_a_version_2_database_reads_back_whole_with_distinct_revisions(
     shift = await anyio.to_thread.run_sync(_write_v2, url, table)
     try:
         refusing = PostgresStore.from_url(f"{url}?create=0&table={table}")
-        with pytest.raises(StoreUnavailableError, match=r"version 2.*version 3: run `rehydrate migrate"):
+        with pytest.raises(StoreUnavailableError, match=r"version 2.*version 4: run `rehydrate migrate"):
             await refusing.open()
         assert "a schema of version 2" in (await refusing.check_schema() or "")
         where = await anyio.to_thread.run_sync(
             _raw, url, (f"SELECT id, ctid::text FROM {table} ORDER BY id", None)
         )
         if how == "migrate":
-            assert await PostgresStore.from_url(url, table=table).migrate() == 3
+            assert await PostgresStore.from_url(url, table=table).migrate() == 4
         async with PostgresStore.from_url(url, table=table, create=how == "open") as s:
-            assert await s.schema_version() == 3
+            assert await s.schema_version() == 4
             # Not one row rewritten: each is where it was, its rev unset (its seq is its revision).
             assert await sql(s, f"SELECT id, ctid::text FROM {table} ORDER BY id") == where
             assert await sql(s, f"SELECT count(*) FROM {table} WHERE rev IS NOT NULL") == [(0,)]
@@ -349,6 +349,43 @@ async def test_a_version_2_database_reads_back_whole_with_distinct_revisions(
             assert await _revision(s, "extended") == revisions["extended"]
             assert (await s.summary(N)).claimed == 1
             assert (await s.summary("other")).size == 1
+    finally:
+        await _drop(url, table)
+
+
+async def _fillfactor(store: PostgresStore, table: str) -> list[Any]:
+    return await sql(store, "SELECT reloptions FROM pg_class WHERE relname = %s", table)
+
+
+@pytest.mark.parametrize("how", ["open", "migrate"])
+async def test_a_version_3_table_is_filled_whole_from_then_on(url: str, table: str, how: str) -> None:
+    """Version 4 fills pages whole (``fillfactor = 100``, was 85): a table written by version 3
+    (its rows are what version 4 writes; only the table's option differs) is migrated on open or
+    by ``rehydrate migrate`` without moving a row, reads back as it was, and a claim taken before
+    the migration is still acked by its token."""
+    async with PostgresStore.from_url(url, table=table) as s:
+        await s.push_many(N, [({"n": i}, 0 if i < 2 else 3600, f"e{i}") for i in range(10)])
+        (held,) = await s.claim(N, lease=600, limit=1)
+        await s.update(N, "e5", {"n": "five"})
+        await s._run(lambda conn: conn.execute(f"ALTER TABLE {table} SET (fillfactor = 85)"))
+        await sql(s, f"UPDATE {table}_meta SET value = 3 WHERE key = 'schema' RETURNING 1")
+        before = {id: await s.read(N, id) for id in (f"e{i}" for i in range(10))}
+        where = await sql(s, f"SELECT id, ctid::text FROM {table} ORDER BY id")
+    try:
+        refusing = PostgresStore.from_url(f"{url}?create=0&table={table}")
+        with pytest.raises(StoreUnavailableError, match=r"version 3.*version 4: run `rehydrate migrate"):
+            await refusing.open()
+        if how == "migrate":
+            assert await PostgresStore.from_url(url, table=table).migrate() == 4
+        async with PostgresStore.from_url(url, table=table, create=how == "open") as s:
+            assert await s.schema_version() == 4
+            ((options,),) = await _fillfactor(s, table)
+            assert [o for o in options if o.startswith("fillfactor=")] == ["fillfactor=100"]
+            assert await sql(s, f"SELECT id, ctid::text FROM {table} ORDER BY id") == where
+            for id, read in before.items():
+                assert await s.read(N, id) == read, id
+            assert await s.ack(N, [(held.id, held.token)]) == [True]
+            assert await s.size(N) == 9
     finally:
         await _drop(url, table)
 
