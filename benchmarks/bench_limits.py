@@ -572,7 +572,14 @@ def table(
         f"| system | store | jobs/s | utilization | {'max starts in 1 s' if window else 'max at once' + (' per key' if scenario == 'keys' else '')} | violations | wasted attempts | runs |",
     )
     rows = [head, "| " + " | ".join(["---"] * 2 + ["---:"] * (head.count("|") - 4) + ["---"]) + " |"]
-    summaries = {k: summarise(v) for k, v in results.items() if k[0] == scenario}
+    order = {name: n for n, name in enumerate(SYSTEMS + STORES)}
+    summaries = {
+        k: summarise(results[k])
+        for k in sorted(
+            (k for k in results if k[0] == scenario),
+            key=lambda k: (order[k[1]], order[k[2].split(" ")[0]], k[2]),
+        )
+    }
     base: dict[str, dict[str, Any]] = {}
     for (_, system, store_label), s in summaries.items():
         if system == "dramatiq" and s is not None:
@@ -581,7 +588,9 @@ def table(
         store, _, label = store_label.partition(" ")
         name = f"{'rehydrate' if system == 'rehydrate' else 'Dramatiq'}{' ' + label if label else ''}"
         if s is None:
-            error = next(r["error"] for r in results[(scenario, system, store_label)]).splitlines()[0]
+            error = (
+                next(r["error"] for r in results[(scenario, system, store_label)]).strip().splitlines()[-1]
+            )
             rows.append(f"| {name} | {store} | failed: {error} |" + " |" * (head.count("|") - 4))
             continue
         b = base.get(label) if system != "dramatiq" else None
@@ -607,7 +616,7 @@ def table(
                 if s["utilization"] is None
                 else f"{s['utilization']:.2f}{ratio(s['utilization'], b.get('utilization') if b else None)}"
             )
-            if scenario == "keys" and label == "limited":
+            if scenario == "keys" and not label:
                 free = summaries.get((scenario, system, f"{store} unlimited"))
                 if free is not None and free["jobs_per_s"]:
                     util = f"{s['jobs_per_s'] / free['jobs_per_s']:.2f} of unlimited"
