@@ -70,7 +70,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
+# After $PYTHONPATH's entries (which follow the script's directory): a run against another
+# checkout's library names it there; before the site-packages.
+sys.path.insert(1 + len([p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]), str(ROOT))
 
 SCENARIOS = ["concurrency", "rate", "keys", "hol", "sigkill"]
 STORES = ["redis", "sqlite", "postgres"]
@@ -309,7 +311,8 @@ def analyse(
     if "rate" in kinds:
         n, per = kinds["rate"]
         last_start = max(first_start.values())
-        out["utilization"] = ((len(first_start) - n) / (last_start - t0)) / (n / per)
+        if len(first_start) > n:  # the first window's n may all start at once: counted after them
+            out["utilization"] = ((len(first_start) - n) / (last_start - t0)) / (n / per)
     elif "concurrency" in kinds and not run.keyed:
         out["utilization"] = out["jobs_per_s"] / (kinds["concurrency"][0] / run.job_s)
     if run.kill_after is not None and killed:
@@ -417,7 +420,7 @@ def one_run(
                 "worker",
                 str(spec_path),
             ]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([*sys.path[1 : sys.path.index(str(ROOT)) + 1]])}
         logs = (tmp / "workers.log").open("ab")
         procs = [
             subprocess.Popen(argv, stdout=logs, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
