@@ -78,6 +78,10 @@ SCENARIOS = ["concurrency", "rate", "keys", "hol", "sigkill"]
 STORES = ["redis", "sqlite", "postgres"]
 SYSTEMS = ["rehydrate", "dramatiq"]
 Limit = tuple[str, int, float]  # ("concurrency", n, 0) or ("rate", n, per seconds)
+#: A rate counts a start when its slot is granted; the stamp comes a little later (later still on a
+#: loaded machine), so two starts granted a window apart can be stamped a little closer. The rate
+#: table also gives the most starts in a window this much shorter: what stamps' jitter cannot explain.
+STAMP_SLACK = 0.01
 
 
 @dataclass
@@ -280,12 +284,15 @@ def analyse(
     out: dict[str, Any] = {"ran": len(stamps.starts), "jobs": len(run.jobs)}
     violations = 0
     peak = 0
+    out["peak_slack"] = 0
     for kind, n, per in run.limits:
         for key_spans in by_key.values():
             if kind == "concurrency":
                 p, v = peak_running(key_spans, n)
             else:
                 p, v = peak_window([s for s, _ in key_spans], n, per)
+                inner = peak_window([s for s, _ in key_spans], n, per - STAMP_SLACK)[0]
+                out["peak_slack"] = max(out["peak_slack"], inner)
             peak, violations = max(peak, p), violations + v
     if not run.limits:
         peak = max(peak_running(s, 10**9)[0] for s in by_key.values())
@@ -544,6 +551,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
         "max_ms": med("max_ms"),
         "back_s": med("back_s"),
         "peak": max(r["peak"] for r in good),
+        "peak_slack": max(r.get("peak_slack", 0) for r in good),
         "violations": max(r["violations"] for r in good),
         "wasted": max(r["wasted"] for r in good),
         "held": med("held"),
@@ -572,7 +580,7 @@ def table(
         "sigkill": "| system | store | jobs/s | max at once | violations | slots held by the victim | slots back after | unfinished | runs |",
     }.get(
         scenario,
-        f"| system | store | jobs/s | utilization | {'max starts in 1 s' if window else 'max at once' + (' per key' if scenario == 'keys' else '')} | violations | wasted attempts | runs |",
+        f"| system | store | jobs/s | utilization | {f'max starts in 1 s (in {1 - STAMP_SLACK:g} s)' if window else 'max at once' + (' per key' if scenario == 'keys' else '')} | violations | wasted attempts | runs |",
     )
     rows = [head, "| " + " | ".join(["---"] * 2 + ["---:"] * (head.count("|") - 4) + ["---"]) + " |"]
     order = {name: n for n, name in enumerate(SYSTEMS + STORES)}
@@ -623,9 +631,10 @@ def table(
                 free = summaries.get((scenario, system, f"{store} unlimited"))
                 if free is not None and free["jobs_per_s"]:
                     util = f"{s['jobs_per_s'] / free['jobs_per_s']:.2f} of unlimited"
+            slack = f" ({s['peak_slack']})" if window else ""
             rows.append(
                 f"| {name} | {store} | {fmt_rate(s['jobs_per_s'])}{ratio(s['jobs_per_s'], b.get('jobs_per_s') if b else None)} "
-                f"| {util} | {s['peak']} | {s['violations']} | {s['wasted']:,} | {runs} |"
+                f"| {util} | {s['peak']}{slack} | {s['violations']} | {s['wasted']:,} | {runs} |"
             )
     return rows
 
