@@ -35,7 +35,9 @@ Violations are starts that took a limit beyond its bound (the count of running j
 in the sliding window, at that start). Wasted attempts are deliveries that could not run: for
 Dramatiq, the ``RateLimitExceeded`` raised in the job (each a message retried with a backoff); for
 rehydrate, the starts beyond each job's first and the attempts numbered above 1 (an element waiting
-for its limit is not an attempt). Figures are medians of ``--repeat`` runs; violations, the max
+for its limit is not an attempt), and in brackets the claims handed back unrun for want of room
+("parked", from the scheduler's stats where they count them: a store round trip each, not an
+attempt). Figures are medians of ``--repeat`` runs; violations, the max
 concurrency or window and wasted attempts are the worst run's.
 
 Dramatiq (``peers/limits_dramatiq.py``) runs on its Redis backend only, in its own virtual
@@ -182,6 +184,10 @@ def rehydrate_worker(spec: dict[str, Any]) -> None:
                 os.close(os.open(os.path.join(spec["stamps"], f"ready-{os.getpid()}"), os.O_CREAT))
                 async for _ in signals:
                     break
+                # Claims handed back unrun for want of room (not attempts), where the stats say.
+                parked = getattr(scheduler.stats(spec["name"]), "parked", None)
+                if isinstance(parked, int):
+                    os.write(fd, b"P %d %.6f\n" % (parked, time.time()))
 
     anyio.run(main)
 
@@ -206,6 +212,7 @@ class Stamps:
     starts: dict[int, list[tuple[float, int, int]]] = field(default_factory=lambda: defaultdict(list))
     ends: dict[int, list[tuple[float, int]]] = field(default_factory=lambda: defaultdict(list))
     refused: int = 0
+    parked: int | None = None
 
 
 def read_stamps(directory: Path) -> Stamps:
@@ -223,6 +230,8 @@ def read_stamps(directory: Path) -> Stamps:
                 out.ends[i].append((t, pid))
             elif kind == b"W":
                 out.refused += 1
+            elif kind == b"P":
+                out.parked = (out.parked or 0) + i
     return out
 
 
@@ -301,6 +310,8 @@ def analyse(
     late_attempts = sum(max(a for _, _, a in v) - 1 for v in stamps.starts.values())
     out["wasted"] = stamps.refused + (0 if killed else reruns + late_attempts)
     out["reruns"] = reruns
+    if stamps.parked is not None:
+        out["parked"] = stamps.parked
     first_start = {i: min(t for t, _, _ in v) for i, v in stamps.starts.items()}
     if run.scenario == "hol":
         due = {i: t0 + d for i, _, d in run.jobs}
@@ -554,6 +565,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
         "peak_slack": max(r.get("peak_slack", 0) for r in good),
         "violations": max(r["violations"] for r in good),
         "wasted": max(r["wasted"] for r in good),
+        "parked": max((r["parked"] for r in good if "parked" in r), default=None),
         "held": med("held"),
         "unfinished": max((r.get("unfinished", 0) for r in good), default=0),
         "timed_out": any("timed_out" in r for r in good),
@@ -605,6 +617,7 @@ def table(
             rows.append(f"| {name} | {store} | failed: {error} |" + " |" * (head.count("|") - 4))
             continue
         b = base.get(label) if system != "dramatiq" else None
+        parked = "" if s["parked"] is None else f" ({s['parked']:,} parked)"
         runs = (
             f"{s['n']} of {s['of']}"
             + ("; timed out" if s["timed_out"] else "")
@@ -613,7 +626,7 @@ def table(
         if scenario == "hol":
             rows.append(
                 f"| {name} | {store} | {s['p50_ms']:,.1f} ms | {s['p99_ms']:,.1f} ms{ratio(s['p99_ms'], b.get('p99_ms') if b else None)} "
-                f"| {s['max_ms']:,.1f} ms | {fmt_rate(s['jobs_per_s'])} | {s['peak']} | {s['violations']} | {s['wasted']:,} | {runs} |"
+                f"| {s['max_ms']:,.1f} ms | {fmt_rate(s['jobs_per_s'])} | {s['peak']} | {s['violations']} | {s['wasted']:,}{parked} | {runs} |"
             )
         elif scenario == "sigkill":
             back = "never" if s["back_s"] is None or math.isinf(s["back_s"]) else f"{s['back_s']:.2f} s"
@@ -634,7 +647,7 @@ def table(
             slack = f" ({s['peak_slack']})" if window else ""
             rows.append(
                 f"| {name} | {store} | {fmt_rate(s['jobs_per_s'])}{ratio(s['jobs_per_s'], b.get('jobs_per_s') if b else None)} "
-                f"| {util} | {s['peak']}{slack} | {s['violations']} | {s['wasted']:,} | {runs} |"
+                f"| {util} | {s['peak']}{slack} | {s['violations']} | {s['wasted']:,}{parked} | {runs} |"
             )
     return rows
 
