@@ -27,9 +27,9 @@ Scenarios (all jobs ``--job-ms`` (20 ms) of sleep, due at one instant unless sai
 * ``sigkill``: ``Concurrency(10)``, ``--kill-jobs`` (400) jobs of ``--kill-job-ms`` (200 ms), a lease
   of ``--lease`` (5 s). One second after the due instant, the worker running the most jobs is
   SIGKILLed. Its jobs count as running until the kill (they really stopped then); "slots back" is
-  the time from the kill until a job other than the victim's runs in one of the slots it held.
-  Back before the lease has run out means a holder that was only slow (not dead) would have been
-  over-admitted; never back means the limit lost capacity for good.
+  the time from the kill until a job other than the victim's runs in one of the slots it held: at
+  most the lease (which counts from the victim's last renewal, before the kill), and not much less
+  than the lease minus its renewal interval; never back means the limit lost capacity for good.
 
 Violations are starts that took a limit beyond its bound (the count of running jobs, or of starts
 in the sliding window, at that start). Wasted attempts are deliveries that could not run: for
@@ -345,6 +345,8 @@ def analyse(
                     back = t - kill_t
                     break
         out["held"], out["back_s"] = victim_held, back
+        # Never back, but the work was all done before the lease ran out: nothing to say.
+        out["moot"] = math.isinf(back) and last_end < kill_t + run.lease
         out["unfinished"] = sum(1 for i in run.done_ids if not stamps.ends.get(i))
     return out
 
@@ -567,6 +569,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
         "wasted": max(r["wasted"] for r in good),
         "parked": max((r["parked"] for r in good if "parked" in r), default=None),
         "held": med("held"),
+        "moot": all(r.get("moot", False) for r in good),
         "unfinished": max((r.get("unfinished", 0) for r in good), default=0),
         "timed_out": any("timed_out" in r for r in good),
         "overrun": any(r.get("overrun_s", 0) > 0 for r in good),
@@ -630,6 +633,8 @@ def table(
             )
         elif scenario == "sigkill":
             back = "never" if s["back_s"] is None or math.isinf(s["back_s"]) else f"{s['back_s']:.2f} s"
+            if s["moot"]:
+                back = "(all done within the lease)"
             rows.append(
                 f"| {name} | {store} | {fmt_rate(s['jobs_per_s'])}{ratio(s['jobs_per_s'], b.get('jobs_per_s') if b else None)} "
                 f"| {s['peak']} | {s['violations']} | {s['held']:.0f} | {back} | {s['unfinished']} | {runs} |"
