@@ -8,16 +8,16 @@ limit nobody alive declares shows ``-``. ``rehydrate stats`` shows the same adde
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from rehydrate.cli._common import emit, json_text, show_id, table, wants_json
+from rehydrate.cli._common import capacity_text, emit, json_text, saturation_text, show_id, table, wants_json
 from rehydrate.cli._parser import Commands
 from rehydrate.cli._verbs import run_verb
 
 if TYPE_CHECKING:  # the admin is imported by the verb that runs, not by building the parser
     from rehydrate.abc import Store
 
-__all__ = ["capacity_text", "register", "saturation_text"]
+__all__ = ["register"]
 
 
 def register(commands: Commands) -> None:
@@ -39,19 +39,6 @@ def register(commands: Commands) -> None:
     )
     listing.add_argument("limit", nargs="?", metavar="LIMIT", help="only this limit (a handler's name)")
     listing.set_defaults(verb=limits, light=True)
-
-
-def capacity_text(concurrency: int | None, rates: list[list[Any]]) -> str:
-    """``10, 100/1s``: the concurrency, then each rate over its window; ``-`` if none known."""
-    from rehydrate.cli._common import seconds_text
-
-    parts = [] if concurrency is None else [str(concurrency)]
-    parts += [f"{n}/{seconds_text(per)}" for n, per in rates]
-    return ", ".join(parts) or "-"
-
-
-def saturation_text(saturation: float | None) -> str:
-    return "-" if saturation is None else f"{saturation:.0%}"
 
 
 async def limits(args: argparse.Namespace, store: Store) -> int:

@@ -30,6 +30,7 @@ from rehydrate.cli import _common
 from rehydrate.cli._common import (
     CLIError,
     aware_datetime,
+    capacity_text,
     due_text,
     duration,
     emit,
@@ -38,6 +39,7 @@ from rehydrate.cli._common import (
     payload,
     plural,
     positive_int,
+    saturation_text,
     seconds_text,
     show,
     show_id,
@@ -283,8 +285,6 @@ def _stats_text(rows: list[dict[str, Any]], totals: dict[str, Any]) -> str:
             ],
         )
     if totals:
-        from rehydrate.cli._limits import capacity_text, saturation_text
-
         headers = ["LIMIT", "KEYS", "HOLDERS", "WAITING", "CAPACITY (PER KEY)", "SATURATION (FULLEST KEY)"]
         text += "\n\n" + table(
             headers,
