@@ -27,7 +27,7 @@ from rehydrate.errors import (
 )
 
 if TYPE_CHECKING:
-    from rehydrate._admin import Admin, DehydratorInfo
+    from rehydrate._admin import Admin, DehydratorInfo, LimitStatus
     from rehydrate._core._dehydrator import Dehydrator
     from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord
     from rehydrate._core._retry import Backoff, Retry
@@ -56,6 +56,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidTypeError",
     "LimitKeyError",
+    "LimitStatus",
     "Limiter",
     "Rate",
     "RehydrateError",
@@ -84,6 +85,7 @@ __all__ = [
 _LAZY = {
     "Admin": "rehydrate._admin",
     "DehydratorInfo": "rehydrate._admin",
+    "LimitStatus": "rehydrate._admin",
     "Dehydrator": "rehydrate._core._dehydrator",
     "Claim": "rehydrate._core._records",
     "ElementInfo": "rehydrate._core._records",

@@ -56,11 +56,14 @@ from rehydrate.errors import (
 __all__ = [
     "Admin",
     "DehydratorInfo",
+    "LimitStatus",
     "Pause",
     "Removal",
     "Resume",
     "RunNow",
     "change_held",
+    "limit_row",
+    "limit_totals",
     "remove_schedule",
 ]
 
@@ -95,6 +98,113 @@ class DehydratorInfo:
     dead: int
     #: Seconds until the next element is due (``0.0`` if one is); ``None`` when empty.
     ttn: float | None
+
+
+@attrs.frozen(kw_only=True)
+class LimitStatus:
+    """One limit key now (:meth:`Admin.limits`): who holds its slots, what waits, how full it is.
+
+    The store keeps a key's state, not its limits (each caller brings those to every step): the
+    capacity comes from the heartbeats of the workers alive that serve a handler of that name
+    with ``limits=``. A limit used only through ``Limiter.hold``, or with no worker alive, has
+    ``concurrency=None``, ``rates=()`` and ``saturation=None``.
+    """
+
+    #: The limit's name (the handler's dehydrator, or a ``Limiter``'s name).
+    limit: str
+    #: The partition key (``"*"`` without ``limit_key``).
+    key: str
+    #: Slots held now (leases not run out).
+    holders: int
+    #: The holders' ids (a handler's: ``name/element id/claim token``), sorted.
+    holder_ids: tuple[str, ...]
+    #: Starts still inside the longest rate window.
+    starts: int
+    #: Elements parked (and ``hold`` callers) waiting for room, in the key's FIFO.
+    waiting: int
+    #: The concurrency the workers declare, if any (``None``: none known).
+    concurrency: int | None
+    #: The rates ``(n, per seconds)`` the workers declare.
+    rates: tuple[tuple[int, float], ...]
+    #: How full the key is, ``0.0`` to ``1.0`` (``1.0``: a newcomer would wait): the higher of
+    #: holders over the concurrency and starts over the ``n`` of the longest window's rate (the
+    #: starts the store counts are those of that window). ``None``: no limit known.
+    saturation: float | None
+
+
+def limit_row(status: LimitStatus) -> dict[str, Any]:
+    """One limit key as JSON: what ``rehydrate limits`` prints and the dashboard serves."""
+    return {
+        "limit": status.limit,
+        "key": status.key,
+        "holders": status.holders,
+        "waiting": status.waiting,
+        "starts": status.starts,
+        "concurrency": status.concurrency,
+        "rates": [[n, per] for n, per in status.rates],
+        "saturation": status.saturation,
+        "holder_ids": list(status.holder_ids),
+    }
+
+
+def limit_totals(statuses: Iterable[LimitStatus]) -> dict[str, dict[str, Any]]:
+    """Each limit's keys added up, by limit name: ``keys`` with state, ``holders``, ``waiting``,
+    ``concurrency`` and ``rates`` (per key), and ``saturation``, that of its fullest key
+    (``rehydrate stats``, ``/metrics``: one row per limit however many keys it has)."""
+    out: dict[str, dict[str, Any]] = {}
+    for status in statuses:
+        entry = out.setdefault(
+            status.limit,
+            {
+                "keys": 0,
+                "holders": 0,
+                "waiting": 0,
+                "concurrency": status.concurrency,
+                "rates": [[n, per] for n, per in status.rates],
+                "saturation": None,
+            },
+        )
+        entry["keys"] += 1
+        entry["holders"] += status.holders
+        entry["waiting"] += status.waiting
+        if status.saturation is not None:
+            entry["saturation"] = max(entry["saturation"] or 0.0, status.saturation)
+    return out
+
+
+def _saturation(
+    holders: int, starts: int, concurrency: int | None, rates: tuple[tuple[int, float], ...]
+) -> float | None:
+    parts: list[float] = []
+    if concurrency is not None:
+        parts.append(holders / concurrency)
+    if rates:
+        n, _ = max(rates, key=lambda rate: (rate[1], -rate[0]))
+        parts.append(starts / n)
+    return min(1.0, max(parts)) if parts else None
+
+
+def _declared_limits(
+    workers: Iterable[WorkerRecord],
+) -> dict[str, tuple[int | None, tuple[tuple[int, float], ...]]]:
+    """Each limited handler's limits, as the live workers' heartbeats declare them (the most
+    recently seen worker first: during a roll-out, the newest declaration)."""
+    found: dict[str, tuple[int | None, tuple[tuple[int, float], ...]]] = {}
+    for worker in sorted(workers, key=lambda w: -w.last_seen):
+        handlers = worker.data.get("handlers") if worker.alive else None
+        if not isinstance(handlers, dict):
+            continue
+        for name, entry in handlers.items():
+            spec = entry.get("limits") if isinstance(entry, dict) else None
+            if name in found or not isinstance(spec, dict):
+                continue
+            concurrency = spec.get("concurrency")
+            try:
+                rates = tuple((int(n), float(per)) for n, per in spec.get("rates") or ())
+            except (TypeError, ValueError):
+                continue  # a record this version cannot read: no capacity rather than a wrong one
+            found[name] = (concurrency if isinstance(concurrency, int) and concurrency > 0 else None, rates)
+    return found
 
 
 def _positive_limit(limit: object) -> int | None:
@@ -221,6 +331,43 @@ class Admin:
         Raises ``NotImplementedError`` for a store that keeps none (a third-party store).
         """
         return await self.store.workers()
+
+    # -- limits ----------------------------------------------------------------------------------
+
+    async def limits(self, limit: str | None = None) -> list[LimitStatus]:
+        """Every limit key with state (holders, starts in a window, or waiters), sorted by limit
+        and key; ``limit``: only that limit's. Idle keys are not listed (the store keeps none).
+
+        Capacity and saturation come from the live workers' heartbeats (see
+        :class:`LimitStatus`). Raises ``NotImplementedError`` for a store without limits.
+        """
+        if limit is not None:
+            _validate.element_id(limit, "limit")
+        if not self.store.capabilities.limits:
+            raise NotImplementedError(f"{type(self.store).__name__} does not implement limits")
+        infos = await self.store.limits(limit)
+        declared: dict[str, tuple[int | None, tuple[tuple[int, float], ...]]] = {}
+        if infos and self.store.capabilities.workers:
+            with contextlib.suppress(NotImplementedError):
+                declared = _declared_limits(await self.store.workers())
+        out = []
+        for info in infos:
+            concurrency, rates = declared.get(info.limit, (None, ()))
+            holders = len(info.holders)
+            out.append(
+                LimitStatus(
+                    limit=info.limit,
+                    key=info.key,
+                    holders=holders,
+                    holder_ids=tuple(sorted(info.holders)),
+                    starts=info.starts,
+                    waiting=info.waiting,
+                    concurrency=concurrency,
+                    rates=rates,
+                    saturation=_saturation(holders, info.starts, concurrency, rates),
+                )
+            )
+        return out
 
     # -- elements --------------------------------------------------------------------------------
 

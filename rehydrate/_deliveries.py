@@ -195,6 +195,15 @@ class Stats:
     lateness_histogram: tuple[int, ...] | None = None
     #: The sum of the lateness counted in ``lateness_histogram`` (``0.0`` without one).
     lateness_sum: float = 0.0
+    #: Elements of a limited handler (``handler(limits=...)``) parked because their limit key
+    #: was full: handed back unrun, no attempt counted, to run when woken. One element parked
+    #: twice counts twice.
+    limit_parked: int = 0
+    #: Slots (and starts) of a handler's limits taken: the deliveries that were allowed to run.
+    limit_granted: int = 0
+    #: Parked elements this process's limit steps woke (filed due earlier: at once when there was
+    #: room, else at the earliest chance), whoever parked them.
+    limit_woken: int = 0
 
 
 @attrs.define(eq=False)
@@ -216,6 +225,9 @@ class Counters:
     lateness_max: float | None = None
     histogram: list[int] | None = None
     lateness_sum: float = 0.0
+    limit_parked: int = 0
+    limit_granted: int = 0
+    limit_woken: int = 0
 
     def keep_histogram(self) -> None:
         """Count lateness into buckets from now on (idempotent)."""
@@ -253,6 +265,9 @@ def stats_of(parts: Iterable[Counters], in_flight: int) -> Stats:
         lateness_max=max(maxima) if maxima else None,
         lateness_histogram=tuple(map(sum, zip(*histograms, strict=True))) if histograms else None,
         lateness_sum=sum(part.lateness_sum for part in parts),
+        limit_parked=sum(part.limit_parked for part in parts),
+        limit_granted=sum(part.limit_granted for part in parts),
+        limit_woken=sum(part.limit_woken for part in parts),
     )
 
 

@@ -33,9 +33,10 @@ from rehydrate._deliveries import Counters, Stats
 from rehydrate._version import __version__
 
 if TYPE_CHECKING:
+    from rehydrate._core._limits import LimitSpec
     from rehydrate.abc import Clock, Store
 
-__all__ = ["TTL_INTERVALS", "Heartbeat", "backend_name", "new_worker_id"]
+__all__ = ["TTL_INTERVALS", "Heartbeat", "backend_name", "new_worker_id", "spec_data"]
 
 logger = structlog.get_logger("rehydrate")
 
@@ -67,6 +68,18 @@ def _numbers(stats: Stats) -> dict[str, Any]:
         "lateness_p50": stats.lateness_p50,
         "lateness_p99": stats.lateness_p99,
         "lateness_max": stats.lateness_max,
+        "limit_parked": stats.limit_parked,
+        "limit_granted": stats.limit_granted,
+        "limit_woken": stats.limit_woken,
+    }
+
+
+def spec_data(spec: LimitSpec) -> dict[str, Any]:
+    """A handler's limits as its heartbeat tells them (what views compute saturation from)."""
+    return {
+        "concurrency": spec.concurrency,
+        "rates": [[n, per] for n, per in spec.rates],
+        "lease": spec.lease,
     }
 
 
@@ -89,6 +102,7 @@ class Heartbeat:
         in_flight: Callable[[str], int],
         total: Callable[[], Stats],
         clock: Clock | None = None,
+        limits: Callable[[], dict[str, LimitSpec]] | None = None,
     ) -> None:
         self.store = store
         self.worker_id = worker_id
@@ -98,6 +112,7 @@ class Heartbeat:
         self._counters = counters
         self._in_flight = in_flight
         self._total = total
+        self._limits = limits
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._started_at = wall(store.clock)
         self._backend = "unknown"
@@ -108,11 +123,14 @@ class Heartbeat:
     def data(self) -> dict[str, Any]:
         """What the next heartbeat sends (a JSON object; ``docs/monitoring.md`` lists the fields)."""
         concurrency = self._concurrency()
+        limits = {} if self._limits is None else self._limits()
         handlers: dict[str, Any] = {}
         for name in sorted(set(concurrency) | set(self._counters)):
             counters = self._counters.get(name) or Counters()
             entry = _numbers(counters.snapshot(in_flight=self._in_flight(name)))
             handlers[name] = {"concurrency": concurrency.get(name), **entry}
+            if name in limits:
+                handlers[name]["limits"] = spec_data(limits[name])
         return {
             "host": socket.gethostname(),
             "pid": os.getpid(),

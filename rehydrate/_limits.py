@@ -33,6 +33,7 @@ from rehydrate._core import _validate
 from rehydrate._core._limits import LimitSpec, Wake, check_key, check_names
 from rehydrate._core._records import Claim
 from rehydrate._core._validate import Seconds
+from rehydrate._deliveries import Counters
 from rehydrate.abc import Store
 from rehydrate.errors import InvalidArgumentError, InvalidTypeError, LimitKeyError, RehydrateError
 
@@ -136,9 +137,12 @@ def spec_of(limits: Iterable[object], lease: float) -> LimitSpec:
     return LimitSpec(concurrency=concurrency, rates=tuple(sorted(set(rates))), lease=float(lease))
 
 
-async def apply_wakes(store: Store, wakes: Sequence[Wake]) -> None:
+async def apply_wakes(store: Store, wakes: Sequence[Wake], counters: Counters | None = None) -> None:
     """File the woken waiters' elements earlier, each fenced by its attempt: one claimed (or
-    gone) since is left alone. A failure is logged: the waiter is still due at its own time."""
+    gone) since is left alone. A failure is logged: the waiter is still due at its own time.
+    ``counters``: a handler's, whose ``limit_woken`` counts them."""
+    if counters is not None:
+        counters.limit_woken += len(wakes)
     for wake in wakes:
         try:
             await store.reschedule(wake.name, wake.id, ttl=wake.ttl, attempt=wake.attempt)
@@ -295,11 +299,18 @@ class HandlerLimits:
     fail the element with. The slots held are renewed at half the handler's lease.
     """
 
-    def __init__(self, store: Store, name: str, spec: LimitSpec, key: Callable[[Any], Any] | None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        name: str,
+        spec: LimitSpec,
+        key: Callable[[Any], Any] | None,
+        counters: Counters | None = None,
+    ) -> None:
         self._store, self._name, self.spec, self._key = store, name, spec, key
         self.renewer = _Renewer(store, name, spec, spec.lease / 2)
-        #: Elements parked (handed back for want of room), for the stats.
-        self.parked = 0
+        #: The handler's counters (``Scheduler.stats``): parked, granted, woken.
+        self.counters = Counters() if counters is None else counters
 
     def key_of(self, element: Any) -> str:
         if self._key is None:
@@ -329,12 +340,13 @@ class HandlerLimits:
             await _hand_back(store, name, claim, 1.0)
             return None
         if answer.wake:
-            await apply_wakes(store, answer.wake)
+            await apply_wakes(store, answer.wake, self.counters)
         if answer.granted:
+            self.counters.limit_granted += 1
             if spec.concurrency is not None:
                 self.renewer.held[holder] = key
             return holder
-        self.parked += 1
+        self.counters.limit_parked += 1
         parked_in = answer.parked_in if answer.parked_in is not None else answer.retry_in or 0.0
         await _hand_back(store, name, claim, parked_in)
         return None
@@ -348,7 +360,7 @@ class HandlerLimits:
             try:
                 answer = await store.limit_release(self._name, key, holder, self.spec)
                 if answer.wake:
-                    await apply_wakes(store, answer.wake)
+                    await apply_wakes(store, answer.wake, self.counters)
             except RehydrateError as exc:
                 logger.warning(
                     "could not release a limit slot; its lease frees it", dehydrator=self._name, exc_info=exc

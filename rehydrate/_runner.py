@@ -659,7 +659,7 @@ class Runner:
         self._limits = (
             None
             if handler.limits is None
-            else HandlerLimits(store, handler.name, handler.limits, handler.limit_key)
+            else HandlerLimits(store, handler.name, handler.limits, handler.limit_key, counters)
         )
         #: What a schedule's claimed occurrence stands for, and what is filed when it ends.
         self._occurrences = Occurrences(store, handler.name, file=self._rearmer.add, ack=self._acker.add)

@@ -315,6 +315,12 @@ class Scheduler:
         return sorted(self._handlers)
 
     @property
+    def limited_handlers(self) -> list[str]:
+        """The names of the handlers declared with ``limits=``, sorted (``/metrics`` of a worker
+        counts their parked, granted and woken elements from the start)."""
+        return sorted(name for name, h in self._handlers.items() if h.limits is not None)
+
+    @property
     def grace(self) -> float:
         """Seconds shutdown waits for running handlers before cancelling them (see the class)."""
         return self._settings.grace
@@ -1094,6 +1100,7 @@ class Scheduler:
                 in_flight=lambda name: r.in_flight if (r := self._runners.get(name)) else 0,
                 total=self.stats,
                 clock=self._heartbeat_clock,
+                limits=lambda: {name: h.limits for name, h in self._handlers.items() if h.limits is not None},
             )
             if self._serving.is_set():  # serving handlers: registered before the body runs
                 await tg.start(heartbeat.run, self._stopped)

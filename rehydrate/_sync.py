@@ -307,6 +307,7 @@ class SyncAdmin:
     dehydrator = _blocking_admin(Admin.dehydrator)
     dehydrators = _blocking_admin(Admin.dehydrators)
     workers = _blocking_admin(Admin.workers)
+    limits = _blocking_admin(Admin.limits)
     elements = _blocking_admin(Admin.elements)
     remove = _blocking_admin(Admin.remove)
     run_now = _blocking_admin(Admin.run_now)

@@ -242,8 +242,9 @@ def test_stats_dead_and_requeue(cli: CLI) -> None:
             "claimed": 0,
             "dead": 3,
             "next_due_in": pytest.approx(3600, abs=5),
+            "limit": None,
         },
-        {"name": "other", "size": 1, "due": 1, "claimed": 0, "dead": 0, "next_due_in": 0.0},
+        {"name": "other", "size": 1, "due": 1, "claimed": 0, "dead": 0, "next_due_in": 0.0, "limit": None},
     ]
     now = datetime.now(UTC)
     assert (next_due_at[0] - now).total_seconds() == pytest.approx(3600, abs=5)

@@ -24,6 +24,7 @@ PUBLIC = {
     "InvalidArgumentError",
     "InvalidTypeError",
     "LimitKeyError",
+    "LimitStatus",
     "Limiter",
     "Rate",
     "RehydrateError",

@@ -1315,3 +1315,67 @@ def test_times_relative_to_now_in_two_units(seconds: float, text: str) -> None:
     from rehydrate.web._pages import from_now
 
     assert from_now(seconds) == text
+
+
+# -- limits ------------------------------------------------------------------------------------
+
+
+async def fill_limits(store: Store) -> None:
+    """Two keys of ``charge`` (Concurrency(2), declared by a live worker's heartbeat): acct-1
+    full with one element waiting, acct-2 half full; and a ``reports`` slot nobody declares."""
+    from rehydrate.abc import LimitSpec
+
+    spec = LimitSpec(concurrency=2, lease=30.0)
+    for holder in ("h1", "h2"):
+        assert (await store.limit_acquire("charge", "acct-1", holder, spec)).granted
+    refused = await store.limit_acquire("charge", "acct-1", "h3", spec, waiter=("charge", "e3", 0))
+    assert not refused.granted
+    assert (await store.limit_acquire("charge", "acct-2", "h4", spec)).granted
+    assert (await store.limit_acquire("reports", "*", "r1", LimitSpec(concurrency=5, lease=30.0))).granted
+    declared = {"concurrency": 2, "rates": [], "lease": 30.0}
+    await store.heartbeat("box:1:aa", {"handlers": {"charge": {"limits": declared}}}, ttl=60)
+
+
+def limit_gauges(text: str) -> dict[str, dict[str, float]]:
+    values: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if "limit" in sample.labels:
+                values.setdefault(sample.name, {})[sample.labels["limit"]] = sample.value
+    return values
+
+
+async def test_the_limits_page_shows_each_key_fullest_first(store: Store) -> None:
+    await fill_limits(store)
+    async with client(app(store)) as http:
+        listing = (await http.get("/limits", headers={"Accept": "application/json"})).json()
+        page = (await http.get("/limits")).text
+        only = (await http.get("/limits?limit=charge", headers={"Accept": "application/json"})).json()
+        overview = (await http.get("/")).text
+    rows = listing["limits"]
+    assert [(r["limit"], r["key"]) for r in rows] == [
+        ("charge", "acct-1"),
+        ("charge", "acct-2"),
+        ("reports", "*"),
+    ]
+    first = rows[0]
+    assert (first["holders"], first["waiting"], first["concurrency"], first["saturation"]) == (2, 1, 2, 1.0)
+    assert first["holder_ids"] == ["h1", "h2"]
+    assert rows[1]["saturation"] == 0.5
+    assert (rows[2]["concurrency"], rows[2]["saturation"]) == (None, None)  # no worker declares it
+    assert [r["key"] for r in only["limits"]] == ["acct-1", "acct-2"]
+    assert 'data-limit="charge" data-key="acct-1"' in page
+    assert "<td>2</td>" in page  # the capacity column
+    assert "100%" in page
+    assert 'href="limits"' in overview  # every page links to the limits
+
+
+async def test_metrics_give_each_limits_holders_waiting_capacity_and_saturation(store: Store) -> None:
+    await fill_limits(store)
+    async with client(app(store)) as http:
+        values = limit_gauges((await http.get("/metrics")).text)
+    assert values["rehydrate_limit_holders"] == {"charge": 3.0, "reports": 1.0}
+    assert values["rehydrate_limit_waiting"] == {"charge": 1.0, "reports": 0.0}
+    assert values["rehydrate_limit_keys"] == {"charge": 2.0, "reports": 1.0}
+    assert values["rehydrate_limit_capacity"] == {"charge": 2.0}  # reports: declared by nobody
+    assert values["rehydrate_limit_saturation"] == {"charge": 1.0}  # its fullest key

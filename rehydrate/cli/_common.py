@@ -328,6 +328,17 @@ def due_text(seconds: float) -> str:
     return "due now" if seconds <= 0 else f"due in {seconds_text(seconds)}"
 
 
+def capacity_text(concurrency: int | None, rates: list[list[Any]]) -> str:
+    """``10, 100/1s``: the concurrency, then each rate over its window; ``-`` if none known."""
+    parts = [] if concurrency is None else [str(concurrency)]
+    parts += [f"{n}/{seconds_text(per)}" for n, per in rates]
+    return ", ".join(parts) or "-"
+
+
+def saturation_text(saturation: float | None) -> str:
+    return "-" if saturation is None else f"{saturation:.0%}"
+
+
 def table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]

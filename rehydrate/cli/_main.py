@@ -52,6 +52,7 @@ COMMANDS: Final = {
         *("stats", "workers", "dead", "requeue"),
     ),
     "rehydrate.cli._schedules": ("schedules", "schedule", "unschedule", "pause", "resume", "run-now"),
+    "rehydrate.cli._limits": ("limits",),
 }
 #: The main parser's options that take a value (to find the command in a command line).
 _VALUED: Final = frozenset({"--store", "--log-format", "--format"})

@@ -30,6 +30,7 @@ from rehydrate.cli import _common
 from rehydrate.cli._common import (
     CLIError,
     aware_datetime,
+    capacity_text,
     due_text,
     duration,
     emit,
@@ -38,6 +39,7 @@ from rehydrate.cli._common import (
     payload,
     plural,
     positive_int,
+    saturation_text,
     seconds_text,
     show,
     show_id,
@@ -237,12 +239,16 @@ async def update(args: argparse.Namespace, store: Store) -> int:
 # -- operating ---------------------------------------------------------------------------------
 
 
-async def _stats_rows(store: Store, only: str | None) -> list[dict[str, Any]]:
+async def _stats_rows(store: Store, only: str | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Each dehydrator's row, and each limit's keys added up (``limit_totals``), by limit."""
     # ``x.dead`` holds x's dead letters (the scheduler's naming): its count is x's DEAD column, and
     # ``rehydrate dead x`` lists every element it holds, so the two always agree.
-    from rehydrate._admin import Admin
+    from rehydrate._admin import Admin, limit_totals
 
     admin = Admin(store)
+    totals: dict[str, Any] = {}
+    if store.capabilities.limits:
+        totals = limit_totals(await admin.limits(only))
     rows = []
     for name in [only] if only is not None else await admin.names():
         info = await admin.dehydrator(name)
@@ -256,46 +262,70 @@ async def _stats_rows(store: Store, only: str | None) -> list[dict[str, Any]]:
                 "dead": info.dead,
                 "next_due_in": info.ttn,
                 "next_due_at": None if info.ttn is None else utc_text(now + info.ttn, "milliseconds"),
+                "limit": totals.get(name),
             }
         )
-    return rows
+    return rows, totals
 
 
-def _stats_text(rows: list[dict[str, Any]]) -> str:
+def _stats_text(rows: list[dict[str, Any]], totals: dict[str, Any]) -> str:
     if not rows:
-        return "no dehydrators hold elements"
-    headers = ["NAME", "SIZE", "DUE", "CLAIMED", "DEAD", "NEXT DUE"]
-    return table(
-        headers,
-        [
+        text = "no dehydrators hold elements"
+    else:
+        headers = ["NAME", "SIZE", "DUE", "CLAIMED", "DEAD", "NEXT DUE"]
+        text = table(
+            headers,
             [
-                show_id(r["name"]),
-                *(str(r[key]) for key in ("size", "due", "claimed", "dead")),
-                seconds_text(r["next_due_in"]),
-            ]
-            for r in rows
-        ],
-    )
+                [
+                    show_id(r["name"]),
+                    *(str(r[key]) for key in ("size", "due", "claimed", "dead")),
+                    seconds_text(r["next_due_in"]),
+                ]
+                for r in rows
+            ],
+        )
+    if totals:
+        headers = ["LIMIT", "KEYS", "HOLDERS", "WAITING", "CAPACITY (PER KEY)", "SATURATION (FULLEST KEY)"]
+        text += "\n\n" + table(
+            headers,
+            [
+                [
+                    show_id(limit),
+                    str(t["keys"]),
+                    str(t["holders"]),
+                    str(t["waiting"]),
+                    capacity_text(t["concurrency"], t["rates"]),
+                    saturation_text(t["saturation"]),
+                ]
+                for limit, t in totals.items()
+            ],
+        )
+    return text
 
 
 async def stats(args: argparse.Namespace, store: Store) -> int:
     as_json = wants_json(args)
     if not args.watch:
-        rows = await _stats_rows(store, args.name)
-        emit(json_text(rows) if as_json else _stats_text(rows))
+        rows, totals = await _stats_rows(store, args.name)
+        emit(json_text(rows) if as_json else _stats_text(rows, totals))
         return 0
     # --watch: redraw on a terminal, or one JSON line per refresh when piped; Ctrl-C ends it.
     refreshes = 0
     deadline = time.monotonic()
     while args.count is None or refreshes < args.count:
-        rows = await _stats_rows(store, args.name)
+        rows, totals = await _stats_rows(store, args.name)
         if as_json:
-            emit(json_text({"at": utc_text(time.time(), "milliseconds"), "dehydrators": rows}))
+            emit(
+                json_text(
+                    {"at": utc_text(time.time(), "milliseconds"), "dehydrators": rows, "limits": totals}
+                )
+            )
         else:
             stamp = datetime.now(UTC).strftime("%H:%M:%S")
             screen = "\x1b[H\x1b[2J" if sys.stdout.isatty() else ""
             emit(
-                f"{screen}rehydrate stats  {stamp}  every {seconds_text(args.interval)}\n{_stats_text(rows)}"
+                f"{screen}rehydrate stats  {stamp}  every {seconds_text(args.interval)}\n"
+                f"{_stats_text(rows, totals)}"
             )
         refreshes += 1
         if args.count is not None and refreshes >= args.count:
@@ -565,7 +595,10 @@ def register(commands: Commands) -> None:
         "size, due, claimed, dead letters and next due, per dehydrator",
         "Print each dehydrator's size, due and claimed elements, dead letters (the elements of "
         "NAME.dead, listed by 'rehydrate dead NAME') and when the next one is due: JSON gives "
-        "next_due_in (seconds) and next_due_at (ISO 8601, UTC).",
+        "next_due_in (seconds) and next_due_at (ISO 8601, UTC). Below, each limit with state "
+        "(handler(limits=...)): its keys, holders, waiting elements, capacity and the saturation "
+        "of its fullest key; JSON gives it as each dehydrator's 'limit' (null: none), with "
+        "'rehydrate limits' naming the fields.",
         _epilog("never"),
         run_verb,
         commands.store,

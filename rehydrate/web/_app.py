@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from rehydrate._admin import Admin
+from rehydrate._admin import Admin, limit_row, limit_totals
 from rehydrate._clock import wall
 from rehydrate._core import _workers
 from rehydrate._schedules import ScheduleInfo, is_schedule
@@ -427,6 +427,24 @@ class _Dashboard:
         )
         return HTMLResponse(text)
 
+    async def limits(self, request: Request, session: Session | None) -> Response:
+        """``GET /limits[?limit=NAME]``: each limit key with state, fullest first; the rows of
+        ``rehydrate limits``. 501 for a store without limits."""
+        limit = request.query_params.get("limit") or None
+        if not self.store.capabilities.limits:
+            raise _Refusal(501, "this store does not implement limits")
+        try:
+            statuses = await self.admin.limits(limit)
+        except InvalidArgumentError as exc:
+            raise _Refusal(400, str(exc)) from None
+        rows = [limit_row(s) for s in statuses]
+        rows.sort(key=lambda r: (-(r["saturation"] or 0.0), -r["waiting"], r["limit"], r["key"]))
+        if _wants_json(request):
+            return JSONResponse({"limit": limit, "limits": rows})
+        return HTMLResponse(
+            _pages.limits_page(limit=limit, rows=rows, nonce=request.state.nonce, keep=self.keep)
+        )
+
     # -- actions ---------------------------------------------------------------------------------
 
     @staticmethod
@@ -557,7 +575,13 @@ class _Dashboard:
         except RehydrateError as exc:  # still answer: rehydrate_store_up 0 is worth an alert
             log.warning("dashboard could not read the store for /metrics", error=repr(exc))
             readings = None
-        return Response(_metrics.exposition(readings), media_type=_metrics.CONTENT_TYPE)
+        limits: dict[str, dict[str, Any]] | None = None
+        if readings is not None and self.store.capabilities.limits:
+            try:
+                limits = limit_totals(await self.admin.limits())
+            except RehydrateError as exc:
+                log.warning("dashboard could not read the limits for /metrics", error=repr(exc))
+        return Response(_metrics.exposition(readings, limits), media_type=_metrics.CONTENT_TYPE)
 
     async def events(self, request: Request, session: Session | None) -> Response:
         return StreamingResponse(
@@ -651,6 +675,7 @@ def app(
         Route("/element", board.page(board.element)),
         Route("/dead", board.page(board.dead)),
         Route("/schedules", board.page(board.schedules)),
+        Route("/limits", board.page(board.limits)),
         Route("/events", board.page(board.events)),
         Route("/metrics", board.page(board.metrics)),
         Route("/workers", board.page(board.workers)),

@@ -354,6 +354,7 @@ def _layout(
         f'<style nonce="{escape(nonce)}">{_STYLE}</style></head><body>'
         f'<header><a href="./">rehydrate</a>{trail}'
         f'<span id="status">{"connecting…" if live else ""}</span>'
+        '<a class="nav" href="limits">limits</a>'
         '<a class="nav" href="schedules">schedules</a></header>'
         f'<main><div id="notice" role="status"></div>{body}</main>'
         "<footer>Counts come from the store at each sample. <b>Left/min</b>: elements that left a "
@@ -941,6 +942,46 @@ def schedules_page(
     crumbs = [("schedules", relative("schedules"))]
     if name:
         crumbs = [(name, relative("elements", name=name)), ("schedules", relative("schedules", name=name))]
+    return _layout(title=title, body=body, nonce=nonce, keep=keep, crumbs=crumbs)
+
+
+def limits_page(*, limit: str | None, rows: Sequence[dict[str, Any]], nonce: str, keep: int) -> str:
+    """``/limits``: each limit key with state, fullest first (the rows of ``rehydrate limits``)."""
+    lines = []
+    for row in rows:
+        capacity = [] if row["concurrency"] is None else [str(row["concurrency"])]
+        capacity += [f"{n}/{per:g}s" for n, per in row["rates"]]
+        saturation = row["saturation"]
+        width = 0 if saturation is None else round(saturation * 100)
+        lines.append(
+            f'<tr data-limit="{escape(row["limit"])}" data-key="{escape(row["key"])}">'
+            f'<td><a href="{escape(relative("limits", limit=row["limit"]))}">{escape(row["limit"])}</a></td>'
+            f"<td><code>{escape(row['key'])}</code></td>"
+            f'<td class="n">{row["holders"]}</td><td class="n">{row["waiting"]}</td>'
+            f'<td class="n">{row["starts"]}</td>'
+            f"<td>{escape(', '.join(capacity) or '-')}</td>"
+            f'<td class="n" title="{width}%">'
+            + ("-" if saturation is None else f"{saturation:.0%}")
+            + "</td></tr>"
+        )
+    table = (
+        '<table id="limits"><thead><tr><th>limit</th><th>key</th><th class="n">holders</th>'
+        '<th class="n">waiting</th><th class="n">starts</th><th>capacity</th>'
+        f'<th class="n">saturation</th></tr></thead><tbody>{"".join(lines)}</tbody></table>'
+        if lines
+        else '<p class="muted">No limit key holds a slot, counts a start or has waiters'
+        + (f" in {escape(limit)}" if limit else "")
+        + ". Declare limits with <code>handler(limits=...)</code> or use a <code>Limiter</code>.</p>"
+    )
+    title = f"limits of {limit}" if limit else "Limits"
+    body = (
+        f'<h1>{escape(title)} <span class="muted">fullest first; capacity as the live workers '
+        "declare it</span></h1>"
+        f'<div id="limits-box" data-refresh>{table}</div>'
+    )
+    crumbs = [("limits", relative("limits"))]
+    if limit:
+        crumbs.append((limit, relative("limits", limit=limit)))
     return _layout(title=title, body=body, nonce=nonce, keep=keep, crumbs=crumbs)
 
 

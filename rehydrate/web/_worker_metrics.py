@@ -2,7 +2,8 @@
 
 The dashboard's ``/metrics`` reads the store (what is waiting, due, dead); this endpoint reads one
 worker process's scheduler (what it did): ``rehydrate_deliveries_total{name,outcome}``, the
-``rehydrate_lateness_seconds{name}`` histogram, deliveries started and in flight. A collector
+``rehydrate_lateness_seconds{name}`` histogram, deliveries started and in flight, and for a
+limited handler ``rehydrate_limit_{parked,granted,woken}_total{name}``. A collector
 reads :meth:`Scheduler.stats_by_name` at each scrape, in a registry of its
 own (nothing global, so several schedulers in one process or one test never collide), and
 prometheus_client writes the exposition format.
@@ -75,7 +76,19 @@ class SchedulerCollector(Collector):
             "Seconds between an element's due time and its claim.",
             labels=["name"],
         )
+        limits = {
+            what: CounterMetricFamily(f"rehydrate_limit_{what}", text, labels=["name"])
+            for what, text in (
+                ("parked", "Elements of a limited handler parked because their limit key was full."),
+                ("granted", "Slots of a handler's limits taken: deliveries allowed to run."),
+                ("woken", "Parked elements this process's limit steps woke."),
+            )
+        }
+        limited = set(scheduler.limited_handlers)
         for name, stats in scheduler.stats_by_name().items():
+            if name in limited or stats.limit_granted or stats.limit_parked:
+                for what, family in limits.items():
+                    family.add_metric([name], float(getattr(stats, f"limit_{what}")))
             for outcome in OUTCOMES:
                 outcomes.add_metric([name, outcome], float(getattr(stats, outcome)))
             started.add_metric([name], float(stats.delivered))
@@ -92,6 +105,7 @@ class SchedulerCollector(Collector):
         yield started
         yield in_flight
         yield lateness
+        yield from limits.values()
 
 
 def exposition(scheduler: Scheduler) -> bytes:
