@@ -1594,8 +1594,8 @@ async def test_a_limit_key_lives_in_one_slot_under_a_ttl_and_leaves_nothing_when
     keys = [key async for key in raw.scan_iter(match=f"{prefix}:limit:*")]
     assert len(keys) == 4 * len(odd)  # h, t, q, m of each
     assert len({hash_slot(key) for key in keys}) == len(odd)
-    for key in keys:
-        assert 0 < await raw.pttl(key) <= (2 * spec.horizon + 60) * 1000 + 1
+    for found in keys:
+        assert 0 < await raw.pttl(found) <= (2 * spec.horizon + 60) * 1000 + 1
     for limit, key in odd:
         await store.limit_release(limit, key, "h", spec)
         woken = await store.limit_acquire(limit, key, "w", spec, waiter=("jobs", f"{limit}/{key}", 0))
