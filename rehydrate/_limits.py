@@ -137,19 +137,61 @@ def spec_of(limits: Iterable[object], lease: float) -> LimitSpec:
     return LimitSpec(concurrency=concurrency, rates=tuple(sorted(set(rates))), lease=float(lease))
 
 
-async def apply_wakes(store: Store, wakes: Sequence[Wake], counters: Counters | None = None) -> None:
+async def apply_wakes(store: Store, wakes: Sequence[Wake], counters: Counters | None = None) -> list[Wake]:
     """File the woken waiters' elements earlier, each fenced by its attempt: one claimed (or
     gone) since is left alone. A failure is logged: the waiter is still due at its own time.
-    ``counters``: a handler's, whose ``limit_woken`` counts them."""
+    ``counters``: a handler's, whose ``limit_woken`` counts them. Returns the wakes that found
+    their element claimed or gone (not moved)."""
     if counters is not None:
         counters.limit_woken += len(wakes)
+    missed = []
     for wake in wakes:
         try:
-            await store.reschedule(wake.name, wake.id, ttl=wake.ttl, attempt=wake.attempt)
+            if not await store.reschedule(wake.name, wake.id, ttl=wake.ttl, attempt=wake.attempt):
+                missed.append(wake)
         except RehydrateError as exc:
             logger.warning(
                 "could not wake a waiter of a limit", dehydrator=wake.name, id=wake.id, exc_info=exc
             )
+    return missed
+
+
+#: When a wake finds its element claimed, it is tried again this long after, then once more
+#: after the second delay (real seconds): see :class:`_Rewaker`.
+_REWAKE_AFTER: Final = (0.05, 0.5)
+
+
+class _Rewaker:
+    """Wakes tried again, in the background, when they found their element claimed.
+
+    A waiter is queued by one step and its element handed back by the next call: a release that
+    wakes it in between finds the element still claimed by the worker parking it (the fence
+    refuses it), and the hand-back then files it at the time its refusal named (a lease's end, a
+    horizon out), with the room it was woken for left empty and nobody due to take it. The same
+    wake tried again once the element is handed back (its attempt is the waiter's again) moves it
+    up; one claimed to run (or gone) is left alone by the fence, as before.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._pending: list[Wake] = []
+        self._more = anyio.Event()
+
+    def add(self, wakes: Sequence[Wake]) -> None:
+        if wakes:
+            self._pending.extend(wakes)
+            self._more.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._more.wait()
+            self._more = anyio.Event()
+            wakes, self._pending = self._pending, []
+            for delay in _REWAKE_AFTER:  # (those added meanwhile wait for the next round)
+                await anyio.sleep(delay)
+                wakes = await apply_wakes(self._store, wakes)
+                if not wakes:
+                    break
 
 
 class _Renewer:
@@ -311,6 +353,8 @@ class HandlerLimits:
         self.renewer = _Renewer(store, name, spec, spec.lease / 2)
         #: The handler's counters (``Scheduler.stats``): parked, granted, woken.
         self.counters = Counters() if counters is None else counters
+        #: The wakes that found their element claimed, tried again (run beside the renewer).
+        self.rewaker = _Rewaker(store)
 
     def key_of(self, element: Any) -> str:
         if self._key is None:
@@ -340,7 +384,7 @@ class HandlerLimits:
             await _hand_back(store, name, claim, 1.0)
             return None
         if answer.wake:
-            await apply_wakes(store, answer.wake, self.counters)
+            self.rewaker.add(await apply_wakes(store, answer.wake, self.counters))
         if answer.granted:
             self.counters.limit_granted += 1
             if spec.concurrency is not None:
@@ -360,7 +404,7 @@ class HandlerLimits:
             try:
                 answer = await store.limit_release(self._name, key, holder, self.spec)
                 if answer.wake:
-                    await apply_wakes(store, answer.wake, self.counters)
+                    self.rewaker.add(await apply_wakes(store, answer.wake, self.counters))
             except RehydrateError as exc:
                 logger.warning(
                     "could not release a limit slot; its lease frees it", dehydrator=self._name, exc_info=exc

@@ -709,6 +709,7 @@ class Runner:
                 work.start_soon(self._rescheduler.run)
                 if self._limits is not None:
                     work.start_soon(self._limits.renewer.run)
+                    work.start_soon(self._limits.rewaker.run)
                 try:
                     async with anyio.create_task_group() as handlers:
                         workers.group = handlers

@@ -33,8 +33,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import anyio
 
 from rehydrate._clock import ServerClock
-from rehydrate._core import _validate, _workers
+from rehydrate._core import _limits, _validate, _workers
 from rehydrate._core._fence import STAMP, stamp
+from rehydrate._core._limits import LimitAnswer, LimitInfo, LimitSpec, Wake
 from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, new_claim
 from rehydrate._core._validate import Seconds
 from rehydrate.abc import Capabilities, Serializer, Subscription
@@ -92,6 +93,21 @@ def _micros(value: object, name: str) -> int:
 def _escape(name: str) -> str:
     """A name fit for a hash tag: no braces (and so no ambiguity: ``%`` is escaped too)."""
     return name.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+
+
+def _tag(part: str) -> str:
+    """A limit's name or partition key as a part of its hash tag: no braces, and no colon, which
+    separates the two (``%`` is escaped too, so the two parts are read back exactly)."""
+    return _escape(part).replace(":", "%3A")
+
+
+def _untag(part: str) -> str:
+    return part.replace("%3A", ":").replace("%7D", "}").replace("%7B", "{").replace("%25", "%")
+
+
+def _glob(text: str) -> str:
+    """``text`` matched literally by ``SCAN MATCH``."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def _fence_text(token: int | None) -> str:
@@ -285,7 +301,7 @@ class RedisStore(StoreBase):
     the task that opened them.
     """
 
-    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True)
+    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True, limits=True)
 
     def __init__(
         self,
@@ -1015,6 +1031,111 @@ class RedisStore(StoreBase):
                 )
             )
         return sorted(found, key=lambda w: w.id)
+
+    # -- limits ----------------------------------------------------------------------------------
+    # Each step is one run of limit.lua on the limit key's four keys (one hash tag: one slot); it
+    # documents the keys, and why a step's wakes are the client's second step (apply_wakes).
+
+    def _limit_keys(self, limit: str, key: str) -> list[str]:
+        base = f"{self._prefix}:limit:{{{_tag(limit)}:{_tag(key)}}}"
+        return [f"{base}:h", f"{base}:t", f"{base}:q", f"{base}:m"]
+
+    async def _limit_step(
+        self,
+        op: str,
+        limit: str,
+        key: str,
+        holder: str,
+        spec: object,
+        waiter: object = None,
+    ) -> Any:
+        self._check_open()
+        _limits.check_names(limit, key, holder)
+        checked = _limits.check_spec(spec)
+        own = _limits.check_waiter(waiter)
+        if self.clock.take_sync():  # as _eval: every ServerClock.resync_every
+            with suppress(RehydrateError):
+                await self._set_clock()
+        args: _Args = [
+            *self._worker_head(),
+            op,
+            holder,
+            "" if checked.concurrency is None else checked.concurrency,
+            _micros(checked.lease, "lease"),
+            _micros(checked.window, "window"),
+            _micros(checked.horizon, "horizon"),
+            *(("", "", "") if own is None else own),
+            len(checked.rates),
+        ]
+        for n, per in checked.rates:
+            args += (n, _micros(per, "per"))
+        return await self._backend.eval(SCRIPTS["limit"], self._limit_keys(limit, key), args)
+
+    @staticmethod
+    def _limit_answer(reply: Sequence[Any]) -> LimitAnswer:
+        retry_in, parked_in = int(reply[1]), int(reply[2])
+        wakes = tuple(
+            Wake(_text(reply[i]), _text(reply[i + 1]), int(reply[i + 2]), int(reply[i + 3]) / 1e6)
+            for i in range(3, len(reply), 4)
+        )
+        return LimitAnswer(
+            granted=bool(int(reply[0])),
+            retry_in=None if retry_in < 0 else retry_in / 1e6,
+            parked_in=None if parked_in < 0 else parked_in / 1e6,
+            wake=wakes,
+        )
+
+    async def limit_acquire(
+        self,
+        limit: str,
+        key: str,
+        holder: str,
+        spec: LimitSpec,
+        *,
+        waiter: tuple[str, str, int] | None = None,
+    ) -> LimitAnswer:
+        """See :meth:`Store.limit_acquire`: one script. A retry after a lost reply finds the
+        holder's slot taken and grants it again (a rate alone, which keeps no holder, counts a
+        second start)."""
+        reply = await self._limit_step("acquire", limit, key, holder, spec, waiter)
+        return self._limit_answer(reply)
+
+    async def limit_renew(self, limit: str, key: str, holder: str, spec: LimitSpec) -> bool:
+        return bool(int(await self._limit_step("renew", limit, key, holder, spec)))
+
+    async def limit_release(self, limit: str, key: str, holder: str, spec: LimitSpec) -> LimitAnswer:
+        """See :meth:`Store.limit_release`: one script. A retry after a lost reply answers that
+        the holder held nothing, and the wakes of the first run are lost: the waiters are due at
+        their own times all the same (limit.lua's header)."""
+        return self._limit_answer(await self._limit_step("release", limit, key, holder, spec))
+
+    async def limits(self, limit: str | None = None) -> list[LimitInfo]:
+        """See :meth:`Store.limits`: the limit keys found by ``SCAN`` (every primary of a
+        cluster), then one script per key in one pipeline, which also deletes the keys gone idle."""
+        self._check_open()
+        if limit is not None:
+            _limits.check_names(limit, "-")
+        pattern = _glob(f"{self._prefix}:limit:{{")
+        pattern += "*" if limit is None else _glob(_tag(limit)) + ":*"
+        found: list[tuple[str, str]] = []
+        for name in await self._backend.scan(pattern + "}:m"):
+            tag = name[len(self._prefix) + len(":limit:{") : -len("}:m")]
+            part, colon, rest = tag.partition(":")
+            if colon and ":" not in rest:
+                found.append((_untag(part), _untag(rest)))
+        found.sort()
+        if not found:
+            return []
+        head = [*self._worker_head(), "list"]
+        script = SCRIPTS["limit"]
+        replies = await self._backend.eval_many([(script, self._limit_keys(a, b), head) for a, b in found])
+        out = []
+        for (name, key), reply in zip(found, replies, strict=True):
+            if reply:
+                holders = {_text(reply[i]): int(reply[i + 1]) / 1e6 for i in range(2, len(reply), 2)}
+                starts, waiting = int(reply[0]), int(reply[1])
+                out.append(LimitInfo(limit=name, key=key, holders=holders, starts=starts, waiting=waiting))
+        return out
 
     @asynccontextmanager
     async def _subscribe(self, name: str) -> AsyncIterator[Subscription]:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["SCRIPTS", "Backend", "RedisRefusedError", "Script", "SentinelTarget", "redact"]
 
 _SCRIPT_NAMES: Final = (
+    "limit",
     "look",
     "migrate",
     "move",
@@ -917,6 +918,19 @@ class Backend:
                     attempt = await self._retry(exc, attempt)
             todo = missing
         return results
+
+    async def scan(self, match: str) -> list[str]:
+        """Every key that matches the glob ``match`` (``SCAN``; on a cluster, on every primary).
+        For views, not a hot path: a failed scan starts over, so a key is listed once."""
+        client = self._get()
+        attempt = 1
+        while True:
+            try:
+                found = {key async for key in client.scan_iter(match=match, count=1000)}
+            except (*self._transient, self._redis_error) as exc:
+                attempt = await self._retry(exc, attempt)
+                continue
+            return sorted(key.decode() if isinstance(key, bytes) else key for key in found)
 
     @asynccontextmanager
     async def listen(self, channel: str, notify: Callable[[], None]) -> AsyncIterator[None]:

@@ -3,10 +3,10 @@ store objects (their own connections) sharing one database, in real time with sh
 windows (the rules with a FakeClock, step by step: tests/test_limits.py; each store's steps:
 the contract suite's ``LimitsContract``).
 
-What is checked holds whatever the timing: never over N at once, never more than n starts in a
-window, a saturated key holding up no other, a parked element using no attempt, and a dead
-holder's slot coming back when its lease runs out. The tests wait on what they count (with a
-deadline), never a fixed sleep.
+What is checked holds whatever the timing: never more than n starts in a window, and a parked
+element using no attempt (never over N, a saturated key holding up no other and a dead holder's
+slot coming back are checked on every harness, Redis included, in test_limits_schedulers.py).
+The tests wait on what they count (with a deadline), never a fixed sleep.
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
 from rehydrate import Admin, Concurrency, Rate, Retry, Scheduler, current_delivery
-from rehydrate.abc import LimitSpec, Store
+from rehydrate.abc import Store
 from rehydrate.stores import MemoryStore, PostgresStore, SQLiteStore
 from tests.pg_server import drop_tables, shared_server_url
 
@@ -92,35 +91,6 @@ def most_at_once(spans: list[tuple[float, float]]) -> int:
     return most
 
 
-async def test_never_over_n_across_schedulers_sharing_the_store(shared: Shared) -> None:
-    spans: list[tuple[float, float]] = []
-    ran: list[int] = []
-    async with AsyncExitStack() as stack:
-        schedulers = []
-        for i in range(3):
-            store = shared.store if i == 0 else await shared.another(stack)
-            scheduler = Scheduler(store, heartbeat=None, grace=1)
-
-            @scheduler.handler("jobs", limits=[Concurrency(2)], lease=5)
-            async def job(element: int) -> None:
-                start = time.monotonic()
-                await anyio.sleep(0.02)
-                spans.append((start, time.monotonic()))
-                ran.append(element)
-
-            schedulers.append(await stack.enter_async_context(scheduler))
-        for i in range(12):
-            await schedulers[0].defer("jobs", i, delay=0)
-        await until(lambda: len(ran) == 12)
-        stats = [s.stats("jobs") for s in schedulers]
-        for scheduler in schedulers:
-            scheduler.stop()
-    assert sorted(ran) == list(range(12))
-    assert most_at_once(spans) <= 2
-    assert sum(s.limit_granted for s in stats) == 12
-    assert sum(s.retried + s.dead_lettered for s in stats) == 0
-
-
 async def test_a_rate_is_never_exceeded(shared: Shared) -> None:
     store = shared.store
     starts: list[float] = []
@@ -140,37 +110,6 @@ async def test_a_rate_is_never_exceeded(shared: Shared) -> None:
         assert sum(at <= s < at + 0.5 - JITTER for s in starts) <= 4
     # Ten starts at four a window take three windows: the ninth is a window after the fifth.
     assert starts[8] - starts[0] >= 2 * 0.5 - JITTER
-
-
-async def test_a_saturated_key_does_not_hold_up_another(shared: Shared) -> None:
-    store = shared.store
-    gate = anyio.Event()
-    done: list[str] = []
-    running: dict[str, int] = {}
-    scheduler = Scheduler(store, heartbeat=None, grace=1)
-
-    @scheduler.handler("jobs", limits=[Concurrency(1)], limit_key=lambda e: e["k"], concurrency=20)
-    async def job(element: dict[str, Any]) -> None:
-        key = element["k"]
-        running[key] = running.get(key, 0) + 1
-        assert running[key] == 1
-        if key == "busy":
-            await gate.wait()
-        running[key] -= 1
-        done.append(key)
-
-    async with scheduler:
-        for i in range(15):
-            await scheduler.defer("jobs", {"k": "busy", "i": i}, delay=0)
-        await until(lambda: running.get("busy") == 1)
-        for i in range(10):
-            await scheduler.defer("jobs", {"k": f"other{i}"}, delay=0)
-        await until(lambda: len(done) == 10, timeout=5)  # all the others, the busy key still full
-        assert "busy" not in done
-        gate.set()
-        await until(lambda: len(done) == 25)
-        scheduler.stop()
-    assert scheduler.stats("jobs").limit_parked >= 14  # the busy key's waited
 
 
 async def test_a_parked_element_is_not_an_attempt(shared: Shared) -> None:
@@ -210,25 +149,3 @@ async def test_a_parked_element_is_not_an_attempt(shared: Shared) -> None:
         scheduler.stop()
     assert attempts == [1, 1, 1]  # each ran on its first attempt
     assert scheduler.stats("jobs").dead_lettered == 0
-
-
-async def test_a_dead_holders_slot_comes_back_when_its_lease_ends(shared: Shared) -> None:
-    """A slot taken and never renewed nor released (its process died): the waiting element runs
-    once that lease ends, not before, and soon after (a waiter is filed at the earliest chance)."""
-    store = shared.store
-    spec = LimitSpec(concurrency=1, lease=1.0)
-    t0 = store.clock()
-    assert (await store.limit_acquire("jobs", "*", "dead-process", spec)).granted
-    ran: list[float] = []
-    scheduler = Scheduler(store, heartbeat=None, grace=1)
-
-    @scheduler.handler("jobs", limits=[Concurrency(1)], lease=1)
-    async def job(element: str) -> None:
-        ran.append(store.clock())
-
-    async with scheduler:
-        await scheduler.defer("jobs", "x", delay=0)
-        await until(lambda: bool(ran), timeout=10)
-        scheduler.stop()
-    assert t0 + 1.0 - 0.01 <= ran[0] <= t0 + 1.0 + 1.5
-    assert scheduler.stats("jobs").limit_parked >= 1

@@ -1575,3 +1575,32 @@ async def test_a_server_that_refuses_config_is_taken_to_have_the_default(
             assert s.max_element_bytes == 1024 * 1024
             with pytest.raises(ElementTooLargeError, match="max_element_bytes"):
                 await s.push(N, "x" * (1024 * 1024), ttl=0)
+
+
+async def test_a_limit_key_lives_in_one_slot_under_a_ttl_and_leaves_nothing_when_idle(
+    store: RedisStore, raw: coredis.Redis[bytes], prefix: str
+) -> None:
+    """limit.lua's keys: one hash tag per limit key (names with colons, braces, percent signs and
+    glob characters read back exactly), a TTL on each as a safety net, none left once idle."""
+    from rehydrate._core._limits import LimitSpec
+
+    spec = LimitSpec(concurrency=1, rates=((5, 2.0),), lease=3.0)
+    odd = [("a:b", "c"), ("a", "b:c"), ("{x}", "%7B*"), ("*", "[?]")]
+    for limit, key in odd:
+        assert (await store.limit_acquire(limit, key, "h", spec)).granted
+        await store.limit_acquire(limit, key, "w", spec, waiter=("jobs", f"{limit}/{key}", 0))
+    assert [(i.limit, i.key) for i in await store.limits()] == sorted(odd)
+    assert [(i.limit, i.key) for i in await store.limits("*")] == [("*", "[?]")]
+    keys = [key async for key in raw.scan_iter(match=f"{prefix}:limit:*")]
+    assert len(keys) == 4 * len(odd)  # h, t, q, m of each
+    assert len({hash_slot(key) for key in keys}) == len(odd)
+    for found in keys:
+        assert 0 < await raw.pttl(found) <= (2 * spec.horizon + 60) * 1000 + 1
+    for limit, key in odd:
+        await store.limit_release(limit, key, "h", spec)
+        woken = await store.limit_acquire(limit, key, "w", spec, waiter=("jobs", f"{limit}/{key}", 0))
+        assert woken.granted
+        await store.limit_release(limit, key, "w", spec)
+    advance(store, 2.5)  # every start has left its window: the listing deletes what is idle
+    assert await store.limits() == []
+    assert [key async for key in raw.scan_iter(match=f"{prefix}:*")] == []
