@@ -300,6 +300,75 @@ class HandlerLimits:
         self.renewer = _Renewer(store, name, spec, spec.lease / 2)
         #: Elements parked (handed back for want of room), for the stats.
         self.parked = 0
+        #: Key -> until when (store clock) it is believed full: a refusal's earliest chance.
+        #: Further claims of it are parked without an acquire each (``limit_park``, in bulk).
+        #: Only ever a reason to park, never to run: the store decides every admission, and a
+        #: park step that finds room says so (``retry_in`` 0) and wakes the head, and this
+        #: belief is dropped then, on a release here, or when its time comes.
+        self._full: dict[str, float] = {}
+
+    def has_beliefs(self) -> bool:
+        """Whether any key is believed full (the claim loop's cheap test before sorting claims)."""
+        return bool(self._full)
+
+    def believed_full(self, key: str) -> bool:
+        """Whether a refusal lately said ``key`` has no room until a time still to come."""
+        full = self._full
+        if not full:
+            return False
+        until = full.get(key)
+        if until is None:
+            return False
+        if until <= self._store.clock():
+            del full[key]
+            return False
+        return True
+
+    def _believe(self, key: str, retry_in: float | None) -> None:
+        if retry_in is not None and retry_in > 0.0:
+            self._full[key] = self._store.clock() + min(retry_in, self.spec.horizon)
+        else:
+            self._full.pop(key, None)
+
+    async def park_many(self, claims: list[tuple[Claim, str]]) -> list[tuple[Claim, str]]:
+        """Park claims of keys believed full: one ``limit_park`` step per key (each claim's
+        element queued as a waiter) and one ``hand_back`` for all, each due when its step says.
+        A step that fails hands its claims back due in a second (to come again and ask).
+
+        Returns the claims not handed back: those of a key the step found room in and woke at
+        once (the belief was stale): they are to ask for a slot now, rather than go back to the
+        store only to be claimed again."""
+        store, name, spec = self._store, self._name, self.spec
+        by_key: dict[str, list[Claim]] = {}
+        for claim, key in claims:
+            by_key.setdefault(key, []).append(claim)
+        back: list[tuple[str, int, float]] = []
+        ask: list[tuple[Claim, str]] = []
+        for key, group in by_key.items():
+            waiters = [(name, claim.id, max(0, claim.attempt - 1)) for claim in group]
+            try:
+                answer = await store.limit_park(name, key, spec, waiters)
+            except RehydrateError as exc:
+                logger.error("limit step failed; the elements are handed back", dehydrator=name, exc_info=exc)
+                back.extend((claim.id, claim.token, 1.0) for claim in group)
+                continue
+            self._believe(key, answer.retry_in)
+            if answer.wake:
+                await apply_wakes(store, answer.wake)
+            for claim, ttl in zip(group, answer.parked, strict=True):
+                if ttl <= 0.0 and answer.retry_in == 0.0:
+                    ask.append((claim, key))  # woken at once: its acquire takes it off the FIFO
+                else:
+                    self.parked += 1
+                    back.append((claim.id, claim.token, min(ttl, _validate.MAX_SECONDS)))
+        if back:
+            with (
+                anyio.CancelScope(shield=True),
+                anyio.move_on_after(_STEP_TIMEOUT),
+                contextlib.suppress(RehydrateError),
+            ):
+                await store.hand_back(name, back)
+        return ask
 
     def key_of(self, element: Any) -> str:
         if self._key is None:
@@ -317,6 +386,8 @@ class HandlerLimits:
         """The holder id of the slot taken for ``claim``, or ``None``: parked (or handed back
         after a store error, to come again shortly)."""
         store, name, spec = self._store, self._name, self.spec
+        if self.believed_full(key) and await self.park_many([(claim, key)]) == []:
+            return None
         holder = f"{name}/{claim.id}/{claim.token}"
         try:
             answer = await store.limit_acquire(
@@ -334,6 +405,7 @@ class HandlerLimits:
             if spec.concurrency is not None:
                 self.renewer.held[holder] = key
             return holder
+        self._believe(key, answer.retry_in)
         self.parked += 1
         parked_in = answer.parked_in if answer.parked_in is not None else answer.retry_in or 0.0
         await _hand_back(store, name, claim, parked_in)
@@ -343,6 +415,7 @@ class HandlerLimits:
         if self.spec.concurrency is None:
             return  # a rate counts starts: nothing to give back
         self.renewer.held.pop(holder, None)
+        self._full.pop(key, None)  # room made here: the next of this key asks again
         store = self._store
         with anyio.CancelScope(shield=True), anyio.move_on_after(_STEP_TIMEOUT):
             try:

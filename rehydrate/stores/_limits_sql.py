@@ -162,6 +162,26 @@ class LimitTables:
         self._save(execute, now, limit, key, spec, state, before)
         return answer
 
+    def park(
+        self,
+        execute: Execute,
+        now: float,
+        limit: str,
+        key: str,
+        spec: LimitSpec,
+        waiters: list[tuple[str, str, int]],
+    ) -> LimitAnswer:
+        state, before = self._load(execute, now, limit, key, spec, None)
+        for name, id, _ in waiters:  # those queued already keep their place (and row)
+            if (name, id) not in state.waiters:
+                for n, i, a, u in execute(self._own, (limit, key, name, id)):
+                    waiter = Waiter(name=n, id=i, attempt=int(a), until=float(u))
+                    state.waiters[n, i] = waiter
+                    before[n, i] = (waiter.attempt, waiter.until)
+        answer = state.park(now, spec, waiters)
+        self._save(execute, now, limit, key, spec, state, before)
+        return answer
+
     def renew(self, execute: Execute, now: float, limit: str, key: str, holder: str, spec: LimitSpec) -> bool:
         rows = execute(self._holder_until, (limit, key, holder))
         if not rows or float(rows[0][0]) <= now:
