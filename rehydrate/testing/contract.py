@@ -2059,8 +2059,8 @@ def _spec(concurrency: int | None = None, *rates: tuple[int, float], lease: floa
 
 
 class LimitsContract(_Contract):
-    """Limits (``Store.limit_acquire``, ``limit_renew``, ``limit_release``, ``limits``): each
-    step atomic, all or nothing, the rules of ``rehydrate._core._limits``."""
+    """Limits (``Store.limit_acquire``, ``limit_park``, ``limit_renew``, ``limit_release``,
+    ``limits``): each step atomic, all or nothing, the rules of ``rehydrate._core._limits``."""
 
     async def test_concurrency_slots_are_held_renewed_released_and_expire(self, harness: Harness) -> None:
         needs(harness.store, "limits")
