@@ -330,45 +330,53 @@ class HandlerLimits:
         else:
             self._full.pop(key, None)
 
-    async def park_many(self, claims: list[tuple[Claim, str]]) -> list[tuple[Claim, str]]:
-        """Park claims of keys believed full: one ``limit_park`` step per key (each claim's
-        element queued as a waiter) and one ``hand_back`` for all, each due when its step says.
-        A step that fails hands its claims back due in a second (to come again and ask).
+    async def park_many(self, claims: list[tuple[Claim, str]]) -> None:
+        """Park claims of keys believed full, in bulk: one ``hand_back`` for all, filed a
+        horizon out, then one ``limit_park`` step per key (each claim's element queued as a
+        waiter), and the few the step files sooner (the head, or any woken with room: the
+        belief was stale) rescheduled, fenced by their attempt.
 
-        Returns the claims not handed back: those of a key the step found room in and woke at
-        once (the belief was stale): they are to ask for a slot now, rather than go back to the
-        store only to be claimed again."""
+        Handed back before they are queued: a release that wakes one of them finds its element
+        filed already, not still claimed (its wake would be lost, and it would wait a horizon).
+        A step that fails leaves its elements due a second from now, to come again and ask."""
         store, name, spec = self._store, self._name, self.spec
+        horizon = min(spec.horizon, _validate.MAX_SECONDS)
+        with (
+            anyio.CancelScope(shield=True),
+            anyio.move_on_after(_STEP_TIMEOUT),
+        ):
+            try:
+                done = await store.hand_back(name, [(claim.id, claim.token, horizon) for claim, _ in claims])
+            except RehydrateError as exc:
+                logger.error("could not hand claims back; their leases bring them back", exc_info=exc)
+                return
+        if not done:
+            return  # timed out: their leases bring them back
         by_key: dict[str, list[Claim]] = {}
-        for claim, key in claims:
-            by_key.setdefault(key, []).append(claim)
-        back: list[tuple[str, int, float]] = []
-        ask: list[tuple[Claim, str]] = []
+        for (claim, key), handed in zip(claims, done, strict=True):
+            if handed:  # (else claimed by another since its lease ran out: not ours to park)
+                by_key.setdefault(key, []).append(claim)
+        sooner: list[Wake] = []
         for key, group in by_key.items():
             waiters = [(name, claim.id, max(0, claim.attempt - 1)) for claim in group]
             try:
                 answer = await store.limit_park(name, key, spec, waiters)
             except RehydrateError as exc:
-                logger.error("limit step failed; the elements are handed back", dehydrator=name, exc_info=exc)
-                back.extend((claim.id, claim.token, 1.0) for claim in group)
+                logger.error(
+                    "limit step failed; the elements come again shortly", dehydrator=name, exc_info=exc
+                )
+                sooner.extend(Wake(name, w_name_id[1], w_name_id[2], 1.0) for w_name_id in waiters)
                 continue
             self._believe(key, answer.retry_in)
-            if answer.wake:
-                await apply_wakes(store, answer.wake)
-            for claim, ttl in zip(group, answer.parked, strict=True):
-                if ttl <= 0.0 and answer.retry_in == 0.0:
-                    ask.append((claim, key))  # woken at once: its acquire takes it off the FIFO
-                else:
-                    self.parked += 1
-                    back.append((claim.id, claim.token, min(ttl, _validate.MAX_SECONDS)))
-        if back:
-            with (
-                anyio.CancelScope(shield=True),
-                anyio.move_on_after(_STEP_TIMEOUT),
-                contextlib.suppress(RehydrateError),
-            ):
-                await store.hand_back(name, back)
-        return ask
+            self.parked += len(group)
+            sooner.extend(answer.wake)
+            sooner.extend(
+                Wake(name, id, attempt, ttl)
+                for (_, id, attempt), ttl in zip(waiters, answer.parked, strict=True)
+                if ttl < horizon - 1e-3
+            )
+        if sooner:
+            await apply_wakes(store, sooner)
 
     def key_of(self, element: Any) -> str:
         if self._key is None:
@@ -386,7 +394,8 @@ class HandlerLimits:
         """The holder id of the slot taken for ``claim``, or ``None``: parked (or handed back
         after a store error, to come again shortly)."""
         store, name, spec = self._store, self._name, self.spec
-        if self.believed_full(key) and await self.park_many([(claim, key)]) == []:
+        if self.believed_full(key):
+            await self.park_many([(claim, key)])
             return None
         holder = f"{name}/{claim.id}/{claim.token}"
         try:
@@ -406,9 +415,10 @@ class HandlerLimits:
                 self.renewer.held[holder] = key
             return holder
         self._believe(key, answer.retry_in)
-        self.parked += 1
-        parked_in = answer.parked_in if answer.parked_in is not None else answer.retry_in or 0.0
-        await _hand_back(store, name, claim, parked_in)
+        # Queued by the refusal (it keeps its place), but still claimed: a release right now
+        # could not file it sooner. Handed back first, then parked again (a step that sees the
+        # room such a release made, and files it due now if so).
+        await self.park_many([(claim, key)])
         return None
 
     async def release(self, holder: str, key: str) -> None:

@@ -83,7 +83,7 @@ _BOOKKEEPING_DELAY: Final = 0.05
 _RELEASE_BATCH: Final = 1000
 #: How many claims the claim loop of a limited handler asks for while the claims of a full key
 #: are being parked in bulk (beyond its free workers): a few store steps per this many parked.
-_PARK_BATCH: Final = 256
+_PARK_BATCH: Final = 1000
 #: Claims held (``claim_ahead``) and due within this long of the last release are the same burst:
 #: bookkeeping keeps waiting for them.
 _HELD_SOON: Final = 0.002
@@ -944,7 +944,7 @@ class Runner:
     async def _park_full(self, claims: list[Claim]) -> tuple[bool, list[Claim]]:
         """Park the claims of keys believed full in bulk (:meth:`HandlerLimits.park_many`),
         without a worker each; whether most of the batch was parked, and the claims left to run
-        (schedule occurrences, other keys, a key that had room after all)."""
+        (schedule occurrences, other keys)."""
         limits = self._limits
         assert limits is not None
         full: list[tuple[Claim, str]] = []
@@ -967,20 +967,12 @@ class Runner:
             return False, rest
         keeper = self._keeper
         try:
-            ask = await limits.park_many(full)
-        except BaseException:  # cancelled: hand them back now (those parked already are not held)
-            with anyio.CancelScope(shield=True):
-                await release_many(self._store, self.handler.name, [(c.id, c.token, 0.0) for c, _ in full])
-            ask = []
-            raise
+            await limits.park_many(full)  # (handed back first, shielded: none is left held)
         finally:
-            asked = {id(claim) for claim, _ in ask}
             for claim, _ in full:
-                if id(claim) not in asked:
-                    keeper.discard(claim.id, claim.token)
-                    self._done()
-        rest.extend(claim for claim, _ in ask)
-        return 2 * (len(full) - len(ask)) >= len(claims), rest
+                keeper.discard(claim.id, claim.token)
+                self._done()
+        return 2 * len(full) >= len(claims), rest
 
     async def _admit(self, claim: Claim) -> tuple[str, str] | None:
         """Take a slot of the handler's limits for ``claim`` (its holder and key), or park it
