@@ -341,6 +341,7 @@ class HandlerLimits:
         A step that fails leaves its elements due a second from now, to come again and ask."""
         store, name, spec = self._store, self._name, self.spec
         horizon = min(spec.horizon, _validate.MAX_SECONDS)
+        done: list[bool] = []
         with (
             anyio.CancelScope(shield=True),
             anyio.move_on_after(_STEP_TIMEOUT),
