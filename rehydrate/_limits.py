@@ -355,6 +355,84 @@ class HandlerLimits:
         self.counters = Counters() if counters is None else counters
         #: The wakes that found their element claimed, tried again (run beside the renewer).
         self.rewaker = _Rewaker(store)
+        #: Key -> until when (store clock) it is believed full: a refusal's earliest chance.
+        #: Further claims of it are parked without an acquire each (``limit_park``, in bulk).
+        #: Only ever a reason to park, never to run: the store decides every admission, and a
+        #: park step that finds room says so (``retry_in`` 0) and wakes the head, and this
+        #: belief is dropped then, on a release here, or when its time comes.
+        self._full: dict[str, float] = {}
+
+    def has_beliefs(self) -> bool:
+        """Whether any key is believed full (the claim loop's cheap test before sorting claims)."""
+        return bool(self._full)
+
+    def believed_full(self, key: str) -> bool:
+        """Whether a refusal lately said ``key`` has no room until a time still to come."""
+        full = self._full
+        if not full:
+            return False
+        until = full.get(key)
+        if until is None:
+            return False
+        if until <= self._store.clock():
+            del full[key]
+            return False
+        return True
+
+    def _believe(self, key: str, retry_in: float | None) -> None:
+        if retry_in is not None and retry_in > 0.0:
+            self._full[key] = self._store.clock() + min(retry_in, self.spec.horizon)
+        else:
+            self._full.pop(key, None)
+
+    async def park_many(self, claims: list[tuple[Claim, str]]) -> None:
+        """Park claims of keys believed full, in bulk: one ``hand_back`` for all, filed a
+        horizon out, then one ``limit_park`` step per key (each claim's element queued as a
+        waiter), and the few the step files sooner (the head, or any woken with room: the
+        belief was stale) rescheduled, fenced by their attempt.
+
+        Handed back before they are queued: a release that wakes one of them finds its element
+        filed already, not still claimed (its wake would be lost, and it would wait a horizon).
+        A step that fails leaves its elements due a second from now, to come again and ask."""
+        store, name, spec = self._store, self._name, self.spec
+        horizon = min(spec.horizon, _validate.MAX_SECONDS)
+        done: list[bool] = []
+        with (
+            anyio.CancelScope(shield=True),
+            anyio.move_on_after(_STEP_TIMEOUT),
+        ):
+            try:
+                done = await store.hand_back(name, [(claim.id, claim.token, horizon) for claim, _ in claims])
+            except RehydrateError as exc:
+                logger.error("could not hand claims back; their leases bring them back", exc_info=exc)
+                return
+        if not done:
+            return  # timed out: their leases bring them back
+        by_key: dict[str, list[Claim]] = {}
+        for (claim, key), handed in zip(claims, done, strict=True):
+            if handed:  # (else claimed by another since its lease ran out: not ours to park)
+                by_key.setdefault(key, []).append(claim)
+        sooner: list[Wake] = []
+        for key, group in by_key.items():
+            waiters = [(name, claim.id, max(0, claim.attempt - 1)) for claim in group]
+            try:
+                answer = await store.limit_park(name, key, spec, waiters)
+            except RehydrateError as exc:
+                logger.error(
+                    "limit step failed; the elements come again shortly", dehydrator=name, exc_info=exc
+                )
+                sooner.extend(Wake(name, w_name_id[1], w_name_id[2], 1.0) for w_name_id in waiters)
+                continue
+            self._believe(key, answer.retry_in)
+            self.counters.limit_parked += len(group)
+            sooner.extend(answer.wake)
+            sooner.extend(
+                Wake(name, id, attempt, ttl)
+                for (_, id, attempt), ttl in zip(waiters, answer.parked, strict=True)
+                if ttl < horizon - 1e-3
+            )
+        if sooner:
+            self.rewaker.add(await apply_wakes(store, sooner, self.counters))
 
     def key_of(self, element: Any) -> str:
         if self._key is None:
@@ -372,6 +450,9 @@ class HandlerLimits:
         """The holder id of the slot taken for ``claim``, or ``None``: parked (or handed back
         after a store error, to come again shortly)."""
         store, name, spec = self._store, self._name, self.spec
+        if self.believed_full(key):
+            await self.park_many([(claim, key)])
+            return None
         holder = f"{name}/{claim.id}/{claim.token}"
         try:
             answer = await store.limit_acquire(
@@ -390,15 +471,18 @@ class HandlerLimits:
             if spec.concurrency is not None:
                 self.renewer.held[holder] = key
             return holder
-        self.counters.limit_parked += 1
-        parked_in = answer.parked_in if answer.parked_in is not None else answer.retry_in or 0.0
-        await _hand_back(store, name, claim, parked_in)
+        self._believe(key, answer.retry_in)
+        # Queued by the refusal (it keeps its place), but still claimed: a release right now
+        # could not file it sooner. Handed back first, then parked again (a step that sees the
+        # room such a release made, and files it due now if so).
+        await self.park_many([(claim, key)])
         return None
 
     async def release(self, holder: str, key: str) -> None:
         if self.spec.concurrency is None:
             return  # a rate counts starts: nothing to give back
         self.renewer.held.pop(holder, None)
+        self._full.pop(key, None)  # room made here: the next of this key asks again
         store = self._store
         with anyio.CancelScope(shield=True), anyio.move_on_after(_STEP_TIMEOUT):
             try:

@@ -81,6 +81,9 @@ _STRIDE: Final = 128
 _BOOKKEEPING_DELAY: Final = 0.05
 #: A stopping runner hands its claims back this many to a store call, each call given 2 s.
 _RELEASE_BATCH: Final = 1000
+#: How many claims the claim loop of a limited handler asks for while the claims of a full key
+#: are being parked in bulk (beyond its free workers): a few store steps per this many parked.
+_PARK_BATCH: Final = 1000
 #: Claims held (``claim_ahead``) and due within this long of the last release are the same burst:
 #: bookkeeping keeps waiting for them.
 _HELD_SOON: Final = 0.002
@@ -788,14 +791,19 @@ class Runner:
         store, handler, keeper, workers = self._store, self.handler, self._keeper, self._workers
         name, lease, concurrency, batch = handler.name, handler.lease, handler.concurrency, handler.batch
         backoff = _ERROR_BACKOFF[0]
-        ahead, clock, held = handler.claim_ahead, store.clock, self._held
+        ahead, clock, held, limits = handler.claim_ahead, store.clock, self._held, self._limits
+        parking = False
         while True:
             free = concurrency - self.in_flight
             if free <= 0:
                 freed = self._slot_freed = self._new_event()
                 await freed.wait()
                 continue
-            want = min(free, batch)
+            # While claims of a full key are parked in bulk, claim many at once: parking costs a
+            # store step per key and batch, and the other keys' elements behind them come sooner
+            # (the few claims of other keys beyond the free workers wait for one in the queue).
+            want = max(min(free, batch), _PARK_BATCH) if parking else min(free, batch)
+            parking = False
             try:
                 if ahead:
                     claims = await store.claim(name, lease=lease, limit=want, ahead=ahead)
@@ -810,6 +818,8 @@ class Runner:
             if claims:
                 # With claim_ahead, those not due yet wait in ``held`` for their time.
                 due_now = held.add(claims, clock()) if ahead else claims
+                if due_now and limits is not None and limits.has_beliefs():
+                    parking, due_now = await self._park_full(due_now)
                 if due_now:
                     workers.dispatch_many(due_now)
             more = len(claims) >= want
@@ -931,6 +941,39 @@ class Runner:
                 await self._limits.release(*slot)
             self._keeper.discard(claim.id, claim.token)
             self._done()
+
+    async def _park_full(self, claims: list[Claim]) -> tuple[bool, list[Claim]]:
+        """Park the claims of keys believed full in bulk (:meth:`HandlerLimits.park_many`),
+        without a worker each; whether most of the batch was parked, and the claims left to run
+        (schedule occurrences, other keys)."""
+        limits = self._limits
+        assert limits is not None
+        full: list[tuple[Claim, str]] = []
+        rest: list[Claim] = []
+        for claim in claims:
+            element = claim.element
+            if type(element) is dict and SCHEDULE_KEY in element and is_envelope(element):
+                rest.append(claim)
+                continue
+            try:
+                key = limits.key_of(unwrap(element)[0])
+            except LimitKeyError:
+                rest.append(claim)  # failed by its worker, naming the error
+                continue
+            if limits.believed_full(key):
+                full.append((claim, key))
+            else:
+                rest.append(claim)
+        if not full:
+            return False, rest
+        keeper = self._keeper
+        try:
+            await limits.park_many(full)  # (handed back first, shielded: none is left held)
+        finally:
+            for claim, _ in full:
+                keeper.discard(claim.id, claim.token)
+                self._done()
+        return 2 * len(full) >= len(claims), rest
 
     async def _admit(self, claim: Claim) -> tuple[str, str] | None:
         """Take a slot of the handler's limits for ``claim`` (its holder and key), or park it

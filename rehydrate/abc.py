@@ -68,7 +68,7 @@ Rules that hold for every method unless its docstring says otherwise:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
@@ -648,6 +648,22 @@ class Store(ABC):
         many as there is room for: ``wake`` lists the ones to file earlier (fenced by their
         attempt). The limit name, key and holder are non-empty ``str`` of at most 512 UTF-8 bytes;
         anything else is an ``InvalidArgumentError``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement limits")
+
+    async def limit_park(
+        self, limit: str, key: str, spec: LimitSpec, waiters: Sequence[tuple[str, str, int]]
+    ) -> LimitAnswer:
+        """Queue several waiters ``(dehydrator name, id, attempt)`` of the limit key at once, in
+        one atomic step, without asking for a slot: the caller was refused lately and parks more
+        elements of the key (one step for a batch of claims, not an acquire each). Each joins the
+        FIFO in the order given (or keeps its place), filed a horizon out; then the step wakes as
+        any step does (with room, the head waiters now, maybe some of these; else the head alone
+        at the earliest chance). Never grants: a caller wrong about the key being full costs a
+        round trip, never an over-admission. ``parked`` gives each waiter's seconds until it is
+        to be filed due, in order; ``retry_in`` the earliest chance (0: there is room now);
+        ``wake`` the other waiters to file earlier. An empty list, a waiter given twice or a
+        malformed one is an ``InvalidArgumentError``.
         """
         raise NotImplementedError(f"{type(self).__name__} does not implement limits")
 

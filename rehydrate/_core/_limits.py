@@ -132,12 +132,15 @@ class LimitAnswer:
     sliding; a release may come sooner). ``parked_in``: refused with a waiter, the seconds until
     that waiter's element is to be filed due (``retry_in`` at the head, a horizon out behind it).
     ``wake``: waiters moved earlier, whose elements the caller files anew (see :class:`Wake`).
+    ``parked``: for ``Store.limit_park``, the seconds until each parked waiter's element is to be
+    filed due, in the order given (the caller files them itself: they are not in ``wake``).
     """
 
     granted: bool
     retry_in: float | None = None
     parked_in: float | None = None
     wake: tuple[Wake, ...] = ()
+    parked: tuple[float, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -185,6 +188,21 @@ def check_waiter(waiter: object) -> tuple[str, str, int] | None:
     if type(attempt) is not int or attempt < 0:
         raise InvalidArgumentError(f"a waiter's attempt must be a non-negative int, got {attempt!r}")
     return name, id, attempt
+
+
+def check_waiters(waiters: object) -> list[tuple[str, str, int]]:
+    """``limit_park``'s waiters: a non-empty sequence of ``(name, id, attempt)``, no element
+    twice."""
+    if isinstance(waiters, (str, bytes)) or not isinstance(waiters, Sequence):
+        raise InvalidTypeError("waiters must be a sequence of (dehydrator name, id, attempt) tuples")
+    out = [w for w in (check_waiter(waiter) for waiter in waiters) if w is not None]
+    if len(out) != len(waiters):
+        raise InvalidArgumentError("a waiter must be a (dehydrator name, id, attempt) tuple, not None")
+    if not out:
+        raise InvalidArgumentError("limit_park needs at least one waiter")
+    if len({(name, id) for name, id, _ in out}) != len(out):
+        raise InvalidArgumentError("limit_park was given the same element twice")
+    return out
 
 
 def check_spec(spec: object) -> LimitSpec:
@@ -351,6 +369,31 @@ class KeyState:
         else:
             woken = self._wake(now, spec)
         return LimitAnswer(granted=False, retry_in=max(0.0, at - now), parked_in=parked, wake=tuple(woken))
+
+    def park(self, now: float, spec: LimitSpec, waiters: Sequence[tuple[str, str, int]]) -> LimitAnswer:
+        """Queue ``waiters`` (each keeps its place if queued already) without asking for a slot:
+        the caller knows the key to be full (a refusal's answer it remembers). Nothing is taken,
+        so a stale belief costs no over-admission: the step wakes as any step does, and with room
+        the head (maybe one of these) is filed due now. ``retry_in`` is the earliest chance (0:
+        there is room, the caller's belief is stale); ``parked`` each waiter's time to be due."""
+        self.prune(now, spec.window)
+        self.new_start = None
+        mine: list[Waiter] = []
+        for name, id, attempt in waiters:
+            entry = self.waiters.get((name, id))
+            if entry is None:
+                entry = self.waiters[name, id] = Waiter(name=name, id=id, attempt=attempt, until=0.0)
+            entry.attempt, entry.until = attempt, now + spec.horizon
+            mine.append(entry)
+        free, at = room(now, self.holders, self.starts, spec)
+        own = {(w.name, w.id) for w in mine}
+        woken = [w for w in self._wake(now, spec) if (w.name, w.id) not in own]
+        return LimitAnswer(
+            granted=False,
+            retry_in=0.0 if free >= 1 else max(0.0, at - now),
+            parked=tuple(max(0.0, w.until - now) for w in mine),
+            wake=tuple(woken),
+        )
 
     def renew(self, now: float, holder: str, spec: LimitSpec) -> bool:
         until = self.holders.get(holder)

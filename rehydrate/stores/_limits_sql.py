@@ -23,6 +23,8 @@ __all__ = ["LimitTables"]
 #: Every this many steps, a step also deletes the rows of leases, starts and waiters long past,
 #: whatever their key: a key that went idle with no step after it costs nothing for long.
 _SWEEP_EVERY: Final = 512
+#: How many ids one ``IN (...)`` of a bulk park names (well under SQLite's bound parameters).
+_IN_CHUNK: Final = 500
 
 
 class LimitTables:
@@ -75,6 +77,9 @@ class LimitTables:
             f"SELECT {columns} FROM {w} WHERE lim = ? AND key = ? ORDER BY seq LIMIT {HEAD_ROWS}"
         )
         self._own = sql(f"SELECT {columns} FROM {w} WHERE lim = ? AND key = ? AND name = ? AND id = ?")
+        self._mark = q
+        owns = f"SELECT {columns} FROM {w} WHERE lim = ? AND key = ? AND name = ? AND id IN "
+        self._owns = sql(owns) + "({marks})"
         self._drop_waiter = sql(f"DELETE FROM {w} WHERE lim = ? AND key = ? AND name = ? AND id = ?")
         self._put_waiter = sql(
             f"INSERT INTO {w} (lim, key, name, id, attempt, until, forget) VALUES (?, ?, ?, ?, ?, ?, ?) "
@@ -159,6 +164,33 @@ class LimitTables:
         answer = state.acquire(now, holder, spec, waiter)
         if answer.granted and spec.concurrency is not None:
             execute(self._put_holder, (limit, key, holder, state.holders[holder]))
+        self._save(execute, now, limit, key, spec, state, before)
+        return answer
+
+    def park(
+        self,
+        execute: Execute,
+        now: float,
+        limit: str,
+        key: str,
+        spec: LimitSpec,
+        waiters: list[tuple[str, str, int]],
+    ) -> LimitAnswer:
+        state, before = self._load(execute, now, limit, key, spec, None)
+        # Those queued already keep their place (and row): read in a few statements, not one each.
+        missing: dict[str, list[str]] = {}
+        for name, id, _ in waiters:
+            if (name, id) not in state.waiters:
+                missing.setdefault(name, []).append(id)
+        for name, ids in missing.items():
+            for lo in range(0, len(ids), _IN_CHUNK):
+                chunk = ids[lo : lo + _IN_CHUNK]
+                marks = ", ".join([self._mark] * len(chunk))
+                for n, i, a, u in execute(self._owns.format(marks=marks), (limit, key, name, *chunk)):
+                    waiter = Waiter(name=n, id=i, attempt=int(a), until=float(u))
+                    state.waiters[n, i] = waiter
+                    before[n, i] = (waiter.attempt, waiter.until)
+        answer = state.park(now, spec, waiters)
         self._save(execute, now, limit, key, spec, state, before)
         return answer
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
@@ -531,6 +531,17 @@ class MemoryStore(StoreBase):
         waiter = _limits.check_waiter(waiter)
         now = self.clock()
         answer = state.acquire(now, holder, spec, waiter)
+        self._limit_keep(limit, key, state, spec, now)
+        return answer
+
+    async def limit_park(
+        self, limit: str, key: str, spec: LimitSpec, waiters: Sequence[tuple[str, str, int]]
+    ) -> LimitAnswer:
+        await anyio.lowlevel.checkpoint()
+        state = self._limit_state(limit, key, None, spec)
+        checked = _limits.check_waiters(waiters)
+        now = self.clock()
+        answer = state.park(now, spec, checked)
         self._limit_keep(limit, key, state, spec, now)
         return answer
 

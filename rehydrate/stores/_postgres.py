@@ -1424,6 +1424,19 @@ class PostgresStore(StoreBase):
             )
         )
 
+    async def limit_park(
+        self, limit: str, key: str, spec: LimitSpec, waiters: Sequence[tuple[str, str, int]]
+    ) -> LimitAnswer:
+        _limits.check_names(limit, key)
+        _limits.check_spec(spec)
+        checked = _limits.check_waiters(waiters)
+        tables = self._limit_sql
+        return await self._run(
+            self._limit_step(
+                limit, key, lambda execute, now: tables.park(execute, now, limit, key, spec, checked)
+            )
+        )
+
     async def limit_renew(self, limit: str, key: str, holder: str, spec: LimitSpec) -> bool:
         _limits.check_names(limit, key, holder)
         _limits.check_spec(spec)

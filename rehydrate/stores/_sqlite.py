@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from typing import Any, Final, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -1399,6 +1399,17 @@ class SQLiteStore(StoreBase):
         waiter = _limits.check_waiter(waiter)
         return await self._write(
             lambda conn: _LIMITS.acquire(self._executor(conn), self._now(), limit, key, holder, spec, waiter),
+            lease_only=True,
+        )
+
+    async def limit_park(
+        self, limit: str, key: str, spec: LimitSpec, waiters: Sequence[tuple[str, str, int]]
+    ) -> LimitAnswer:
+        _limits.check_names(limit, key)
+        _limits.check_spec(spec)
+        checked = _limits.check_waiters(waiters)
+        return await self._write(
+            lambda conn: _LIMITS.park(self._executor(conn), self._now(), limit, key, spec, checked),
             lease_only=True,
         )
 

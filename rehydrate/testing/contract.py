@@ -2059,8 +2059,8 @@ def _spec(concurrency: int | None = None, *rates: tuple[int, float], lease: floa
 
 
 class LimitsContract(_Contract):
-    """Limits (``Store.limit_acquire``, ``limit_renew``, ``limit_release``, ``limits``): each
-    step atomic, all or nothing, the rules of ``rehydrate._core._limits``."""
+    """Limits (``Store.limit_acquire``, ``limit_park``, ``limit_renew``, ``limit_release``,
+    ``limits``): each step atomic, all or nothing, the rules of ``rehydrate._core._limits``."""
 
     async def test_concurrency_slots_are_held_renewed_released_and_expire(self, harness: Harness) -> None:
         needs(harness.store, "limits")
@@ -2185,6 +2185,50 @@ class LimitsContract(_Contract):
         grant = await s.limit_acquire("M", "k", "m", spec)
         assert grant.granted
         assert [w.id for w in grant.wake] == ["e3"]  # room for one: the next waiter, not all
+
+    async def test_park_queues_many_waiters_in_one_step_and_never_grants(self, harness: Harness) -> None:
+        needs(harness.store, "limits")
+        s, spec = harness.store, _spec(1, lease=10.0)
+        assert (await s.limit_acquire("P", "k", "h", spec)).granted
+        first = await s.limit_acquire("P", "k", "x", spec, waiter=("jobs", "e0", 0))
+        assert first.parked_in == about(10)  # the head
+        parked = await s.limit_park("P", "k", spec, [("jobs", "e1", 0), ("jobs", "e2", 2), ("jobs", "e0", 0)])
+        assert not parked.granted
+        assert parked.retry_in == about(10)  # h's lease end: no room
+        assert parked.parked == (about(10), about(10), about(10))  # behind the head: a horizon out
+        assert parked.wake == ()
+        (info,) = await s.limits("P")
+        assert (list(info.holders), info.waiting) == (["h"], 3)  # e0 kept its place: no new row
+        # Released: the head is woken, then the others in FIFO order, one per slot.
+        released = await s.limit_release("P", "k", "h", spec)
+        assert [(w.id, w.attempt) for w in released.wake] == [("e0", 0)]
+        harness.advance(2)  # e0 never came (it is on its way no longer)
+        # Parking while there is room: nothing taken, retry_in 0 (the caller's belief was stale),
+        # and the head is filed due now; here the FIFO's head is e1, then e2 (one slot: e1).
+        stale = await s.limit_park("P", "k", spec, [("jobs", "e3", 0)])
+        assert not stale.granted
+        assert stale.retry_in == about(0)
+        assert [w.id for w in stale.wake] == ["e1"]
+        assert stale.parked == (about(10),)
+        assert (await s.limits("P"))[0].holders == {}
+        # Alone in the FIFO with room, the parked waiter is the head: due now, in ``parked``.
+        alone = await s.limit_park("P", "q", spec, [("jobs", "f1", 0), ("jobs", "f2", 0)])
+        assert alone.retry_in == about(0)
+        assert alone.parked == (about(0), about(10))
+        assert alone.wake == ()
+        granted = await s.limit_acquire("P", "q", "y", spec, waiter=("jobs", "f1", 0))
+        assert granted.granted
+        assert (await s.limits("P"))[1].waiting == 1  # f1 left the FIFO; f2 waits
+
+    @pytest.mark.parametrize(
+        "waiters",
+        [[], [("jobs", "e", 0), ("jobs", "e", 1)], [("jobs", "e")], [None], "jobs", [("jobs", "e", -1)]],
+    )
+    async def test_park_refuses_bad_waiters(self, harness: Harness, waiters: Any) -> None:
+        needs(harness.store, "limits")
+        with pytest.raises(InvalidArgumentError):
+            await harness.store.limit_park("P", "k", _spec(1), waiters)
+        assert await harness.store.limits() == []
 
     async def test_concurrent_acquires_never_over_admit(self, harness: Harness) -> None:
         needs(harness.store, "limits")
