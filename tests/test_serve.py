@@ -42,6 +42,7 @@ async def serving(
             store,
             elements=elements_for(url, options.pop("elements", None)),
             shared=url != "memory://",
+            local=options.pop("local", url == "memory://"),
             **options,
         )
         listener = await tcp_listener("127.0.0.1", 0)
@@ -81,12 +82,13 @@ def execute(client: Any, *args: Any) -> Any:
 # -- ReDe's documented examples, reply for reply ------------------------------------------------------
 
 
-@pytest.mark.parametrize("protocol", [2, 3])
-async def test_rede_examples_reply_for_reply(protocol: int) -> None:
+@pytest.mark.parametrize(("protocol", "local"), [(2, True), (3, True), (2, False)])
+async def test_rede_examples_reply_for_reply(protocol: int, local: bool) -> None:
     """Every example of ReDe's command reference (000_rede_docs.txt), on a fake clock moved where
-    the docs say "wait"."""
+    the docs say "wait"; on memory://'s dehydrators held by the server (local) and through the
+    store's API."""
     clock = FakeClock(1_000_000.0)
-    async with serving(clock=clock) as (port, _):
+    async with serving(clock=clock, local=local) as (port, _):
 
         def examples() -> None:
             r = redis.Redis(port=port, protocol=protocol)

@@ -67,6 +67,7 @@ class Server:
         max_bulk: int = DEFAULT_MAX_BULK,
         send_timeout: float = 10.0,
         grace: float = 5.0,
+        local: bool = False,
     ) -> None:
         self.commands = Commands(
             store,
@@ -75,6 +76,7 @@ class Server:
             password=password,
             info=self._figures,
             self_test=run_self_test,
+            local=local,
         )
         self.max_bulk = max_bulk
         self.send_timeout = send_timeout

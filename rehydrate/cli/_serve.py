@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     import anyio
     import structlog
 
-    from rehydrate._serve._commands import elements_for
+    from rehydrate._serve._commands import elements_for, is_local
     from rehydrate._serve._server import Server, tcp_listener, tls_listener, unix_listener
 
     log = structlog.get_logger("rehydrate.cli")
@@ -219,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
                 max_bulk=args.max_bulk,
                 send_timeout=args.send_timeout,
                 grace=args.grace,
+                local=is_local(url),
             )
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async with anyio.create_task_group() as tg:
