@@ -210,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
             for listener in listeners:
                 await listener.aclose()
             raise CLIError(f"cannot listen: {exc.strerror or exc}") from None
-        async with _common.open_from(args) as store:
+        # serve writes (PUSH): it creates a missing SQLite database, as `rehydrate push` does.
+        async with _common.open_from(args, create=True) as store:
             server = Server(
                 store,
                 elements=elements,
