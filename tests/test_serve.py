@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -23,7 +24,7 @@ import redis
 
 from rehydrate import Scheduler
 from rehydrate._serve._commands import elements_for
-from rehydrate._serve._server import Server, tcp_listener, unix_listener
+from rehydrate._serve._server import Server, tcp_listener, tls_listener, unix_listener
 from rehydrate.stores import open_store
 from rehydrate.testing import FakeClock
 
@@ -33,7 +34,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @asynccontextmanager
 async def serving(
-    url: str = "memory://", *, clock: FakeClock | None = None, unix: str | None = None, **options: Any
+    url: str = "memory://",
+    *,
+    clock: FakeClock | None = None,
+    unix: str | None = None,
+    tls: ssl.SSLContext | None = None,
+    **options: Any,
 ) -> AsyncIterator[tuple[int, Server]]:
     """A server on a free loopback port over the store of ``url``, stopped on the way out."""
     store = open_store(url, clock=clock) if clock is not None else open_store(url)
@@ -47,7 +53,7 @@ async def serving(
         )
         listener = await tcp_listener("127.0.0.1", 0)
         port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        listeners = [listener]
+        listeners = [tls_listener(listener, tls) if tls is not None else listener]
         if unix is not None:
             listeners.append(await unix_listener(unix))
         async with anyio.create_task_group() as tg:
@@ -285,6 +291,29 @@ async def test_redis_cli_and_unix_socket(tmp_path: Path) -> None:
 
         if shutil.which("redis-cli") is None:
             pytest.skip("redis-cli is not installed")
+        await in_thread(run)
+
+
+async def test_tls(tmp_path: Path) -> None:
+    """TLS clients go through anyio's TLS streams (plain ones are served on their sockets): the
+    same replies, pipelined batches included, and a stop that closes them."""
+    from tests.redis_server import _self_signed
+
+    cert, key = await in_thread(lambda: _self_signed(tmp_path))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    async with serving(tls=context) as (port, _):
+
+        def run() -> None:
+            r = redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=str(cert), protocol=3)
+            assert r.execute_command("REDE.PUSH", "d", 0, "secret", 1) == b"OK"
+            pipe = r.pipeline(transaction=False)
+            for _ in range(50):
+                pipe.execute_command("REDE.LOOK", "d", 1)
+            assert pipe.execute() == [b"secret"] * 50
+            assert r.execute_command("REDE.POLL", "d") == [b"secret"]
+            r.close()
+
         await in_thread(run)
 
 

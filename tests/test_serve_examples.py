@@ -155,3 +155,24 @@ def test_node_example(served: Served, node_example: Path) -> None:
     assert done.returncode == 0, done.stderr
     _check(done.stdout, ["POLL []", 'POLL ["Dehydrate this"]'])
     served.wait_for_email("node")
+
+
+def test_the_docs_show_the_examples_as_they_are() -> None:
+    """Each example's code block in docs/serve.md is the example file's text (its opening
+    comments and docstring aside): what the page shows is what the tests above run."""
+    import re
+
+    page = (ROOT / "docs" / "serve.md").read_text()
+    blocks = re.findall(r"```(\w+)\n(.*?)```", page, flags=re.S)
+    files = {
+        "python": [EXAMPLES / "worker.py", EXAMPLES / "hello.py"],
+        "sh": [EXAMPLES / "hello.sh"],
+        "js": [EXAMPLES / "node" / "hello.mjs"],
+    }
+    for language, paths in files.items():
+        shown = [body for lang, body in blocks if lang == language]
+        for path in paths:
+            text = path.read_text()
+            assert any(len(body) > 200 and body in text for body in shown), (
+                f"docs/serve.md does not show {path}"
+            )
