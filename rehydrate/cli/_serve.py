@@ -162,6 +162,7 @@ def _password(args: argparse.Namespace) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     import contextlib
+    import gc
     import signal
     import ssl
 
@@ -222,6 +223,11 @@ def run(args: argparse.Namespace) -> int:
                 grace=args.grace,
                 local=is_local(url),
             )
+            # What start-up left (imports, the loop, the store's client) is collected once and
+            # frozen, as a worker does (cli/_worker.py, settle_heap): else the first full
+            # collection walks it all a few seconds into serving, every client waiting.
+            gc.collect()
+            gc.freeze()
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async with anyio.create_task_group() as tg:
 
