@@ -6,6 +6,7 @@ protocol, slow readers, AUTH; and the cross-language path to a ``@scheduler.hand
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -25,7 +26,7 @@ import redis
 from rehydrate import Scheduler
 from rehydrate._serve._commands import elements_for
 from rehydrate._serve._server import Server, tcp_listener, tls_listener, unix_listener
-from rehydrate.stores import open_store
+from rehydrate.stores import MemoryStore, open_store
 from rehydrate.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
@@ -340,6 +341,54 @@ async def test_bad_protocol_drops_that_client_only() -> None:
         await in_thread(run)
 
 
+async def test_stop_closes_the_listeners_and_finishes_replies_in_flight() -> None:
+    """What SIGTERM does: no new connection is taken, an idle client is closed, and a request
+    already running (a LOOK held inside the store) gets its reply before its connection closes."""
+    entered, release = anyio.Event(), anyio.Event()
+
+    class HeldStore(MemoryStore):
+        async def look(self, name: str, id: str) -> Any:
+            entered.set()
+            await release.wait()
+            return await super().look(name, id)
+
+    store = HeldStore()
+    async with store:
+        await store.push("d", "kept", ttl=60, id="1")
+        server = Server(store, elements=elements_for("memory://", None), shared=False, grace=10)
+        listener = await tcp_listener("127.0.0.1", 0)
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        replies: list[Any] = []
+        async with anyio.create_task_group() as tg:
+            started = anyio.Event()
+            tg.start_soon(lambda: server.serve([listener], started=started))
+            await started.wait()
+            idle = await anyio.connect_tcp("127.0.0.1", port)
+            await idle.send(b"PING\r\n")
+            assert await idle.receive() == b"+PONG\r\n"
+
+            async def in_flight() -> None:
+                replies.append(await in_thread(lambda: once(port, "REDE.LOOK", "d", "1")))
+
+            tg.start_soon(in_flight)
+            with anyio.fail_after(10):
+                await entered.wait()
+            server.stop()
+            with anyio.fail_after(10):
+                with pytest.raises(anyio.EndOfStream):  # the idle client is closed
+                    await idle.receive()
+                while True:  # the listener closes
+                    try:
+                        late = await anyio.connect_tcp("127.0.0.1", port)
+                    except OSError:
+                        break
+                    await late.aclose()
+                    await anyio.sleep(0.01)
+            await idle.aclose()
+            release.set()
+    assert replies == [b"kept"]
+
+
 async def test_a_client_that_stops_reading_is_dropped() -> None:
     async with serving(send_timeout=0.5) as (port, _server):
         await in_thread(lambda: once(port, "REDE.PUSH", "d", 0, "x" * 20_000, 1))
@@ -455,3 +504,47 @@ def test_serve_command_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
             server.wait()
         if server.stderr is not None:
             server.stderr.close()  # (an unclosed pipe is an unraisable warning in a later test)
+
+
+def test_serve_command_with_tls_and_a_password_from_the_environment(tmp_path: Path) -> None:
+    from tests.redis_server import _self_signed
+
+    cert, key = _self_signed(tmp_path)
+    port = _free_port()
+    server = subprocess.Popen(
+        [*SERVE, "--store", "memory://", "--port", str(port), "--tls-cert", str(cert), "--tls-key", str(key)],
+        env={**_env(), "REHYDRATE_SERVE_PASSWORD": "from-env"},
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            client = redis.Redis(
+                host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=str(cert), password="from-env"
+            )
+            try:
+                assert client.execute_command("REDE.PUSH", "d", 0, "tls", 1) == b"OK"
+                break
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.1)
+            finally:
+                client.close()
+        plain = socket.create_connection(("127.0.0.1", port))
+        plain.sendall(b"PING\r\n")  # not TLS: the handshake fails, that connection only
+        plain.settimeout(10)
+        with contextlib.suppress(OSError):
+            while plain.recv(4096):
+                pass
+        plain.close()
+        client = redis.Redis(
+            host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=str(cert), password="from-env"
+        )
+        assert client.execute_command("REDE.POLL", "d") == [b"tls"]
+        client.close()
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=20) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
