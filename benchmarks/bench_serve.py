@@ -201,7 +201,7 @@ def python_api(url: str, label: str, name: str, *, requests: int, filled: int) -
 
     latencies: list[float] = []
     element = ELEMENT.decode()
-    rng = random.Random(7)
+    rng = random.Random()  # unseeded: each run pushes ids of its own
 
     def operation(store: Any) -> Callable[[], Awaitable[Any]]:
         if label == "REDE.PUSH":
