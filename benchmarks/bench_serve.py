@@ -485,7 +485,8 @@ def main() -> None:
         made = [
             f"Medians of {args.runs} runs, the sides taking turns; {args.filled:,} elements filled first."
         ]
-        write_table("serve", rows, [*made, *(f"- {line}" for line in notes)], load_before=load)
+        aimed = "The issue's aims, per command:\n\n" + "\n".join(f"- {line}" for line in notes)
+        write_table("serve", rows, [*made, aimed], load_before=load)
 
 
 if __name__ == "__main__":
