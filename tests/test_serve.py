@@ -389,6 +389,35 @@ async def test_stop_closes_the_listeners_and_finishes_replies_in_flight() -> Non
     assert replies == [b"kept"]
 
 
+FLOOD = """
+import socket, sys, time
+hog = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+chunk = b"\\r\\n" * 500_000  # empty inline lines: no reply, so no send for the server to wait on
+stop = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < stop:
+    hog.sendall(chunk)
+"""
+
+
+async def test_a_client_that_pipelines_without_end_does_not_keep_the_server() -> None:
+    """A client whose requests never stop coming (a process of its own, so every read fills the
+    buffer) is served in turns with the others: a second client's command is answered meanwhile."""
+    async with serving() as (port, _):
+
+        def run() -> None:
+            hog = subprocess.Popen([sys.executable, "-c", FLOOD, str(port), "6"])
+            try:
+                time.sleep(1)  # the flood is on
+                started = time.monotonic()
+                assert once(port, "REDE.PUSH", "d", 0, "answered", 1) == b"OK"
+                assert time.monotonic() - started < 3
+            finally:
+                hog.kill()
+                hog.wait()
+
+        await in_thread(run)
+
+
 async def test_a_client_that_stops_reading_is_dropped() -> None:
     async with serving(send_timeout=0.5) as (port, _server):
         await in_thread(lambda: once(port, "REDE.PUSH", "d", 0, "x" * 20_000, 1))

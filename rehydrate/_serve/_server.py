@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 import attrs
 import structlog
 from anyio.abc import ByteStream, Listener, SocketAttribute
@@ -143,13 +144,17 @@ class Server:
                 clients.start_soon(self._raw_client, sock)
 
     async def _raw_client(self, sock: socket.socket) -> None:
-        sock.setblocking(False)
-        if sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            peer = sock.getpeername()
-            address = f"{peer[0]}:{peer[1]}"
-        else:
-            address = "unix"
+        try:
+            sock.setblocking(False)
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                peer = sock.getpeername()
+                address = f"{peer[0]}:{peer[1]}"
+            else:
+                address = "unix"
+        except OSError:  # gone already (reset before it was served): nothing to answer
+            sock.close()
+            return
         client = _Client(self.commands.connection(address))
         self._clients.add(client)
         self._connected_total += 1
@@ -169,7 +174,11 @@ class Server:
         recv = sock.recv
         more = False  # the last read filled its buffer: more may be waiting, read before waiting
         while not self._stopping:
-            if not more:
+            if more:
+                # Reading on without waiting, a client that pipelines without end would keep the
+                # loop (a batch on memory:// awaits nothing that suspends): let the others run.
+                await anyio.lowlevel.checkpoint()
+            else:
                 await anyio.wait_readable(sock)
             try:
                 data = recv(_READ)
