@@ -6,9 +6,11 @@ protocol, slow readers, AUTH; and the cross-language path to a ``@scheduler.hand
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -23,8 +25,8 @@ import redis
 
 from rehydrate import Scheduler
 from rehydrate._serve._commands import elements_for
-from rehydrate._serve._server import Server, tcp_listener, unix_listener
-from rehydrate.stores import open_store
+from rehydrate._serve._server import Server, tcp_listener, tls_listener, unix_listener
+from rehydrate.stores import MemoryStore, open_store
 from rehydrate.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
@@ -33,7 +35,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @asynccontextmanager
 async def serving(
-    url: str = "memory://", *, clock: FakeClock | None = None, unix: str | None = None, **options: Any
+    url: str = "memory://",
+    *,
+    clock: FakeClock | None = None,
+    unix: str | None = None,
+    tls: ssl.SSLContext | None = None,
+    **options: Any,
 ) -> AsyncIterator[tuple[int, Server]]:
     """A server on a free loopback port over the store of ``url``, stopped on the way out."""
     store = open_store(url, clock=clock) if clock is not None else open_store(url)
@@ -42,11 +49,12 @@ async def serving(
             store,
             elements=elements_for(url, options.pop("elements", None)),
             shared=url != "memory://",
+            local=options.pop("local", url == "memory://"),
             **options,
         )
         listener = await tcp_listener("127.0.0.1", 0)
         port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        listeners = [listener]
+        listeners = [tls_listener(listener, tls) if tls is not None else listener]
         if unix is not None:
             listeners.append(await unix_listener(unix))
         async with anyio.create_task_group() as tg:
@@ -81,12 +89,13 @@ def execute(client: Any, *args: Any) -> Any:
 # -- ReDe's documented examples, reply for reply ------------------------------------------------------
 
 
-@pytest.mark.parametrize("protocol", [2, 3])
-async def test_rede_examples_reply_for_reply(protocol: int) -> None:
+@pytest.mark.parametrize(("protocol", "local"), [(2, True), (3, True), (2, False)])
+async def test_rede_examples_reply_for_reply(protocol: int, local: bool) -> None:
     """Every example of ReDe's command reference (000_rede_docs.txt), on a fake clock moved where
-    the docs say "wait"."""
+    the docs say "wait"; on memory://'s dehydrators held by the server (local) and through the
+    store's API."""
     clock = FakeClock(1_000_000.0)
-    async with serving(clock=clock) as (port, _):
+    async with serving(clock=clock, local=local) as (port, _):
 
         def examples() -> None:
             r = redis.Redis(port=port, protocol=protocol)
@@ -286,6 +295,29 @@ async def test_redis_cli_and_unix_socket(tmp_path: Path) -> None:
         await in_thread(run)
 
 
+async def test_tls(tmp_path: Path) -> None:
+    """TLS clients go through anyio's TLS streams (plain ones are served on their sockets): the
+    same replies, pipelined batches included, and a stop that closes them."""
+    from tests.redis_server import _self_signed
+
+    cert, key = await in_thread(lambda: _self_signed(tmp_path))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    async with serving(tls=context) as (port, _):
+
+        def run() -> None:
+            r = redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=str(cert), protocol=3)
+            assert r.execute_command("REDE.PUSH", "d", 0, "secret", 1) == b"OK"
+            pipe = r.pipeline(transaction=False)
+            for _ in range(50):
+                pipe.execute_command("REDE.LOOK", "d", 1)
+            assert pipe.execute() == [b"secret"] * 50
+            assert r.execute_command("REDE.POLL", "d") == [b"secret"]
+            r.close()
+
+        await in_thread(run)
+
+
 # -- a hostile or broken client does not hurt the others -------------------------------------------
 
 
@@ -305,6 +337,83 @@ async def test_bad_protocol_drops_that_client_only() -> None:
                 bad.close()
             assert good.execute_command("REDE.LOOK", "d", 1) == b"kept"
             good.close()
+
+        await in_thread(run)
+
+
+async def test_stop_closes_the_listeners_and_finishes_replies_in_flight() -> None:
+    """What SIGTERM does: no new connection is taken, an idle client is closed, and a request
+    already running (a LOOK held inside the store) gets its reply before its connection closes."""
+    entered, release = anyio.Event(), anyio.Event()
+
+    class HeldStore(MemoryStore):
+        async def look(self, name: str, id: str) -> Any:
+            entered.set()
+            await release.wait()
+            return await super().look(name, id)
+
+    store = HeldStore()
+    async with store:
+        await store.push("d", "kept", ttl=60, id="1")
+        server = Server(store, elements=elements_for("memory://", None), shared=False, grace=10)
+        listener = await tcp_listener("127.0.0.1", 0)
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        replies: list[Any] = []
+        async with anyio.create_task_group() as tg:
+            started = anyio.Event()
+            tg.start_soon(lambda: server.serve([listener], started=started))
+            await started.wait()
+            idle = await anyio.connect_tcp("127.0.0.1", port)
+            await idle.send(b"PING\r\n")
+            assert await idle.receive() == b"+PONG\r\n"
+
+            async def in_flight() -> None:
+                replies.append(await in_thread(lambda: once(port, "REDE.LOOK", "d", "1")))
+
+            tg.start_soon(in_flight)
+            with anyio.fail_after(10):
+                await entered.wait()
+            server.stop()
+            with anyio.fail_after(10):
+                with pytest.raises(anyio.EndOfStream):  # the idle client is closed
+                    await idle.receive()
+                while True:  # the listener closes
+                    try:
+                        late = await anyio.connect_tcp("127.0.0.1", port)
+                    except OSError:
+                        break
+                    await late.aclose()
+                    await anyio.sleep(0.01)
+            await idle.aclose()
+            release.set()
+    assert replies == [b"kept"]
+
+
+FLOOD = """
+import socket, sys, time
+hog = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+chunk = b"\\r\\n" * 500_000  # empty inline lines: no reply, so no send for the server to wait on
+stop = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < stop:
+    hog.sendall(chunk)
+"""
+
+
+async def test_a_client_that_pipelines_without_end_does_not_keep_the_server() -> None:
+    """A client whose requests never stop coming (a process of its own, so every read fills the
+    buffer) is served in turns with the others: a second client's command is answered meanwhile."""
+    async with serving() as (port, _):
+
+        def run() -> None:
+            hog = subprocess.Popen([sys.executable, "-c", FLOOD, str(port), "6"])
+            try:
+                time.sleep(1)  # the flood is on
+                started = time.monotonic()
+                assert once(port, "REDE.PUSH", "d", 0, "answered", 1) == b"OK"
+                assert time.monotonic() - started < 3
+            finally:
+                hog.kill()
+                hog.wait()
 
         await in_thread(run)
 
@@ -424,3 +533,47 @@ def test_serve_command_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
             server.wait()
         if server.stderr is not None:
             server.stderr.close()  # (an unclosed pipe is an unraisable warning in a later test)
+
+
+def test_serve_command_with_tls_and_a_password_from_the_environment(tmp_path: Path) -> None:
+    from tests.redis_server import _self_signed
+
+    cert, key = _self_signed(tmp_path)
+    port = _free_port()
+    server = subprocess.Popen(
+        [*SERVE, "--store", "memory://", "--port", str(port), "--tls-cert", str(cert), "--tls-key", str(key)],
+        env={**_env(), "REHYDRATE_SERVE_PASSWORD": "from-env"},
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            client = redis.Redis(
+                host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=str(cert), password="from-env"
+            )
+            try:
+                assert client.execute_command("REDE.PUSH", "d", 0, "tls", 1) == b"OK"
+                break
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.1)
+            finally:
+                client.close()
+        plain = socket.create_connection(("127.0.0.1", port))
+        plain.sendall(b"PING\r\n")  # not TLS: the handshake fails, that connection only
+        plain.settimeout(10)
+        with contextlib.suppress(OSError):
+            while plain.recv(4096):
+                pass
+        plain.close()
+        client = redis.Redis(
+            host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=str(cert), password="from-env"
+        )
+        assert client.execute_command("REDE.POLL", "d") == [b"tls"]
+        client.close()
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=20) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()

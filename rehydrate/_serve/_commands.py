@@ -18,7 +18,7 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 from urllib.parse import parse_qs, urlsplit
 
 import attrs
@@ -36,9 +36,10 @@ from rehydrate.errors import (
 )
 
 if TYPE_CHECKING:
+    from rehydrate import Dehydrator
     from rehydrate.abc import Store
 
-__all__ = ["Commands", "Connection", "Elements", "elements_for"]
+__all__ = ["Commands", "Connection", "Elements", "elements_for", "is_local"]
 
 #: The Redis version a client is told (``HELLO``, ``INFO``): clients turn features on by it, and
 #: the protocol spoken is Redis 7's. ``INFO`` also says ``rehydrate_version``.
@@ -112,15 +113,26 @@ def elements_for(url: str, requested: str | None) -> Elements:
     return Elements(mode="text")
 
 
+def is_local(url: str) -> bool:
+    """Whether ``url`` is the memory store without a serializer, whose dehydrators ``serve`` may
+    hold itself (see :class:`Commands`)."""
+    parts = urlsplit(url)
+    return parts.scheme.lower() == "memory" and not parts.query
+
+
 Handler = Callable[[Connection, list[bytes]], Awaitable[bytes]]
+SyncHandler = Callable[[Connection, list[bytes]], bytes]
 
 
 @attrs.frozen
 class _Spec:
     name: str  # as Redis names it in errors: lower case, REDE.* in upper case (its registered name)
     arity: int  # Redis's: n exactly, -n at least n
-    run: Handler
+    run: Handler | SyncHandler
     flags: tuple[str, ...] = ()
+    #: ``run`` answers without awaiting: called directly, no coroutine (the hot commands are, on
+    #: the memory store, and every command that touches no store).
+    sync: bool = False
     before_auth: bool = False
     first_key: int = 0
     last_key: int = 0
@@ -135,6 +147,23 @@ def _ttl_ms(value: bytes) -> int:
     if not _INTEGER.match(value):
         raise _Reply(error(_NOT_INTEGER))
     return int(value)
+
+
+def _ms(seconds: float) -> bytes:
+    """TTN's reply: whole milliseconds, rounded up, so that a client that sleeps this long then
+    polls finds the element due (a truncated value would wake it a fraction of a ms early)."""
+    return integer(max(0, math.ceil(round(seconds * 1000, 6))))
+
+
+def _check_name(name: str) -> str:
+    """A new dehydrator's name, refused as every store refuses it: empty, or not UTF-8 text."""
+    if not name:
+        raise InvalidArgumentError("name must not be empty")
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raise InvalidArgumentError("name must be valid Unicode text (encodable as UTF-8)") from None
+    return name
 
 
 class _Reply(Exception):
@@ -152,6 +181,11 @@ class Commands:
     while the store holds elements under it, or since this server pushed into it (until DEL).
     On the memory store, only this server writes, and a name exists from its first push to DEL,
     empty or not, exactly as a ReDe key does.
+
+    ``local``: the store is ``memory://`` and nothing else in this process uses it, so ReDe's
+    commands go straight to :class:`~rehydrate.Dehydrator` objects held here, one per name, on
+    the store's clock: what the memory store holds, without its one await per call. A pipelined
+    batch of them then runs without yielding once (benchmarks/bench_serve.py).
     """
 
     def __init__(
@@ -163,6 +197,7 @@ class Commands:
         password: str | None = None,
         info: Callable[[], dict[str, object]] | None = None,
         self_test: Callable[[list[bytes]], Awaitable[bytes]] | None = None,
+        local: bool = False,
     ) -> None:
         self.store = store
         self.elements = elements
@@ -174,28 +209,42 @@ class Commands:
         self._ids = itertools.count(1)
         self._started = time.monotonic()
         self.processed = 0
+        self._local: dict[str, Dehydrator] | None = None
+        if local:
+            from rehydrate import Dehydrator
+
+            self._local = {}
+            clock = store.clock
+            self._new_dehydrator: Callable[[], Dehydrator] = lambda: Dehydrator(clock=clock)
         spec = _Spec
+        # (name, arity, the handler over the store, the handler over local dehydrators, flags)
+        rede: list[tuple[str, int, Handler, SyncHandler, tuple[str, ...]]] = [
+            ("REDE.PUSH", 5, self._push, self._push_now, ("write",)),
+            ("REDE.GIDPUSH", 4, self._gidpush, self._gidpush_now, ("write",)),
+            ("REDE.PULL", 3, self._pull, self._pull_now, ("write",)),
+            ("REDE.POLL", 2, self._poll, self._poll_now, ("write",)),
+            ("REDE.XPOLL", 2, self._xpoll, self._xpoll_now, ("readonly",)),
+            ("REDE.XACK", -3, self._xack, self._xack_now, ("write",)),
+            ("REDE.LOOK", 3, self._look, self._look_now, ("readonly",)),
+            ("REDE.TTN", 2, self._ttn, self._ttn_now, ("readonly",)),
+            ("REDE.UPDATE", 4, self._update, self._update_now, ("write",)),
+        ]
         table = [
-            spec("REDE.PUSH", 5, self._push, ("write",), first_key=1, last_key=1),
-            spec("REDE.GIDPUSH", 4, self._gidpush, ("write",), first_key=1, last_key=1),
-            spec("REDE.PULL", 3, self._pull, ("write",), first_key=1, last_key=1),
-            spec("REDE.POLL", 2, self._poll, ("write",), first_key=1, last_key=1),
-            spec("REDE.XPOLL", 2, self._xpoll, ("readonly",), first_key=1, last_key=1),
-            spec("REDE.XACK", -3, self._xack, ("write",), first_key=1, last_key=1),
-            spec("REDE.LOOK", 3, self._look, ("readonly",), first_key=1, last_key=1),
-            spec("REDE.TTN", 2, self._ttn, ("readonly",), first_key=1, last_key=1),
-            spec("REDE.UPDATE", 4, self._update, ("write",), first_key=1, last_key=1),
+            *(
+                spec(name, arity, now if local else run, flags, sync=local, first_key=1, last_key=1)
+                for name, arity, run, now, flags in rede
+            ),
             spec("REDE.TEST", -1, self._test, ("admin",)),
-            spec("ping", -1, self._ping, ("fast",)),
-            spec("echo", 2, self._echo, ("fast",)),
-            spec("hello", -1, self._hello, ("fast", "no-auth"), before_auth=True),
-            spec("auth", -2, self._auth, ("fast", "no-auth"), before_auth=True),
-            spec("quit", -1, self._quit, ("fast", "no-auth"), before_auth=True),
-            spec("select", 2, self._select, ("fast",)),
-            spec("client", -2, self._client, ()),
-            spec("command", -1, self._command, ()),
-            spec("config", -2, self._config, ("admin",)),
-            spec("module", -2, self._module, ("admin",)),
+            spec("ping", -1, self._ping, ("fast",), sync=True),
+            spec("echo", 2, self._echo, ("fast",), sync=True),
+            spec("hello", -1, self._hello, ("fast", "no-auth"), before_auth=True, sync=True),
+            spec("auth", -2, self._auth, ("fast", "no-auth"), before_auth=True, sync=True),
+            spec("quit", -1, self._quit, ("fast", "no-auth"), before_auth=True, sync=True),
+            spec("select", 2, self._select, ("fast",), sync=True),
+            spec("client", -2, self._client, (), sync=True),
+            spec("command", -1, self._command, (), sync=True),
+            spec("config", -2, self._config, ("admin",), sync=True),
+            spec("module", -2, self._module, ("admin",), sync=True),
             spec("info", -1, self._info_command, ()),
             spec("del", -2, self._del, ("write",), first_key=1, last_key=-1),
             spec("unlink", -2, self._del, ("write",), first_key=1, last_key=-1),
@@ -230,7 +279,9 @@ class Commands:
         if not conn.authenticated and not spec.before_auth:
             return error("NOAUTH Authentication required.")
         try:
-            return await spec.run(conn, request)
+            if spec.sync:
+                return cast("SyncHandler", spec.run)(conn, request)
+            return await cast("Handler", spec.run)(conn, request)
         except _Reply as reply:
             return reply.reply
         except DuplicateIdError:
@@ -248,6 +299,8 @@ class Commands:
     # -- existence ----------------------------------------------------------------------------------
 
     async def exists(self, name: str) -> bool:
+        if self._local is not None:
+            return name in self._local
         if name in self._keys:
             return True
         return self.shared and await self.store.size(name) > 0
@@ -258,6 +311,8 @@ class Commands:
         The Store API has no verb to remove a name, so its elements are pulled by id, a batch
         at a time, until none is left.
         """
+        if self._local is not None:
+            return self._local.pop(name, None) is not None
         existed = await self.exists(name)
         self._keys.discard(name)
         while ids := await self.store.ids(name, limit=_DROP_BATCH):
@@ -313,9 +368,7 @@ class Commands:
         if seconds is None:
             # ReDe: -1 for a key that exists, empty; nil for no key.
             return integer(-1) if await self.exists(name) else _resp.nil(conn.proto)
-        # Whole milliseconds, rounded up: a client that sleeps this long then polls finds the
-        # element due (a truncated value would wake it a fraction of a millisecond early).
-        return integer(max(0, math.ceil(round(seconds * 1000, 6))))
+        return _ms(seconds)
 
     async def _update(self, conn: Connection, args: list[bytes]) -> bytes:
         name = _text(args[1])
@@ -328,6 +381,80 @@ class Commands:
             return error("ERROR: No Such dehydrator.")
         return bulk(self.elements.to_wire(old), conn.proto)
 
+    # -- ReDe's commands on local dehydrators (memory://, see the class) ---------------------------
+
+    def _create(self, raw: bytes) -> Dehydrator:
+        assert self._local is not None
+        name = _text(raw)
+        d = self._local.get(name)
+        if d is None:
+            d = self._local[_check_name(name)] = self._new_dehydrator()
+        return d
+
+    def _find(self, raw: bytes) -> Dehydrator | None:
+        assert self._local is not None
+        return self._local.get(_text(raw))
+
+    def _push_now(self, conn: Connection, args: list[bytes]) -> bytes:
+        ttl = _ttl_ms(args[2])
+        element = self.elements.to_store(args[3])
+        # (ReDe creates the key before it pushes: a refused push leaves it, empty.)
+        self._create(args[1]).push(element, ttl=max(ttl, 0) / 1000, id=_text(args[4]))
+        return OK
+
+    def _gidpush_now(self, conn: Connection, args: list[bytes]) -> bytes:
+        ttl = _ttl_ms(args[2])
+        element = self.elements.to_store(args[3])
+        return bulk(self._create(args[1]).push(element, ttl=max(ttl, 0) / 1000).encode())
+
+    def _pull_now(self, conn: Connection, args: list[bytes]) -> bytes:
+        d = self._find(args[1])
+        value = d.pull(_text(args[2])) if d is not None else None
+        return bulk(self.elements.to_wire(value), conn.proto)
+
+    def _look_now(self, conn: Connection, args: list[bytes]) -> bytes:
+        d = self._find(args[1])
+        value = d.look(_text(args[2])) if d is not None else None
+        return bulk(self.elements.to_wire(value), conn.proto)
+
+    def _poll_now(self, conn: Connection, args: list[bytes]) -> bytes:
+        d = self._find(args[1])
+        if d is None:
+            return b"*0\r\n"
+        to_wire = self.elements.to_wire
+        return array([to_wire(v) for v in d.poll()], conn.proto)
+
+    def _xpoll_now(self, conn: Connection, args: list[bytes]) -> bytes:
+        d = self._find(args[1])
+        if d is None:
+            return b"*0\r\n"
+        return array([id.encode("utf-8", "surrogateescape") for id in d.xpoll()], conn.proto)
+
+    def _xack_now(self, conn: Connection, args: list[bytes]) -> bytes:
+        d = self._find(args[1])
+        if d is None:  # ReDe: no key, an empty array (not a nil per id)
+            return b"*0\r\n"
+        to_wire = self.elements.to_wire
+        return array([to_wire(v) for v in d.xack(*[_text(id) for id in args[2:]])], conn.proto)
+
+    def _ttn_now(self, conn: Connection, args: list[bytes]) -> bytes:
+        d = self._find(args[1])
+        if d is None:
+            return _resp.nil(conn.proto)
+        seconds = d.ttn()
+        return integer(-1) if seconds is None else _ms(seconds)
+
+    def _update_now(self, conn: Connection, args: list[bytes]) -> bytes:
+        d = self._find(args[1])
+        if d is None:
+            return error("ERROR: No Such dehydrator.")
+        element = self.elements.to_store(args[3])
+        try:
+            old = d.update(_text(args[2]), element)
+        except UnknownIdError:
+            return error("ERROR: No Such Element.")
+        return bulk(self.elements.to_wire(old), conn.proto)
+
     async def _test(self, conn: Connection, args: list[bytes]) -> bytes:
         if self._self_test is None:
             return error("ERR REDE.TEST is not available here")
@@ -335,12 +462,12 @@ class Commands:
 
     # -- connection ----------------------------------------------------------------------------------
 
-    async def _ping(self, conn: Connection, args: list[bytes]) -> bytes:
+    def _ping(self, conn: Connection, args: list[bytes]) -> bytes:
         if len(args) > 2:
             return error("ERR wrong number of arguments for 'ping' command")
         return PONG if len(args) == 1 else bulk(args[1])
 
-    async def _echo(self, conn: Connection, args: list[bytes]) -> bytes:
+    def _echo(self, conn: Connection, args: list[bytes]) -> bytes:
         return bulk(args[1])
 
     def _check_password(self, user: bytes, password: bytes) -> bool:
@@ -350,7 +477,7 @@ class Commands:
         # Compared in constant time, and the user too: only Redis's "default" user exists here.
         return hmac.compare_digest(password, expected) and user == b"default"
 
-    async def _auth(self, conn: Connection, args: list[bytes]) -> bytes:
+    def _auth(self, conn: Connection, args: list[bytes]) -> bytes:
         if len(args) > 3:
             return error("ERR syntax error")
         if self.password is None:
@@ -364,7 +491,7 @@ class Commands:
         conn.authenticated = True
         return OK
 
-    async def _hello(self, conn: Connection, args: list[bytes]) -> bytes:
+    def _hello(self, conn: Connection, args: list[bytes]) -> bytes:
         proto = conn.proto
         rest = args[1:]
         if rest:
@@ -414,18 +541,18 @@ class Commands:
             proto,
         )
 
-    async def _quit(self, conn: Connection, args: list[bytes]) -> bytes:
+    def _quit(self, conn: Connection, args: list[bytes]) -> bytes:
         conn.closing = True
         return OK
 
-    async def _select(self, conn: Connection, args: list[bytes]) -> bytes:
+    def _select(self, conn: Connection, args: list[bytes]) -> bytes:
         if not _INTEGER.match(args[1]):
             return error(_NOT_INTEGER)
         if int(args[1]) != 0:  # one keyspace, as a Redis Cluster node has
             return error("ERR DB index is out of range")
         return OK
 
-    async def _client(self, conn: Connection, args: list[bytes]) -> bytes:
+    def _client(self, conn: Connection, args: list[bytes]) -> bytes:
         sub = args[1].upper()
         if sub == b"SETINFO" and len(args) == 4:
             return OK
@@ -457,7 +584,7 @@ class Commands:
     def _specs(self) -> list[_Spec]:
         return list({id(spec): spec for spec in self._table.values()}.values())
 
-    async def _command(self, conn: Connection, args: list[bytes]) -> bytes:
+    def _command(self, conn: Connection, args: list[bytes]) -> bytes:
         specs = self._specs()
         if len(args) == 1:
             return b"*%d\r\n%s" % (len(specs), b"".join(self._command_info(s) for s in specs))
@@ -477,13 +604,13 @@ class Commands:
             return array([s.name.lower().encode() for s in specs])
         return error(f"ERR unknown subcommand '{_text(args[1])}'. Try COMMAND HELP.")
 
-    async def _config(self, conn: Connection, args: list[bytes]) -> bytes:
+    def _config(self, conn: Connection, args: list[bytes]) -> bytes:
         # redis-benchmark asks for "save" and "appendonly" on start: nothing is configurable here.
         if args[1].upper() == b"GET":
             return b"%0\r\n" if conn.proto == 3 else b"*0\r\n"
         return error(f"ERR unknown subcommand '{_text(args[1])}'. Try CONFIG HELP.")
 
-    async def _module(self, conn: Connection, args: list[bytes]) -> bytes:
+    def _module(self, conn: Connection, args: list[bytes]) -> bytes:
         if args[1].upper() == b"LIST":
             entry = map_reply({b"name": bulk(b"REDE"), b"ver": integer(1)}, conn.proto)
             return b"*1\r\n" + entry
@@ -503,8 +630,7 @@ class Commands:
 
         figures["used_memory"] = await anyio.to_thread.run_sync(_rss)  # a file read: off the loop
         figures["total_commands_processed"] = self.processed
-        names = await self.store.names()
-        keys = len(set(names) | self._keys)
+        keys = len(await self._all_names())
         text = "".join(f"{k}:{v}\r\n" for k, v in figures.items())
         text += f"# Keyspace\r\ndb0:keys={keys},expires=0,avg_ttl=0\r\n"
         return bulk(("# Server\r\n" + text).encode())
@@ -527,6 +653,8 @@ class Commands:
         return b"+dehy-type\r\n" if await self.exists(_text(args[1])) else b"+none\r\n"
 
     async def _all_names(self) -> list[str]:
+        if self._local is not None:
+            return sorted(self._local)
         return sorted(set(await self.store.names()) | self._keys)
 
     async def _keys_command(self, conn: Connection, args: list[bytes]) -> bytes:

@@ -162,13 +162,14 @@ def _password(args: argparse.Namespace) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     import contextlib
+    import gc
     import signal
     import ssl
 
     import anyio
     import structlog
 
-    from rehydrate._serve._commands import elements_for
+    from rehydrate._serve._commands import elements_for, is_local
     from rehydrate._serve._server import Server, tcp_listener, tls_listener, unix_listener
 
     log = structlog.get_logger("rehydrate.cli")
@@ -210,7 +211,8 @@ def run(args: argparse.Namespace) -> int:
             for listener in listeners:
                 await listener.aclose()
             raise CLIError(f"cannot listen: {exc.strerror or exc}") from None
-        async with _common.open_from(args) as store:
+        # serve writes (PUSH): it creates a missing SQLite database, as `rehydrate push` does.
+        async with _common.open_from(args, create=True) as store:
             server = Server(
                 store,
                 elements=elements,
@@ -219,7 +221,13 @@ def run(args: argparse.Namespace) -> int:
                 max_bulk=args.max_bulk,
                 send_timeout=args.send_timeout,
                 grace=args.grace,
+                local=is_local(url),
             )
+            # What start-up left (imports, the loop, the store's client) is collected once and
+            # frozen, as a worker does (cli/_worker.py, settle_heap): else the first full
+            # collection walks it all a few seconds into serving, every client waiting.
+            gc.collect()
+            gc.freeze()
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async with anyio.create_task_group() as tg:
 
