@@ -1055,7 +1055,7 @@ class Scheduler:
         if self._stopping:  # stop() came while the store opened (a SIGTERM at start-up): honour it
             self._stopped.set()
         self._batcher = DeferBatcher(self.store)
-        if getattr(self.store, "_coalesce_pushes", True):
+        if not self.store.capabilities.in_process:
             self._batcher.open()  # now: defers in the body coalesce even before its task runs
             tg.start_soon(self._batcher.run)
         self._serving = anyio.Event()
