@@ -350,12 +350,19 @@ class MemoryStore(StoreBase):
             )
         return out
 
-    async def _ack(self, name: str, pairs: list[tuple[str, int]]) -> list[bool]:
+    async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
+        """The template's checks are the in-process dehydrator's own here (``Dehydrator.ack_many``
+        checks the pairs with ``_validate.acks``, as the template does): made once, not twice,
+        on the path of every delivery."""
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
         if self._kept:
-            self._forget_envelopes(name, (id for id, _ in pairs))
-        return d.ack_many(pairs)
+            claims = list(claims)
+            self._forget_envelopes(name, (id for id, _ in claims))
+        return d.ack_many(claims)
+
+    async def _ack(self, name: str, pairs: list[tuple[str, int]]) -> list[bool]:
+        return await self.ack(name, pairs)
 
     async def reschedule(
         self, name: str, id: str, *, ttl: Seconds, attempt: int | None = None, token: int | None = None
