@@ -189,7 +189,8 @@ class Capabilities:
     migrate: bool = False
     #: Every call is served in this process, with no round trip (to a server or a thread): the
     #: scheduler then files each ``defer`` at once instead of gathering concurrent ones into one
-    #: :meth:`Store.push_many`, which would only add a wait.
+    #: :meth:`Store.push_many`, which would only add a wait; and no other process reaches it
+    #: (``rehydrate worker --processes`` refuses it).
     in_process: bool = False
 
 
