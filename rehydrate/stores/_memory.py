@@ -222,9 +222,22 @@ class MemoryStore(StoreBase):
         d.pull(id)
         return True
 
+    async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
+        """Without a serializer, the template's checks are the in-process dehydrator's own
+        (``Dehydrator.push_many`` checks every item first, as the template does): made once."""
+        if self._codec is not None:
+            return await super().push_many(name, items)
+        await anyio.lowlevel.checkpoint()
+        d = self._get_or_create(name)
+        before = d.next_due()
+        ids = d.push_many(items)  # every ttl counted from one reading of the clock, as rearm's
+        self._notify_if_sooner(name, d, before)
+        return ids
+
     async def _push_many(
         self, name: str, batch: list[tuple[Any, float, str | None]], asked: float
     ) -> list[str]:
+        """With a serializer: the elements encoded, after the template's checks."""
         await anyio.lowlevel.checkpoint()
         items: Iterable[tuple[Any, Seconds, str | None]] = batch
         if self._codec is not None:
