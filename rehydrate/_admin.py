@@ -13,6 +13,7 @@ rather than raising: those are states of the data, not mistakes in the call.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal, TypeAlias
@@ -22,7 +23,7 @@ import attrs
 from rehydrate._clock import wall
 from rehydrate._core import _validate
 from rehydrate._core._records import ElementInfo, Summary, WorkerRecord, is_held
-from rehydrate._core._triggers import trigger_from_dict
+from rehydrate._core._triggers import US, Misfire, Trigger, trigger_from_dict
 from rehydrate._core._validate import Seconds
 from rehydrate._deliveries import DEAD_SUFFIX, DeadLetter
 from rehydrate._schedules import (
@@ -31,15 +32,23 @@ from rehydrate._schedules import (
     Envelope,
     ScheduleInfo,
     anchor_of,
+    check_trigger,
     extra_time,
     first_run,
+    is_envelope,
     is_removed,
     is_schedule,
+    new_schedule,
     nominal_of,
     offset_of,
+    replanned,
     replay_envelope,
+    rewritten,
     schedule_info,
+    trigger_of,
     ttl_until,
+    validate_misfire,
+    validate_spread,
     with_extra,
     with_next,
     with_paused,
@@ -65,6 +74,7 @@ __all__ = [
     "limit_row",
     "limit_totals",
     "remove_schedule",
+    "upsert_schedule",
 ]
 
 #: What :meth:`Admin.run_now` did: made a schedule's extra run or one-shot work due, or not
@@ -273,6 +283,114 @@ async def remove_schedule(store: Store, name: str, id: str, existing: Envelope) 
     return None  # (changed meanwhile, the run ended say: compare with that)
 
 
+async def _held(store: Store, name: str, id: str) -> bool:
+    """Whether an occurrence of the schedule ``id`` runs now: a worker holds its element
+    (:func:`~rehydrate._core._records.is_held`)."""
+    info = await store.info(name, id)
+    return info is not None and is_held(info, store.clock())
+
+
+async def upsert_schedule(
+    store: Store,
+    name: str,
+    trigger: Trigger,
+    id: str,
+    element: Any,
+    misfire: Misfire,
+    grace: float | None,
+    spread: float | None = None,
+    declared: bool = False,
+) -> None:
+    """File (or change) the schedule ``id`` of ``name`` as :meth:`Admin.schedule` says, on
+    checked arguments (``declared``: by a handler's ``schedule=``, see ``Scheduler``)."""
+    # First as if no occurrence ran (the common case): the store's replace_unless_held says
+    # whether one does, in the same step as the change; only then is the run looked at.
+    assume_free = True
+    while True:
+        existing = await store.look(name, id)
+        now = wall(store.clock)
+        if is_removed(existing):
+            # Unscheduled while an occurrence ran: a new schedule, which waits for that run
+            # (written into the element it holds, as any change during a run; filed at once
+            # when the run ends, for the runner that claims it to file for its time). Held,
+            # its first occurrence after now: never the running one's nominal time (due by
+            # now), whose key that is, and whose end the store would take it for.
+            held = await _held(store, name, id)
+            after = math.floor(now * US) if held else None
+            envelope, due, _ = new_schedule(
+                id,
+                trigger,
+                element,
+                now,
+                after_us=after,
+                misfire=misfire,
+                grace=grace,
+                spread=spread,
+                declared=declared,
+            )
+            if held:
+                if await change_held(store, name, id, existing, envelope):
+                    return
+                continue  # changed meanwhile: compare with that
+            # (A runner that claims the marker meanwhile runs nothing: replacing it is safe.)
+            await store.push(name, envelope, ttl=ttl_until(due, now), id=id, replace=True)
+            return
+        if existing is None:
+            envelope, due, _ = new_schedule(
+                id, trigger, element, now, misfire=misfire, grace=grace, spread=spread, declared=declared
+            )
+            try:
+                await store.push(name, envelope, ttl=ttl_until(due, now), id=id)
+            except DuplicateIdError:
+                continue  # filed meanwhile (another process declaring it): compare with that
+            return
+        if not is_envelope(existing):
+            error = DuplicateIdError(id)
+            error.add_note(f"{id!r} in {name!r} holds one-shot work, not a schedule")
+            raise error
+        if trigger_of(existing) == trigger:
+            envelope, due = rewritten(
+                id, existing, element, misfire=misfire, grace=grace, spread=spread, declared=declared
+            )
+            if envelope == existing:
+                return  # nothing changed: nothing moves
+            held = not assume_free and await _held(store, name, id)
+            fenced = True
+        else:
+            # (An envelope whose ``next`` is not µs is from before that: filed anew.)
+            fenced = type(existing.get("next")) is int
+            held = fenced and not assume_free and await _held(store, name, id)
+            envelope, due, found = replanned(
+                id,
+                existing,
+                trigger,
+                element,
+                now,
+                running=held,
+                misfire=misfire,
+                grace=grace,
+                spread=spread,
+                declared=declared,
+            )
+            # (No later occurrence found: filed anew, as when nothing runs.)
+            fenced = fenced and not held
+            held = held and found
+        if held:
+            if await change_held(store, name, id, existing, envelope):
+                return
+            continue  # changed meanwhile: compare with that
+        ttl = ttl_until(due, now)
+        if not fenced:
+            await store.push(name, envelope, ttl=ttl, id=id, replace=True)
+            return
+        # Replaced unless an occurrence runs (claimed since the check, or before it on the
+        # first pass): its next occurrence would come due beside it.
+        if await store.replace_unless_held(name, id, envelope, ttl=ttl):
+            return
+        assume_free = False
+        continue  # an occurrence runs (or the schedule was removed): compare again
+
+
 @attrs.frozen
 class Admin:
     """Inspect and operate a store's dehydrators, schedules and dead letters; no handlers needed.
@@ -470,6 +588,33 @@ class Admin:
                         if limit is not None and len(out) >= limit:
                             return out
         return out
+
+    async def schedule(
+        self,
+        name: str,
+        trigger: Trigger,
+        *,
+        id: str,
+        element: Any = None,
+        misfire: Misfire = "coalesce",
+        grace: Seconds | None = None,
+        spread: Seconds | None = None,
+    ) -> None:
+        """File (or change) the recurring schedule ``id`` of ``name``, due at each occurrence of
+        ``trigger`` with ``element``: what :meth:`Scheduler.schedule <rehydrate.Scheduler.schedule>`
+        does (an upsert; see it for ``misfire``, ``grace`` and ``spread``), with no scheduler.
+
+        The same trigger keeps its next run time, and a change made while an occurrence runs is
+        filed with the next occurrence when the run ends (never beside it). Raises
+        ``DuplicateIdError`` if ``id`` holds one-shot work; the arguments are checked first, as
+        by the scheduler. A worker of this store that claimed the schedule *ahead* of its due
+        time (``claim_ahead``) runs that claim as it was.
+        """
+        _validate.element_id(name, "name")
+        _validate.element_id(id)
+        check_trigger(trigger)
+        grace_s, spread_s = validate_misfire(misfire, grace), validate_spread(spread)
+        await upsert_schedule(self.store, name, trigger, id, element, misfire, grace_s, spread_s)
 
     async def find_schedule(self, name: str, id: str) -> ScheduleInfo | None:
         """The schedule ``id`` of ``name`` (one read), ``None`` if there is none (nothing, one-shot

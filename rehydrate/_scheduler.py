@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
@@ -36,13 +35,12 @@ import attrs
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from rehydrate._admin import Admin, RunNow, change_held, remove_schedule
+from rehydrate._admin import Admin, RunNow, remove_schedule, upsert_schedule
 from rehydrate._batcher import DeferBatcher
 from rehydrate._clock import wall
 from rehydrate._core import _validate
-from rehydrate._core._records import ElementInfo, is_held
 from rehydrate._core._retry import Retry
-from rehydrate._core._triggers import US, Misfire, Trigger
+from rehydrate._core._triggers import Misfire, Trigger
 from rehydrate._core._validate import Seconds
 from rehydrate._deliveries import Counters, DeadLetter, Delivery, Stats, current_delivery, stats_of
 from rehydrate._heartbeat import Heartbeat, new_worker_id
@@ -61,11 +59,8 @@ from rehydrate._schedules import (
     ScheduleInfo,
     check_trigger,
     is_envelope,
-    is_removed,
     is_schedule,
     new_schedule,
-    replanned,
-    rewritten,
     trigger_of,
     ttl_until,
     validate_misfire,
@@ -669,11 +664,10 @@ class Scheduler:
         handler still sees the nominal time as ``scheduled_for``, and the misfire policy counts
         lateness from the offset time.
         """
-        _validate.element_id(name, "name")
-        _validate.element_id(id)
-        check_trigger(trigger)
-        grace_s = validate_misfire(misfire, grace)
-        await self._upsert(name, trigger, id, element, misfire, grace_s, validate_spread(spread))
+        admin = Admin(self.store)
+        await admin.schedule(
+            name, trigger, id=id, element=element, misfire=misfire, grace=grace, spread=spread
+        )
         await self._unhold(name, id, give_back=True)  # (comes back as the schedule is now)
 
     @_needs_the_store
@@ -730,7 +724,7 @@ class Scheduler:
         async def upsert(id: str, trigger: Trigger, element: Any) -> None:
             async with limiter:
                 try:
-                    await self._upsert(name, trigger, id, element, misfire, grace_s, spread_s)
+                    await upsert_schedule(self.store, name, trigger, id, element, misfire, grace_s, spread_s)
                 except DuplicateIdError as exc:
                     conflicts.append(exc)
                 else:
@@ -768,114 +762,6 @@ class Scheduler:
                 + (" ..." if len(conflicts) > 20 else "")
             )
             raise first_conflict
-
-    async def _upsert(
-        self,
-        name: str,
-        trigger: Trigger,
-        id: str,
-        element: Any,
-        misfire: Misfire,
-        grace: float | None,
-        spread: float | None = None,
-        declared: bool = False,
-    ) -> None:
-        store = self.store
-        # First as if no occurrence ran (the common case): the store's replace_unless_held says
-        # whether one does, in the same step as the change; only then is the run looked at.
-        assume_free = True
-        while True:
-            existing = await store.look(name, id)
-            now = wall(store.clock)
-            if is_removed(existing):
-                # Unscheduled while an occurrence ran: a new schedule, which waits for that run
-                # (written into the element it holds, as any change during a run; filed at once
-                # when the run ends, for the runner that claims it to file for its time). Held,
-                # its first occurrence after now: never the running one's nominal time (due by
-                # now), whose key that is, and whose end the store would take it for.
-                held = await self._held(name, id)
-                after = math.floor(now * US) if held else None
-                envelope, due, _ = new_schedule(
-                    id,
-                    trigger,
-                    element,
-                    now,
-                    after_us=after,
-                    misfire=misfire,
-                    grace=grace,
-                    spread=spread,
-                    declared=declared,
-                )
-                if held:
-                    if await change_held(store, name, id, existing, envelope):
-                        return
-                    continue  # changed meanwhile: compare with that
-                # (A runner that claims the marker meanwhile runs nothing: replacing it is safe.)
-                await store.push(name, envelope, ttl=ttl_until(due, now), id=id, replace=True)
-                return
-            if existing is None:
-                envelope, due, _ = new_schedule(
-                    id, trigger, element, now, misfire=misfire, grace=grace, spread=spread, declared=declared
-                )
-                try:
-                    await store.push(name, envelope, ttl=ttl_until(due, now), id=id)
-                except DuplicateIdError:
-                    continue  # filed meanwhile (another process declaring it): compare with that
-                return
-            if not is_envelope(existing):
-                error = DuplicateIdError(id)
-                error.add_note(f"{id!r} in {name!r} holds one-shot work, not a schedule")
-                raise error
-            if trigger_of(existing) == trigger:
-                envelope, due = rewritten(
-                    id, existing, element, misfire=misfire, grace=grace, spread=spread, declared=declared
-                )
-                if envelope == existing:
-                    return  # nothing changed: nothing moves
-                held = not assume_free and await self._held(name, id)
-                fenced = True
-            else:
-                # (An envelope whose ``next`` is not µs is from before that: filed anew.)
-                fenced = type(existing.get("next")) is int
-                held = fenced and not assume_free and await self._held(name, id)
-                envelope, due, found = replanned(
-                    id,
-                    existing,
-                    trigger,
-                    element,
-                    now,
-                    running=held,
-                    misfire=misfire,
-                    grace=grace,
-                    spread=spread,
-                    declared=declared,
-                )
-                # (No later occurrence found: filed anew, as when nothing runs.)
-                fenced = fenced and not held
-                held = held and found
-            if held:
-                if await change_held(store, name, id, existing, envelope):
-                    return
-                continue  # changed meanwhile: compare with that
-            ttl = ttl_until(due, now)
-            if not fenced:
-                await store.push(name, envelope, ttl=ttl, id=id, replace=True)
-                return
-            # Replaced unless an occurrence runs (claimed since the check, or before it on the
-            # first pass): its next occurrence would come due beside it.
-            if await store.replace_unless_held(name, id, envelope, ttl=ttl):
-                return
-            assume_free = False
-            continue  # an occurrence runs (or the schedule was removed): compare again
-
-    async def _held(self, name: str, id: str) -> bool:
-        """Whether an occurrence of the schedule ``id`` runs now (see :meth:`_holds`)."""
-        info = await self.store.info(name, id)
-        return info is not None and self._holds(info)
-
-    def _holds(self, info: ElementInfo) -> bool:
-        """Whether a worker holds the element now (see :func:`~rehydrate._core._records.is_held`)."""
-        return is_held(info, self.store.clock())
 
     @_needs_the_store
     async def unschedule(self, name: str, id: str) -> bool:
@@ -925,7 +811,9 @@ class Scheduler:
             name = handler.name
             if handler.schedule is not None:
                 misfire, grace, spread = self._declared.get(name, ("coalesce", None, None))
-                await self._upsert(name, handler.schedule, name, None, misfire, grace, spread, declared=True)
+                await upsert_schedule(
+                    self.store, name, handler.schedule, name, None, misfire, grace, spread, declared=True
+                )
                 continue
             existing = await self.store.look(name, name)
             if (
@@ -1083,7 +971,7 @@ class Scheduler:
         if self._stopping:  # stop() came while the store opened (a SIGTERM at start-up): honour it
             self._stopped.set()
         self._batcher = DeferBatcher(self.store)
-        if getattr(self.store, "_coalesce_pushes", True):
+        if not self.store.capabilities.in_process:
             self._batcher.open()  # now: defers in the body coalesce even before its task runs
             tg.start_soon(self._batcher.run)
         self._serving = anyio.Event()

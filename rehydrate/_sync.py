@@ -312,6 +312,7 @@ class SyncAdmin:
     remove = _blocking_admin(Admin.remove)
     run_now = _blocking_admin(Admin.run_now)
     schedules = _blocking_admin(Admin.schedules)
+    schedule = _blocking_admin(Admin.schedule)
     find_schedule = _blocking_admin(Admin.find_schedule)
     pause = _blocking_admin(Admin.pause)
     resume = _blocking_admin(Admin.resume)

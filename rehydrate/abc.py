@@ -5,8 +5,8 @@ A *store* holds many named dehydrators, like keys in Redis, and offers the
 stores implement exactly this contract and pass one contract test suite
 (``rehydrate.testing.contract``, which ``tests/stores/test_contract.py`` runs against each); a new
 store should too, with one fixture (see that module). What a store offers beyond the verbs every
-store has (``claim(ahead=)``, ``rearm``, the worker registry) it declares in
-:attr:`Store.capabilities`.
+store has (``claim(ahead=)``, ``rearm``, the worker registry, a schema to migrate) it declares in
+:attr:`Store.capabilities`, which callers read instead of probing the store.
 
 Rules that hold for every method unless its docstring says otherwise:
 
@@ -198,6 +198,15 @@ class Capabilities:
     #: :meth:`Store.limits` are implemented: global concurrency and rate limits
     #: (``rehydrate.Concurrency``, ``rehydrate.Rate``, ``Scheduler.handler(limits=...)``).
     limits: bool = False
+    #: :meth:`Store.migrate` and :meth:`Store.check_schema` are implemented: the store keeps a
+    #: schema that can be created (or upgraded) ahead of use, and checked (``rehydrate migrate``).
+    #: A store without one creates what it needs as it goes: nothing to migrate.
+    migrate: bool = False
+    #: Every call is served in this process, with no round trip (to a server or a thread): the
+    #: scheduler then files each ``defer`` at once instead of gathering concurrent ones into one
+    #: :meth:`Store.push_many`, which would only add a wait; and no other process reaches it
+    #: (``rehydrate worker --processes`` refuses it).
+    in_process: bool = False
 
 
 class Store(ABC):
@@ -306,11 +315,14 @@ class Store(ABC):
         characters), and a bad one is an ``InvalidArgumentError`` naming its index. An element
         written by another serializer raises ``SerializerMismatchError``, as :meth:`look` does.
         A store may read a large batch in parts, so it is not a snapshot of a dehydrator that
-        changes meanwhile. The default implementation calls :meth:`look` per id; the stores of
-        this package read a batch in one round trip (one script, one query).
+        changes meanwhile. The default implementation calls :meth:`look` per id (:meth:`ttn` for
+        none, so that a closed store raises as for any batch); the stores of this package read a
+        batch in one round trip (one script, one query).
         """
         _validate.element_id(name, "name")
         checked = _validate.id_list(ids)
+        if not checked:
+            await self.ttn(name)
         return [await self.look(name, id) for id in checked]
 
     @abstractmethod
@@ -474,10 +486,14 @@ class Store(ABC):
         exactly ``reschedule(name, id, ttl=ttl, token=token)`` and atomic; a store may split a
         large batch into atomic parts. Every item is checked before anything is done: an id given
         twice, or an item without a token, is an ``InvalidArgumentError``. The default
-        implementation calls :meth:`reschedule` per item; the stores of this package do it in one
-        round trip (one script, one transaction or one statement) per batch.
+        implementation calls :meth:`reschedule` per item (:meth:`ttn` for none, so that a closed
+        store raises as for any batch); the stores of this package do it in one round trip (one
+        script, one transaction or one statement) per batch.
         """
+        _validate.element_id(name, "name")
         batch = _validate.reschedules(items)
+        if not batch:
+            await self.ttn(name)
         return [await self.reschedule(name, id, ttl=ttl, token=token) for id, token, ttl in batch]
 
     async def hand_back(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
@@ -497,6 +513,7 @@ class Store(ABC):
         attempt and does not check that the element is claimed; the stores of this package
         implement it.
         """
+        _validate.element_id(name, "name")
         return await self.reschedule_many(name, _validate.reschedules(items, "hand_back"))
 
     async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
@@ -682,3 +699,18 @@ class Store(ABC):
         """Every limit key with state (``limit``: only that limit's), sorted by limit and key:
         its live holders, the starts it remembers and how many wait. For views, not a hot path."""
         raise NotImplementedError(f"{type(self).__name__} does not implement limits")
+
+    # -- schema ----------------------------------------------------------------------------------
+    # For a store that keeps a schema (SQLite's file, PostgreSQL's tables), declared as
+    # ``migrate`` in its capabilities; ``rehydrate migrate`` reads the flag, never probes.
+
+    async def migrate(self) -> int:
+        """Create the store's schema, or bring one written by an earlier version to this
+        version's, and return its version. Works on an open store or an unopened one (connecting
+        just for this); safe to run again, and from several processes at once."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no schema: nothing to migrate")
+
+    async def check_schema(self) -> str | None:
+        """``None`` if the schema is there at this version's, else what is wrong (one sentence).
+        Changes nothing, creates nothing (``rehydrate migrate --check``)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no schema: nothing to check")

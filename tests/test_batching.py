@@ -14,6 +14,7 @@ from functools import partial
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
 from rehydrate import Scheduler
@@ -35,7 +36,7 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
 
 
 def coalesces(store: Store) -> bool:
-    return bool(getattr(store, "_coalesce_pushes", True))
+    return not store.capabilities.in_process
 
 
 async def defer_all(scheduler: Scheduler, calls: list[dict[str, Any]]) -> list[Any]:
@@ -141,7 +142,7 @@ async def test_defers_outside_the_scheduler_still_work(harness: Harness) -> None
 class GatedStore(MemoryStore):
     """A memory store whose pushes take a round trip: each waits until the test opens its gate."""
 
-    _coalesce_pushes = True
+    capabilities = attrs.evolve(MemoryStore.capabilities, in_process=False)
 
     def __init__(self, clock: FakeClock) -> None:
         super().__init__(clock=clock)

@@ -301,6 +301,8 @@ def test_sync_admin_from_blocking_code(backend: Any, tmp_path: Any) -> None:
         assert admin.pause("reports", "daily") == "paused"
         assert admin.pause("reports", "daily") == "unchanged"
         assert admin.requeue("reports", ["nope"]) == []
+        admin.schedule("reports", Every(60), id="hourly")
+        assert [info.id for info in admin.schedules("reports")] == ["hourly", "daily"]
     with pytest.raises(SchedulerNotRunningError):
         admin.names()
     public = {

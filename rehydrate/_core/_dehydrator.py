@@ -436,14 +436,7 @@ class Dehydrator:
         runner's acker sends: each pair checked once, where a loop of :meth:`ack` behind a store's
         own checks would check it twice.
         """
-        pairs = list(claims)
-        for id, token in pairs:
-            # The common pair in one test each (rearm_many's checks); anything else is checked
-            # by what raises.
-            if type(id) is not str or not id or not id.isascii():
-                _validate.element_id(id)
-            if (type(token) is not int or token < 1) and _validate.token(token) is None:
-                raise InvalidArgumentError("ack needs each claim's token")
+        pairs = _validate.acks(claims)
         index = self._index
         drop = self._drop_claimed
         updated = self._updated

@@ -6,10 +6,11 @@ They run before any state changes, so a call that raises leaves everything as it
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any, Final, TypeAlias
 
-from rehydrate.errors import InvalidArgumentError, InvalidTypeError
+from rehydrate.errors import DuplicateIdError, InvalidArgumentError, InvalidTypeError
 
 __all__ = ["MAX_SECONDS", "InvalidArgumentError", "InvalidTypeError", "Seconds"]
 
@@ -162,6 +163,46 @@ def id_list(ids: object) -> list[str]:
             exc.add_note(f"in ids[{index}]")
             raise
     return out
+
+
+def pushes(items: Iterable[tuple[Any, Seconds, str | None]]) -> list[tuple[Any, float, str | None]]:
+    """The ``(element, ttl, id or None)`` items of a ``push_many``, all checked before any is
+    filed: each ttl a duration, each id given a valid one, and no id twice in the batch (a
+    :class:`~rehydrate.errors.DuplicateIdError`). The elements are the store's to encode."""
+    out: list[tuple[Any, float, str | None]] = []
+    given: set[str] = set()
+    # A batch mostly shares a handful of ttls: each distinct int or float is checked once (keyed
+    # by type too, so that 1.0 and 1 stay apart).
+    durations: dict[tuple[type, object], float] = {}
+    for element, ttl, id in items:
+        kind = type(ttl)
+        if kind is float or kind is int:
+            duration = durations.get((kind, ttl))
+            if duration is None:
+                duration = durations[(kind, ttl)] = seconds(ttl, "ttl")
+        else:
+            duration = seconds(ttl, "ttl")
+        if id is not None:
+            if type(id) is not str or not id or not id.isascii():
+                element_id(id)
+            if id in given:
+                raise DuplicateIdError(id)
+            given.add(id)
+        out.append((element, duration, id))
+    return out
+
+
+def acks(claims: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The ``(id, token)`` pairs of an ``ack``, all checked before any is acked: a valid id and a
+    claim's token each."""
+    pairs = list(claims)
+    for id, fence in pairs:
+        # The common pair in one test each; anything else is checked by what raises.
+        if type(id) is not str or not id or not id.isascii():
+            element_id(id)
+        if (type(fence) is not int or fence < 1) and token(fence) is None:
+            raise InvalidArgumentError("ack needs each claim's token")
+    return pairs
 
 
 def reschedules(items: object, verb: str = "reschedule_many") -> list[tuple[str, int, float]]:

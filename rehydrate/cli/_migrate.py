@@ -39,20 +39,18 @@ def run(args: argparse.Namespace) -> int:
 
     url = store_url(args)
     store = open_store(url)
-    migrate = getattr(store, "migrate", None)
-    check = getattr(store, "check_schema", None)
-    if migrate is None or check is None:
+    if not store.capabilities.migrate:
         print(f"nothing to migrate: {type(store).__name__} creates what it needs when it opens")
         return 0
 
     async def body() -> int:
         if args.check:
-            problem: str | None = await check()
+            problem = await store.check_schema()
             if problem is not None:
                 raise CLIError(f"{problem}: run `rehydrate migrate --store URL`")
             print(f"{store!r}: the schema is up to date")
             return 0
-        version: int = await migrate()
+        version = await store.migrate()
         print(f"{store!r}: schema version {version}, up to date")
         return 0
 

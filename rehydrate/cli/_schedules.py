@@ -177,13 +177,12 @@ def _trigger(args: argparse.Namespace) -> Trigger:
 async def schedule(args: argparse.Namespace, store: Store) -> int:
     from rehydrate._admin import Admin
     from rehydrate._core._durations import format_duration
-    from rehydrate._scheduler import Scheduler
 
     trigger = _trigger(args)
     if args.grace is not None and args.misfire != "skip":
         raise CLIError(f"--grace goes with --misfire skip (--misfire {args.misfire} skips nothing)")
-    scheduler = Scheduler(store)
-    await scheduler.schedule(
+    admin = Admin(store)
+    await admin.schedule(
         args.name,
         trigger,
         id=args.id,
@@ -192,7 +191,7 @@ async def schedule(args: argparse.Namespace, store: Store) -> int:
         grace=args.grace,
         spread=args.spread,
     )
-    info = await Admin(store).find_schedule(args.name, args.id)
+    info = await admin.find_schedule(args.name, args.id)
     if wants_json(args):
         emit_json(_row(args.name, info) if info is not None else {"name": args.name, "id": args.id})
     elif info is not None:

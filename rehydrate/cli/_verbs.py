@@ -95,13 +95,12 @@ def _note(text: str) -> None:
 
 async def _put_back(store: Store, name: str, taken: list[tuple[str, Any, ElementInfo | None]]) -> None:
     """Push back what a verb removed but could not hand over, due when it was due."""
-    clock = getattr(store, "clock", None)
-    now = float(clock()) if callable(clock) else None
+    now = float(store.clock())
     kept = []
     for id, element, info in taken:
         if info is None or await store.info(name, id) is not None:
             continue  # not removed by us (unknown, not due), or something is there again
-        ttl = 0.0 if now is None else max(0.0, info.due - now)
+        ttl = max(0.0, info.due - now)
         try:
             await store.push(name, element, ttl=ttl, id=id)
         except DuplicateIdError:

@@ -146,8 +146,6 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, supervisor: _Supervisor | None) -> int:
     import anyio
 
-    from rehydrate.stores import MemoryStore
-
     if args.backend == "trio" and importlib.util.find_spec("trio") is None:
         raise CLIError("--backend trio needs trio: pip install 'rehydrate[trio]'")
     scheduler = load_target(args.target)
@@ -164,7 +162,7 @@ def _run(args: argparse.Namespace, supervisor: _Supervisor | None) -> int:
         raise CLIError(
             f"--metrics-port {args.metrics_port} leaves no port for each of {args.processes} processes"
         )
-    if isinstance(scheduler.store, MemoryStore):
+    if scheduler.store.capabilities.in_process:  # (the memory store: no other process reaches it)
         if args.processes > 1:
             raise CLIError(
                 "--processes needs a store the processes can share: the memory store lives in one "

@@ -2,6 +2,13 @@
 
 A store subclasses :class:`StoreBase` (a :class:`~rehydrate.abc.Store`) and gets:
 
+* **the batch verbs' checks, once.** ``push_many``, ``look_many``, ``replace_if``, ``claim``,
+  ``ack``, ``reschedule_many`` and ``hand_back`` are written here: each checks its arguments
+  (``rehydrate._core._validate``: the same error, type and message, from every store) and
+  answers an empty batch (after :meth:`StoreBase._check_open`), then calls the one protected
+  method the store implements on checked arguments (``_push_many``, ``_look_many``,
+  ``_replace_if``, ``_claim``, ``_ack``, ``_release``), which does the I/O and refuses only what
+  its backend alone cannot take.
 * **the not-open guard.** :meth:`StoreBase._not_open` builds the
   :class:`~rehydrate.errors.StoreNotOpenError` a store raises when it is used before ``open()``
   (``async with store``) or after ``aclose()``. The store keeps its own notion of "open" (a
@@ -45,6 +52,7 @@ the store and a ``twin`` factory, through which the lifecycle and serializer rul
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from operator import is_
 from typing import Any, Final
@@ -52,6 +60,9 @@ from urllib.parse import parse_qsl
 
 import anyio
 
+from rehydrate._core import _validate
+from rehydrate._core._records import Claim
+from rehydrate._core._validate import Seconds
 from rehydrate._schedules import KEY, REMOVED
 from rehydrate.abc import Serializer, Store
 from rehydrate.errors import (
@@ -240,6 +251,106 @@ class StoreBase(Store):
 
     def _check_open(self) -> None:
         """Raise :meth:`_not_open` if the store is closed, where a verb answers without I/O."""
+
+    # -- the template: the batch verbs' checks, once for every store ------------------------------
+    # Each public verb below checks its arguments (``rehydrate._core._validate``) and answers an
+    # empty batch itself (after the not-open check, at a checkpoint, as any call), then hands the
+    # checked batch to the store's one protected method, which does the I/O. A store adds only
+    # what its backend alone refuses (Redis: a batch past one script; PostgreSQL: NUL in an id).
+
+    async def _empty_batch(self) -> list[Any]:
+        """An empty batch's answer: nothing to do, but a closed store still raises."""
+        self._check_open()
+        await anyio.lowlevel.checkpoint()
+        return []
+
+    async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
+        asked = float(self.clock())  # what the ttls count from: the call (see Store.push_many)
+        _validate.element_id(name, "name")
+        batch = _validate.pushes(items)
+        if not batch:
+            return await self._empty_batch()
+        return await self._push_many(name, batch, asked)
+
+    @abstractmethod
+    async def _push_many(
+        self, name: str, batch: list[tuple[Any, float, str | None]], asked: float
+    ) -> list[str]:
+        """:meth:`push_many` of a checked, non-empty batch (no id twice); ``asked``: the call's
+        time on :attr:`clock`, which the ttls may count from."""
+
+    async def look_many(self, name: str, ids: Iterable[str]) -> list[Any]:
+        _validate.element_id(name, "name")
+        checked = _validate.id_list(ids)
+        if not checked:
+            return await self._empty_batch()
+        return await self._look_many(name, checked)
+
+    @abstractmethod
+    async def _look_many(self, name: str, ids: list[str]) -> list[Any]:
+        """:meth:`look_many` of checked, non-empty ids."""
+
+    async def replace_if(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[int | None]:
+        asked = float(self.clock())  # what the ttls count from: the call (see Store.replace_if)
+        _validate.element_id(name, "name")
+        batch = _validate.conditional_replaces(items)
+        if not batch:
+            return await self._empty_batch()
+        return await self._replace_if(name, batch, asked)
+
+    @abstractmethod
+    async def _replace_if(
+        self, name: str, batch: list[tuple[str, int, Any, float]], asked: float
+    ) -> list[int | None]:
+        """:meth:`replace_if` of a checked, non-empty batch; ``asked`` as for :meth:`_push_many`."""
+
+    async def claim(
+        self, name: str, *, lease: Seconds, limit: int | None = None, ahead: Seconds = 0.0
+    ) -> list[Claim]:
+        _validate.element_id(name, "name")
+        return await self._claim(
+            name,
+            _validate.seconds(lease, "lease"),
+            _validate.limit(limit),
+            _validate.seconds(ahead, "ahead"),
+        )
+
+    @abstractmethod
+    async def _claim(self, name: str, lease: float, limit: int | None, ahead: float) -> list[Claim]:
+        """:meth:`claim` with checked arguments."""
+
+    async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
+        _validate.element_id(name, "name")
+        pairs = _validate.acks(claims)
+        if not pairs:
+            return await self._empty_batch()
+        return await self._ack(name, pairs)
+
+    @abstractmethod
+    async def _ack(self, name: str, pairs: list[tuple[str, int]]) -> list[bool]:
+        """:meth:`ack` of checked, non-empty ``(id, token)`` pairs."""
+
+    async def reschedule_many(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
+        _validate.element_id(name, "name")
+        batch = _validate.reschedules(items)
+        if not batch:
+            return await self._empty_batch()
+        return await self._release(name, batch, hand_back=False)
+
+    async def hand_back(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
+        _validate.element_id(name, "name")
+        batch = _validate.reschedules(items, "hand_back")
+        if not batch:
+            return await self._empty_batch()
+        return await self._release(name, batch, hand_back=True)
+
+    @abstractmethod
+    async def _release(
+        self, name: str, batch: list[tuple[str, int, float]], *, hand_back: bool
+    ) -> list[bool]:
+        """File each checked ``(id, token, ttl)`` still under that claim anew, released: a
+        delayed retry (:meth:`reschedule_many`, its attempt kept) or, with ``hand_back``, a claim
+        given back unrun (:meth:`hand_back`: only one still held, its attempt undone)."""
 
     def _ttn_now(self) -> float:
         """The time a TTN counts down from: the store's clock."""

@@ -43,10 +43,9 @@ class MemoryStore(StoreBase):
     it again finds them.
     """
 
-    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True, limits=True)
-
-    #: Nothing to gain from coalescing concurrent defers: a push costs no round trip here.
-    _coalesce_pushes = False
+    #: (``in_process``: nothing to gain from coalescing concurrent defers; a push costs no round
+    #: trip here.)
+    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True, in_process=True, limits=True)
 
     def __init__(self, *, clock: Clock | None = None, serializer: str | Serializer | None = None) -> None:
         if clock is not None and not isinstance(clock, Clock):
@@ -229,10 +228,26 @@ class MemoryStore(StoreBase):
         return True
 
     async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
-        await anyio.lowlevel.checkpoint()
+        """Without a serializer, the template's checks are the in-process dehydrator's own
+        (``Dehydrator.push_many`` checks every item first, as the template does): made once."""
         if self._codec is not None:
-            _validate.element_id(name, "name")
-            items = [(self._encode(element, ttl, id), ttl, id) for element, ttl, id in items]
+            return await super().push_many(name, items)
+        await anyio.lowlevel.checkpoint()
+        d = self._get_or_create(name)
+        before = d.next_due()
+        ids = d.push_many(items)  # every ttl counted from one reading of the clock, as rearm's
+        self._notify_if_sooner(name, d, before)
+        return ids
+
+    async def _push_many(
+        self, name: str, batch: list[tuple[Any, float, str | None]], asked: float
+    ) -> list[str]:
+        """With a serializer: the elements encoded, after the template's checks."""
+        await anyio.lowlevel.checkpoint()
+        items: Iterable[tuple[Any, Seconds, str | None]] = batch
+        if self._codec is not None:
+            dumps = self._dumps  # no size limit: it keeps the bytes in this process
+            items = [(dumps(element, None), ttl, id) for element, ttl, id in batch]
         d = self._get_or_create(name)
         before = d.next_due()
         ids = d.push_many(items)  # every ttl counted from one reading of the clock, as rearm's
@@ -267,10 +282,10 @@ class MemoryStore(StoreBase):
         d = self._get(name)
         return d.look(id) if self._codec is None else self._decode(d.look(id))
 
-    async def look_many(self, name: str, ids: Iterable[str]) -> list[Any]:
+    async def _look_many(self, name: str, ids: list[str]) -> list[Any]:
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
-        out = [d.look(id) for id in _validate.id_list(ids)]
+        out = [d.look(id) for id in ids]
         return out if self._codec is None else self._decode_all(out)
 
     async def ttn(self, name: str) -> float | None:
@@ -302,9 +317,10 @@ class MemoryStore(StoreBase):
             return found
         return self._decode(found[0]), found[1]
 
-    async def replace_if(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[int | None]:
+    async def _replace_if(
+        self, name: str, batch: list[tuple[str, int, Any, float]], asked: float
+    ) -> list[int | None]:
         await anyio.lowlevel.checkpoint()
-        batch = _validate.conditional_replaces(items)
         d = self._get(name)
         if self._codec is not None:
             dumps = self._dumps
@@ -336,9 +352,7 @@ class MemoryStore(StoreBase):
 
     # -- leases ----------------------------------------------------------------------------------
 
-    async def claim(
-        self, name: str, *, lease: Seconds, limit: int | None = None, ahead: Seconds = 0.0
-    ) -> list[Claim]:  # (ahead: see Store.claim)
+    async def _claim(self, name: str, lease: float, limit: int | None, ahead: float) -> list[Claim]:
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
         claims = d.claim(lease=lease, limit=limit, ahead=ahead)
@@ -355,12 +369,18 @@ class MemoryStore(StoreBase):
         return out
 
     async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
+        """The template's checks are the in-process dehydrator's own here (``Dehydrator.ack_many``
+        checks the pairs with ``_validate.acks``, as the template does): made once, not twice,
+        on the path of every delivery."""
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
         if self._kept:
             claims = list(claims)
             self._forget_envelopes(name, (id for id, _ in claims))
         return d.ack_many(claims)
+
+    async def _ack(self, name: str, pairs: list[tuple[str, int]]) -> list[bool]:
+        return await self.ack(name, pairs)
 
     async def reschedule(
         self, name: str, id: str, *, ttl: Seconds, attempt: int | None = None, token: int | None = None
@@ -374,23 +394,18 @@ class MemoryStore(StoreBase):
         self._notify_if_sooner(name, d, before)
         return result
 
-    async def reschedule_many(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
+    async def _release(
+        self, name: str, batch: list[tuple[str, int, float]], *, hand_back: bool
+    ) -> list[bool]:
         await anyio.lowlevel.checkpoint()
-        batch = _validate.reschedules(items)
-        d = self._get(name)
-        if self._kept:
-            self._forget_envelopes(name, (id for id, _, _ in batch))
-        before = d.next_due()
-        done = [d.reschedule(id, ttl=ttl, token=token) for id, token, ttl in batch]
-        self._notify_if_sooner(name, d, before)
-        return done
-
-    async def hand_back(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
-        await anyio.lowlevel.checkpoint()
-        batch = _validate.reschedules(items, "hand_back")
         d = self._get(name)
         before = d.next_due()
-        done = [d.hand_back(id, token=token, ttl=ttl) for id, token, ttl in batch]
+        if hand_back:
+            done = [d.hand_back(id, token=token, ttl=ttl) for id, token, ttl in batch]
+        else:
+            if self._kept:
+                self._forget_envelopes(name, (id for id, _, _ in batch))
+            done = [d.reschedule(id, ttl=ttl, token=token) for id, token, ttl in batch]
         self._notify_if_sooner(name, d, before)
         return done
 

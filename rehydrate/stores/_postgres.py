@@ -90,6 +90,7 @@ from rehydrate.stores._base import (
 )
 from rehydrate.stores._limits_sql import LimitTables
 from rehydrate.stores._postgres_sql import SCHEMA_VERSION, Statements
+from rehydrate.stores._remote import SAMPLES, Backoff, int_option, local_clock, set_offset
 from rehydrate.stores._subscription import EventSubscription
 
 if TYPE_CHECKING:
@@ -243,14 +244,6 @@ def _identifier(value: object, what: str) -> str:
     return value
 
 
-def _int_option(value: object, name: str, low: int, high: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidTypeError(f"{name} must be an int, not {type(value).__name__}")
-    if not low <= value <= high:
-        raise InvalidArgumentError(f"{name} must be between {low} and {high}, got {value!r}")
-    return value
-
-
 #: The constructor's options a URL's query may carry, and how to read them. Other parameters
 #: (``sslmode``, ``connect_timeout``, ``application_name``...) go to libpq, which checks them.
 _URL_OPTIONS: Final[dict[str, Callable[[str], Any]]] = {
@@ -278,7 +271,7 @@ class _Listener:
     """
 
     def __init__(
-        self, conninfo: str, channel: str, deliver: Callable[[str], None], *, timeout: float, backoff: float
+        self, conninfo: str, channel: str, deliver: Callable[[str], None], *, timeout: float, backoff: Backoff
     ) -> None:
         self._conninfo = conninfo
         self._channel = channel
@@ -342,7 +335,7 @@ class _Listener:
                             self._error = StoreUnavailableError(f"cannot LISTEN: {_line(exc)}")
                             return
                         failures += 1
-                        self._stop.wait(min(self._backoff * 2 ** min(failures, 8), 2.0))
+                        self._stop.wait(self._backoff.delay(min(failures, 8) + 1))
                         continue
                     if self._ready.is_set():
                         failures = 0
@@ -395,7 +388,7 @@ class PostgresStore(StoreBase):
             a ``push_many`` whose elements together pass 1000 MiB (one statement's parameters).
     """
 
-    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True, limits=True)
+    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True, migrate=True, limits=True)
 
     def __init__(
         self,
@@ -433,12 +426,13 @@ class PostgresStore(StoreBase):
                 f"not {synchronous_commit!r}"
             )
         self._synchronous_commit = synchronous_commit.lower()
-        self._pool_size = _int_option(pool_size, "pool_size", 1, 1000)
+        self._pool_size = int_option(pool_size, "pool_size", 1, 1000)
         self._timeout = _validate.seconds(timeout, "timeout")
         if self._timeout <= 0:
             raise InvalidArgumentError("timeout must be positive")
-        self._retries = _int_option(retries, "retries", 0, 100)
-        self._backoff = _validate.seconds(retry_backoff, "retry_backoff")
+        self._retries = Backoff(
+            int_option(retries, "retries", 0, 100), _validate.seconds(retry_backoff, "retry_backoff")
+        )
         self._create_tables = _validate.flag(create, "create")
         self._sql = Statements(self._schema, self._table)
         #: The limits' tables (``rehydrate.stores._limits_sql``), beside the elements' table.
@@ -719,25 +713,19 @@ class PostgresStore(StoreBase):
         return await self._with_connection(self._check)
 
     async def _set_clock(self) -> None:
-        def sample(conn: psycopg.Connection[Any]) -> tuple[float, float, int]:
-            best: tuple[float, float, int] | None = None
-            for _ in range(3):
-                before = time.monotonic()
+        def sample(conn: psycopg.Connection[Any]) -> list[tuple[float, float, int]]:
+            samples = []
+            for _ in range(SAMPLES):
+                before = local_clock()
                 row = conn.execute(self._sql.now, {"pin": None, "skew": 0}).fetchone()
-                after = time.monotonic()
+                after = local_clock()
                 assert row is not None
-                if best is None or after - before < best[1] - best[0]:
-                    best = (before, after, int(row[0]))
-            assert best is not None
-            return best
+                samples.append((before, after, int(row[0])))
+            return samples
 
-        before, after, micros = await self._run(sample)
-        self.clock.set_offset(micros / 1e6, (before + after) / 2)
+        set_offset(self.clock, await self._run(sample))
 
     # -- plumbing --------------------------------------------------------------------------------
-
-    def _delay(self, attempt: int) -> float:
-        return float(min(self._backoff * 2 ** (attempt - 1), 2.0))
 
     def _transient(self, exc: BaseException) -> bool:
         import psycopg
@@ -769,13 +757,15 @@ class PostgresStore(StoreBase):
             except psycopg.Error as exc:
                 if not self._transient(exc):
                     raise self._translate(exc) from exc
-                if not retry or attempt > self._retries:
-                    raise StoreUnavailableError(
-                        f"PostgreSQL at {_redact(self._url)} is unavailable after {attempt} attempts: "
-                        f"{type(exc).__name__}: {_line(exc)}"
-                    ) from exc
-                await anyio.sleep(self._delay(attempt))
-                attempt += 1
+                attempt = await self._retries.pause(
+                    attempt, exc, self._unavailable, retries=None if retry else 0
+                )
+
+    def _unavailable(self, exc: BaseException, attempt: int) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"PostgreSQL at {_redact(self._url)} is unavailable after {attempt} attempts: "
+            f"{type(exc).__name__}: {_line(exc)}"
+        )
 
     def _translate(self, exc: BaseException) -> BaseException:
         errors = self._errors
@@ -895,45 +885,29 @@ class PostgresStore(StoreBase):
         if await self._run(body):
             self._wake(name)
 
-    async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
+    async def _push_many(
+        self, name: str, items: list[tuple[Any, float, str | None]], asked: float
+    ) -> list[str]:
         """See :meth:`Store.push_many`: one statement (and so one round trip) per batch, of any size.
 
         Each element is due its ttl after the call, not after the statement runs: encoding a
         large batch takes milliseconds, and a schedule's first occurrences would be that late.
         """
-        asked = self.clock()
         _name(name)
         keys: list[str] = []
         payloads: list[bytes] = []
         ttls: list[int] = []
         given: set[str] = set()
-        # A batch mostly shares a handful of TTLs: each distinct int or float is checked once
-        # (keyed by type too, so that 1.0 and 1 stay apart).
-        seen: dict[tuple[type, float], int] = {}
-        for element, ttl, id in items:
-            if isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
-                known = (type(ttl), ttl)
-                micros = seen.get(known)
-                if micros is None:
-                    micros = seen[known] = _micros(_validate.seconds(ttl, "ttl"))
-            else:
-                micros = _micros(_validate.seconds(ttl, "ttl"))
+        for element, seconds, id in items:
             if id is None:
                 key = _new_id()
             else:
                 key = _id(id)
-                if key in given:
-                    raise DuplicateIdError(key)
                 given.add(key)
             keys.append(key)
             payloads.append(self._dumps(element, name, id, "push_many", len(payloads)))
-            ttls.append(micros)
+            ttls.append(_micros(seconds))
         _check_batch_bytes("push_many to", name, payloads)
-        if not keys:
-            if self._pool is None:
-                raise self._not_open()
-            await anyio.lowlevel.checkpoint()
-            return []
         await self._push(name, keys, payloads, ttls, given=given, start=round(asked * 1_000_000))
         return keys
 
@@ -1020,21 +994,15 @@ class PostgresStore(StoreBase):
         row = await self._run(lambda conn: conn.execute(self._sql.look, params, prepare=True).fetchone())
         return None if row is None else self._loads(name, id, bytes(row[0]), row[1])
 
-    async def look_many(self, name: str, ids: Iterable[str]) -> list[Any]:
+    async def _look_many(self, name: str, checked: list[str]) -> list[Any]:
         """See :meth:`Store.look_many`: one primary-key query per ``_LOOK_BATCH`` ids."""
         _name(name)
-        checked = _validate.id_list(ids)
         for index, id in enumerate(checked):
             try:
                 _id(id)
             except InvalidArgumentError as exc:
                 exc.add_note(f"in ids[{index}]")
                 raise
-        if not checked:
-            if self._pool is None:
-                raise self._not_open()
-            await anyio.lowlevel.checkpoint()
-            return []
         query = self._sql.look_many
 
         def read(params: dict[str, Any]) -> Callable[[Any], list[Any]]:
@@ -1090,19 +1058,20 @@ class PostgresStore(StoreBase):
         )
         return element, info
 
-    async def replace_if(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[int | None]:
+    async def _replace_if(
+        self, name: str, batch: list[tuple[str, int, Any, float]], asked: float
+    ) -> list[int | None]:
         """See :meth:`Store.replace_if`: one statement per batch, of any size (as ``push_many``),
         each item compared and refiled under its row's lock; the ttls count from the call.
 
         The comparison and the refile are one step because a claim's end depends on it: with the
         claim's revision, nobody may write the element (or claim it) between the two."""
-        asked = self.clock()
         _name(name)
         ids: list[str] = []
         revisions: list[int] = []
         payloads: list[bytes] = []
         ttls: list[int] = []
-        for index, (id, revision, element, ttl) in enumerate(_validate.conditional_replaces(items)):
+        for index, (id, revision, element, ttl) in enumerate(batch):
             try:
                 ids.append(_id(id))
                 ttls.append(_micros(ttl))
@@ -1112,11 +1081,6 @@ class PostgresStore(StoreBase):
             revisions.append(revision if revision <= _MAX_BIGINT else -1)
             payloads.append(self._dumps(element, name, id, "replace_if", index))
         _check_batch_bytes("replace_if on", name, payloads)
-        if not ids:
-            if self._pool is None:
-                raise self._not_open()
-            await anyio.lowlevel.checkpoint()
-            return []
         self._forget_envelopes(name, ids)
         params = self._params(
             name=name,
@@ -1157,14 +1121,10 @@ class PostgresStore(StoreBase):
 
     # -- leases ----------------------------------------------------------------------------------
 
-    async def claim(
-        self, name: str, *, lease: Seconds, limit: int | None = None, ahead: Seconds = 0.0
-    ) -> list[Claim]:
+    async def _claim(self, name: str, lease: float, n: int | None, ahead: float) -> list[Claim]:
         """See :meth:`Store.claim`: at most 1,000 elements per call, one statement."""
         _name(name)
-        micros = _micros(_validate.seconds(lease, "lease"))
-        n = _validate.limit(limit)
-        early = _micros(_validate.seconds(ahead, "ahead"))
+        micros, early = _micros(lease), _micros(ahead)
         take = _CLAIM_BATCH if n is None else min(n, _CLAIM_BATCH)
         params = self._params(name=name, lease=micros, limit=take, codec=self._codec, ahead=early)
         self._ttn_after.pop(name, None)  # (what an earlier claim read is older than this one)
@@ -1195,18 +1155,10 @@ class PostgresStore(StoreBase):
         if self._pool is None:
             raise self._not_open()
 
-    async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
+    async def _ack(self, name: str, pairs: list[tuple[str, int]]) -> list[bool]:
         _name(name)
-        pairs = list(claims)
-        for id, token in pairs:
+        for id, _ in pairs:
             _id(id)
-            if _validate.token(token) is None:
-                raise InvalidArgumentError("ack needs each claim's token")
-        if not pairs:
-            if self._pool is None:
-                raise self._not_open()
-            await anyio.lowlevel.checkpoint()
-            return []
         self._forget_envelopes(name, (id for id, _ in pairs))
         params = self._params(name=name, ids=[id for id, _ in pairs], tokens=[token for _, token in pairs])
         rows = await self._run(lambda conn: conn.execute(self._sql.ack, params, prepare=True).fetchall())
@@ -1249,20 +1201,16 @@ class PostgresStore(StoreBase):
             self._forget_envelopes(name, [id])
         return await self._refile(name, id, micros, attempt=attempt, token=token, extend=False) is not None
 
-    async def reschedule_many(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
-        """See :meth:`Store.reschedule_many`: one statement per 1,000 items, each atomic."""
+    async def _release(
+        self, name: str, checked: list[tuple[str, int, float]], *, hand_back: bool
+    ) -> list[bool]:
+        """See :meth:`Store.reschedule_many` and :meth:`Store.hand_back`: one statement per
+        1,000 items, each atomic."""
         _name(name)
-        batch = [(_id(id), token, _micros(ttl)) for id, token, ttl in _validate.reschedules(items)]
-        self._forget_envelopes(name, (id for id, _, _ in batch))
-        return await self._fenced(name, self._sql.reschedule_many, ("ids", "tokens", "ttls"), batch)
-
-    async def hand_back(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
-        """See :meth:`Store.hand_back`: one statement per 1,000 items, each atomic."""
-        _name(name)
-        checked = _validate.reschedules(items, "hand_back")
         batch = [(_id(id), token, _micros(ttl)) for id, token, ttl in checked]
         self._forget_envelopes(name, (id for id, _, _ in batch))
-        return await self._fenced(name, self._sql.hand_back, ("ids", "tokens", "ttls"), batch)
+        statement = self._sql.hand_back if hand_back else self._sql.reschedule_many
+        return await self._fenced(name, statement, ("ids", "tokens", "ttls"), batch)
 
     async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
         """See :meth:`Store.rearm`: one statement per 1,000 items, each atomic; the ttls count
@@ -1495,7 +1443,7 @@ class PostgresStore(StoreBase):
             if self._pool is None:
                 raise self._not_open()
             listener = _Listener(
-                self._conninfo(), self._channel, self._wake, timeout=self._timeout, backoff=self._backoff
+                self._conninfo(), self._channel, self._wake, timeout=self._timeout, backoff=self._retries
             )
             token = anyio.lowlevel.current_token()
             with anyio.CancelScope(shield=True):

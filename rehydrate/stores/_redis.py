@@ -24,7 +24,6 @@ from __future__ import annotations
 import itertools
 import json
 import secrets
-import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any, Final
@@ -48,6 +47,7 @@ from rehydrate.errors import (
     UnknownIdError,
 )
 from rehydrate.serializers import JSONSerializer
+from rehydrate.stores import _remote
 from rehydrate.stores._base import (
     Converter,
     StoreBase,
@@ -75,11 +75,6 @@ _PUSH_MANY_MAX: Final = 10_000
 #: The server's limit on one argument of a command (``proto-max-bulk-len``) unless it says
 #: otherwise: Redis's and Valkey's default, 512 MB. An element is sent as one argument.
 _BULK_DEFAULT: Final = 512 * 1024 * 1024
-
-
-def _local_clock() -> float:
-    """This process's clock; the store's clock is this plus the offset measured against the server."""
-    return time.monotonic()
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -142,14 +137,6 @@ def _info(id: str, reply: Sequence[Any], at: int) -> ElementInfo:
         claimed=how[0] == "l",
         revision=int(reply[at + 3]),
     )
-
-
-def _int_option(value: object, name: str, low: int, high: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidTypeError(f"{name} must be an int, not {type(value).__name__}")
-    if not low <= value <= high:
-        raise InvalidArgumentError(f"{name} must be between {low} and {high}, got {value!r}")
-    return value
 
 
 def as_duration(text: str) -> float:
@@ -334,17 +321,17 @@ class RedisStore(StoreBase):
         self._registry = f"{prefix}:names"
         #: The worker registry: one hash, so one slot on a cluster (see worker.lua).
         self._workers_key = f"{prefix}:workers"
-        self._batch = _int_option(batch_size, "batch_size", 1, _MAX_BATCH)
+        self._batch = _remote.int_option(batch_size, "batch_size", 1, _MAX_BATCH)
         #: Per name, when its next element is due (this store's clock; ``None``: none) as the
         #: last claim that took fewer than it asked for read it; see :meth:`ttn_after_claim`.
         self._ttn_after: dict[str, float | None] = {}
-        retries = _int_option(retries, "retries", 0, 100)
+        retries = _remote.int_option(retries, "retries", 0, 100)
         timeout = _validate.seconds(timeout, "timeout")
         backoff = _validate.seconds(retry_backoff, "retry_backoff")
         connect = _validate.seconds(connect_timeout, "connect_timeout")
         if timeout <= 0 or connect <= 0:
             raise InvalidArgumentError("timeout and connect_timeout must be positive")
-        min_replicas = _int_option(min_replicas, "min_replicas", 0, 100)
+        min_replicas = _remote.int_option(min_replicas, "min_replicas", 0, 100)
         replica_wait = _validate.seconds(replica_timeout, "replica_timeout")
         if replica_wait <= 0:
             raise InvalidArgumentError("replica_timeout must be positive")
@@ -366,7 +353,7 @@ class RedisStore(StoreBase):
             min_replicas=min_replicas,
             replica_timeout=replica_wait,
         )
-        self.clock: ServerClock = ServerClock("Redis", local=_local_clock)
+        self.clock: ServerClock = ServerClock("Redis", local=_remote.local_clock)
         self._keys_cache: dict[str, list[str]] = {}
         self._id_prefix = secrets.token_hex(8)
         self._id_counter = itertools.count()
@@ -451,15 +438,14 @@ class RedisStore(StoreBase):
     def _check_open(self) -> None:
         self._backend.check_open()
 
-    async def _server_time(self) -> tuple[int, float, float]:
-        before = _local_clock()
+    async def _server_time(self) -> tuple[float, float, int]:
+        """One reading of the server's time (µs), between two of the local clock."""
+        before = _remote.local_clock()
         micros = int(await self._backend.eval(SCRIPTS["time"], [], [], retries=0))
-        return micros, before, _local_clock()
+        return before, _remote.local_clock(), micros
 
     async def _set_clock(self) -> None:
-        samples = [await self._server_time() for _ in range(3)]
-        micros, before, after = min(samples, key=lambda s: s[2] - s[1])
-        self.clock.set_offset(micros / 1e6, (before + after) / 2)
+        _remote.set_offset(self.clock, [await self._server_time() for _ in range(_remote.SAMPLES)])
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -584,33 +570,23 @@ class RedisStore(StoreBase):
         (pushed,) = await self._push(name, [(id, micros, payload)], replace=replace)
         return pushed
 
-    async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
+    async def _push_many(
+        self, name: str, items: list[tuple[Any, float, str | None]], asked: float
+    ) -> list[str]:
         """See :meth:`Store.push_many`. One script, so at most 10,000 items per call. The ttls count
         from the call (its time on this store's clock, which the script takes as the start): the
-        script runs only once the batch is encoded and sent, milliseconds later for a thousand."""
-        self._keys(name)
-        asked = self.clock()  # the store's clock: a pinned clock (tests) sees no time pass
+        script runs only once the batch is encoded and sent, milliseconds later for a thousand.
+        (``asked``: the store's clock, on which a pinned clock (tests) sees no time pass.)"""
         batch: list[_Item] = []
-        for element, ttl, id in items:
-            micros = _micros(ttl, "ttl")
-            if id is not None:
-                _validate.element_id(id)
-            batch.append((id, micros, self._dumps(element, name, id, "push_many", len(batch))))
+        for element, seconds, id in items:
+            batch.append(
+                (id, round(seconds * 1_000_000), self._dumps(element, name, id, "push_many", len(batch)))
+            )
         if len(batch) > _PUSH_MANY_MAX:
             raise InvalidArgumentError(
                 f"push_many takes at most {_PUSH_MANY_MAX} items per call on Redis (one atomic script); "
                 f"got {len(batch)}: split the batch"
             )
-        seen: set[str] = set()
-        for id, _, _ in batch:
-            if id is not None:
-                if id in seen:
-                    raise DuplicateIdError(id)
-                seen.add(id)
-        if not batch:
-            self._backend.check_open()
-            await anyio.lowlevel.checkpoint()
-            return []
         return await self._push(name, batch, start=round(asked * 1_000_000))
 
     async def pull(self, name: str, id: str) -> Any:
@@ -696,14 +672,8 @@ class RedisStore(StoreBase):
         reply = await self._eval("look", name, ["look", id])
         return None if reply is None else self._load(reply)
 
-    async def look_many(self, name: str, ids: Iterable[str]) -> list[Any]:
+    async def _look_many(self, name: str, checked: list[str]) -> list[Any]:
         """See :meth:`Store.look_many`: ``batch_size`` ids per script (one ``HMGET``)."""
-        self._keys(name)
-        checked = _validate.id_list(ids)
-        if not checked:
-            self._backend.check_open()
-            await anyio.lowlevel.checkpoint()
-            return []
         out: list[Any] = []
         for start in range(0, len(checked), self._batch):
             reply = await self._eval("look", name, ["many", *checked[start : start + self._batch]])
@@ -737,27 +707,22 @@ class RedisStore(StoreBase):
             return None
         return self._load(reply[0]), _info(id, reply, 1)
 
-    async def replace_if(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[int | None]:
+    async def _replace_if(
+        self, name: str, batch: list[tuple[str, int, Any, float]], asked: float
+    ) -> list[int | None]:
         """See :meth:`Store.replace_if`: one script (replace_if.lua) for the whole batch, so at
         most 10,000 items per call, as push_many. The revision's comparison and the refiling are
         one script per item: what makes a claim's end and its successor's filing fenced (no
         other writer, nor a claimer, between them). The ttls count from the call, as rearm's."""
-        self._keys(name)
-        asked = round(self.clock() * 1_000_000)
-        batch = _validate.conditional_replaces(items)
         if len(batch) > _PUSH_MANY_MAX:
             raise InvalidArgumentError(
                 f"replace_if takes at most {_PUSH_MANY_MAX} items per call on Redis (one atomic script); "
                 f"got {len(batch)}: split the batch"
             )
-        flat: _Args = [asked]
+        flat: _Args = [round(asked * 1_000_000)]
         for index, (id, revision, element, ttl) in enumerate(batch):
             payload = self._dumps(element, name, id, "replace_if", index)
-            flat += (id, _rev_text(revision), _micros(ttl, "ttl"), payload)
-        if not batch:
-            self._backend.check_open()
-            await anyio.lowlevel.checkpoint()
-            return []
+            flat += (id, _rev_text(revision), round(ttl * 1_000_000), payload)
         # Replaced elements' claims end: what their claimers kept of them is of no use now.
         self._forget_envelopes(name, (id for id, _, _, _ in batch))
         # (A retry after a lost reply finds the revisions changed and answers None for them,
@@ -785,16 +750,11 @@ class RedisStore(StoreBase):
 
     # -- leases ----------------------------------------------------------------------------------
 
-    async def claim(
-        self, name: str, *, lease: Seconds, limit: int | None = None, ahead: Seconds = 0.0
-    ) -> list[Claim]:
+    async def _claim(self, name: str, lease: float, n: int | None, ahead: float) -> list[Claim]:
         """See :meth:`Store.claim`. Takes ``batch_size`` elements per script (each atomic) and
         loops until ``limit``; the loop takes only elements due when it began (or ``ahead`` of
         it) and filed before (so never its own claims with ``lease=0``)."""
-        self._keys(name)
-        micros = _micros(lease, "lease")
-        n = _validate.limit(limit)
-        early = _micros(ahead, "ahead")
+        micros, early = round(lease * 1_000_000), round(ahead * 1_000_000)
         self._ttn_after.pop(name, None)  # (what an earlier claim read is older than this one)
         out: list[Claim] = []
         first: list[str | int] = ["", ""]  # the seq and the time of the first page, once known
@@ -832,19 +792,9 @@ class RedisStore(StoreBase):
             if first[0] == "":
                 first = [int(reply[0]), int(reply[2])]
 
-    async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
+    async def _ack(self, name: str, pairs: list[tuple[str, int]]) -> list[bool]:
         """See :meth:`Store.ack`. ``batch_size`` pairs per script, each script atomic."""
-        self._keys(name)
-        pairs = list(claims)
-        for id, token in pairs:
-            _validate.element_id(id)
-            if _validate.token(token) is None:
-                raise InvalidArgumentError("ack needs each claim's token")
         self._forget_envelopes(name, (id for id, _ in pairs))
-        if not pairs:
-            self._backend.check_open()
-            await anyio.lowlevel.checkpoint()
-            return []
         out: list[bool] = []
         for start in range(0, len(pairs), self._batch):
             flat: _Args = []
@@ -868,28 +818,18 @@ class RedisStore(StoreBase):
         reply = await self._eval("move", name, ["reschedule", id, micros, fence, _fence_text(token)])
         return reply is not None
 
-    async def reschedule_many(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
-        """See :meth:`Store.reschedule_many`: ``batch_size`` items per script, each script atomic."""
-        self._keys(name)
-        return await self._retry(name, _validate.reschedules(items), "retry")
-
-    async def hand_back(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
-        """See :meth:`Store.hand_back`: ``batch_size`` items per script, each script atomic."""
-        self._keys(name)
-        return await self._retry(name, _validate.reschedules(items, "hand_back"), "hand_back")
-
-    async def _retry(self, name: str, batch: list[tuple[str, int, float]], mode: str) -> list[bool]:
-        """``retry.lua`` over a checked batch: delayed retries, or claims handed back (``mode``)."""
-        if not batch:
-            self._backend.check_open()
-            await anyio.lowlevel.checkpoint()
-            return []
+    async def _release(
+        self, name: str, batch: list[tuple[str, int, float]], *, hand_back: bool
+    ) -> list[bool]:
+        """See :meth:`Store.reschedule_many` and :meth:`Store.hand_back`: ``retry.lua``,
+        ``batch_size`` items per script, each script atomic."""
+        mode = "hand_back" if hand_back else "retry"
         self._forget_envelopes(name, (id for id, _, _ in batch))
         out: list[bool] = []
         for start in range(0, len(batch), self._batch):
             flat: _Args = []
             for id, token, ttl in batch[start : start + self._batch]:
-                flat += (id, _micros(ttl, "ttl"), _fence_text(token))
+                flat += (id, round(ttl * 1_000_000), _fence_text(token))
             reply = await self._eval("retry", name, [mode, *flat])
             out.extend(bool(int(r)) for r in reply)
         return out

@@ -28,6 +28,7 @@ import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from rehydrate.errors import RehydrateError, StoreNotOpenError, StoreRefusedError, StoreUnavailableError
+from rehydrate.stores._remote import Backoff
 
 if TYPE_CHECKING:
     import coredis
@@ -554,8 +555,7 @@ class Backend:
         self.sentinel = sentinel
         self._timeout = timeout
         self._connect_timeout = connect_timeout
-        self._retries = retries
-        self._backoff = backoff
+        self._retries = Backoff(retries, backoff)
         self._options = dict(options)
         self._min_replicas = min_replicas
         self._replica_ms = max(1, round(replica_timeout * 1000))
@@ -617,7 +617,7 @@ class Backend:
             ConstantRetryPolicy(
                 (ce.ConnectionError, ce.ClusterDownError, TimeoutError),
                 retries=2,
-                delay=min(self._backoff, 0.1),
+                delay=min(self._retries.first, 0.1),
             )
             if self.cluster
             else NoRetryPolicy()
@@ -758,9 +758,6 @@ class Backend:
             )
         return self._client
 
-    def _delay(self, attempt: int) -> float:
-        return float(min(self._backoff * 2 ** (attempt - 1), 2.0))
-
     def _unavailable(self, exc: BaseException, attempts: int) -> StoreUnavailableError:
         tries = "after 1 attempt" if attempts == 1 else f"after {attempts} attempts"
         return StoreUnavailableError(
@@ -793,10 +790,7 @@ class Backend:
         )
         if not transient:
             raise RedisRefusedError(str(exc)) from exc
-        if attempt > (self._retries if retries is None else retries):
-            raise self._unavailable(exc, attempt) from exc
-        await anyio.sleep(self._delay(attempt))
-        return attempt + 1
+        return await self._retries.pause(attempt, exc, self._unavailable, retries=retries)
 
     async def _evalsha(
         self, client: Any, script: Script, keys: Sequence[str], args: Sequence[str | bytes | int]
@@ -978,7 +972,7 @@ class Backend:
                             return
                     else:
                         notify()
-                        await anyio.sleep(self._delay(min(attempt, 6)))
+                        await anyio.sleep(self._retries.delay(min(attempt, 6)))
                         attempt += 1
 
         async with anyio.create_task_group() as tg:

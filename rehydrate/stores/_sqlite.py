@@ -275,7 +275,7 @@ class SQLiteStore(StoreBase):
             :class:`~rehydrate.errors.ElementTooLargeError` before anything is written.
     """
 
-    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True, limits=True)
+    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True, migrate=True, limits=True)
 
     def __init__(
         self,
@@ -670,22 +670,19 @@ class SQLiteStore(StoreBase):
             raise DuplicateIdError(key) from None
         return self._bump(conn, name) if head is None or due < head else None
 
-    async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
+    async def _push_many(
+        self, name: str, items: list[tuple[Any, float, str | None]], asked: float
+    ) -> list[str]:
         """See :meth:`Store.push_many`. The ttls count from the call, like :meth:`rearm`'s: not from
         when the batch, encoded and checked, had the write lock (a thousand schedules' first
         occurrences were a few milliseconds late by that)."""
-        _validate.element_id(name, "name")
-        asked = float(self.clock())
         batch: list[tuple[str, bytearray, float]] = []
         given: set[str] = set()
-        for element, ttl, id in items:
-            seconds = _validate.seconds(ttl, "ttl")
+        for element, seconds, id in items:
             if id is None:
                 key = _new_id()
             else:
-                key = _validate.element_id(id)
-                if key in given:
-                    raise DuplicateIdError(key)
+                key = id
                 given.add(key)
             batch.append((key, _blob(self._dumps(element, name, id, "push_many", len(batch))), seconds))
         codec = self._serializer.name
@@ -708,11 +705,6 @@ class SQLiteStore(StoreBase):
             soonest = now + min(seconds for _, _, seconds in batch)
             return self._bump(conn, name) if head is None or soonest < head else None
 
-        if not batch:
-            if self._conn is None:
-                raise self._not_open()
-            await anyio.lowlevel.checkpoint()
-            return []
         self._notify(name, await self._write(body))
         return [key for key, _, _ in batch]
 
@@ -828,11 +820,9 @@ class SQLiteStore(StoreBase):
 
         return await self._run(body)
 
-    async def look_many(self, name: str, ids: Iterable[str]) -> list[Any]:
+    async def _look_many(self, name: str, checked: list[str]) -> list[Any]:
         """See :meth:`Store.look_many`: ``_LOOK_BATCH`` primary-key reads per trip to the
         connection's thread (where ``look`` makes one trip per id)."""
-        _validate.element_id(name, "name")
-        checked = _validate.id_list(ids)
 
         def body(chunk: list[str]) -> Callable[[sqlite3.Connection], list[Any]]:
             def read(conn: sqlite3.Connection) -> list[Any]:
@@ -844,11 +834,6 @@ class SQLiteStore(StoreBase):
 
             return read
 
-        if not checked:
-            if self._conn is None:
-                raise self._not_open()
-            await anyio.lowlevel.checkpoint()
-            return []
         found: list[Any] = []
         for start in range(0, len(checked), _LOOK_BATCH):
             found += await self._run(body(checked[start : start + _LOOK_BATCH]))
@@ -905,23 +890,17 @@ class SQLiteStore(StoreBase):
 
         return await self._run(body)
 
-    async def replace_if(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[int | None]:
+    async def _replace_if(
+        self, name: str, batch: list[tuple[str, int, Any, float]], asked: float
+    ) -> list[int | None]:
         """See :meth:`Store.replace_if`: one write transaction for the batch, each item one
         conditional ``UPDATE`` (``REPLACE_IF``: the revision compared in its ``WHERE``). Each item
         is due ``ttl`` after the call, as :meth:`rearm`'s."""
-        _validate.element_id(name, "name")
-        asked = float(self.clock())
-        batch = _validate.conditional_replaces(items)
         codec = self._serializer.name
         payloads = [
             _blob(self._dumps(element, name, id, "replace_if", index))
             for index, (id, _, element, _) in enumerate(batch)
         ]
-        if not batch:
-            if self._conn is None:
-                raise self._not_open()
-            await anyio.lowlevel.checkpoint()
-            return []
 
         def body(conn: sqlite3.Connection) -> tuple[list[int | None], int | None]:
             head = sql.head(conn, name)
@@ -982,15 +961,9 @@ class SQLiteStore(StoreBase):
 
     # -- leases ----------------------------------------------------------------------------------
 
-    async def claim(
-        self, name: str, *, lease: Seconds, limit: int | None = None, ahead: Seconds = 0.0
-    ) -> list[Claim]:
+    async def _claim(self, name: str, seconds: float, n: int | None, early: float) -> list[Claim]:
         """See :meth:`Store.claim`; at most 1,000 elements per call (one transaction; none, and
         no write lock, when nothing is due)."""
-        _validate.element_id(name, "name")
-        seconds = _validate.seconds(lease, "lease")
-        n = _validate.limit(limit)
-        early = _validate.seconds(ahead, "ahead")
         take = _CLAIM_BATCH if n is None else min(n, _CLAIM_BATCH)
         self._ttn_after.pop(name, None)  # (what an earlier claim read is older than this one)
 
@@ -1050,23 +1023,11 @@ class SQLiteStore(StoreBase):
         """As ttn counts it (``_now``: never before a time this store already used), read only."""
         return max(float(self.clock()), self._last_now)
 
-    async def ack(self, name: str, claims: Iterable[tuple[str, int]]) -> list[bool]:
-        _validate.element_id(name, "name")
-        pairs = list(claims)
-        for id, token in pairs:
-            _validate.element_id(id)
-            if _validate.token(token) is None:
-                raise InvalidArgumentError("ack needs each claim's token")
-
+    async def _ack(self, name: str, pairs: list[tuple[str, int]]) -> list[bool]:
         def body(conn: sqlite3.Connection) -> list[bool]:
             return [conn.execute(sql.ACK, (name, id, token)).rowcount == 1 for id, token in pairs]
 
         self._forget_envelopes(name, (id for id, _ in pairs))
-        if not pairs:
-            if self._conn is None:
-                raise self._not_open()
-            await anyio.lowlevel.checkpoint()
-            return []
         return await self._write(body)
 
     async def reschedule(
@@ -1094,28 +1055,13 @@ class SQLiteStore(StoreBase):
         self._notify(name, counter)
         return done
 
-    async def reschedule_many(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
-        """See :meth:`Store.reschedule_many`: one write transaction for the whole batch."""
-        _validate.element_id(name, "name")
-        return await self._release_many(name, _validate.reschedules(items), hand_back=False)
-
-    async def hand_back(self, name: str, items: Iterable[tuple[str, int, Seconds]]) -> list[bool]:
-        """See :meth:`Store.hand_back`: one write transaction for the whole batch."""
-        _validate.element_id(name, "name")
-        return await self._release_many(name, _validate.reschedules(items, "hand_back"), hand_back=True)
-
-    async def _release_many(
+    async def _release(
         self, name: str, batch: list[tuple[str, int, float]], *, hand_back: bool
     ) -> list[bool]:
-        """File each ``(id, token, ttl)`` still under that claim anew, released: its attempt
-        kept (a delayed retry), or, handing it back, only a claim still held, with that claim's
+        """See :meth:`Store.reschedule_many` and :meth:`Store.hand_back`: one write transaction
+        for the whole batch. Handing back takes only a claim still held, with that claim's
         attempt undone (the same claim number, one attempt fewer: the token no longer matches,
         so a second hand-back does nothing)."""
-        if not batch:
-            if self._conn is None:
-                raise self._not_open()
-            await anyio.lowlevel.checkpoint()
-            return []
         self._forget_envelopes(name, (id for id, _, _ in batch))
 
         def body(conn: sqlite3.Connection) -> tuple[list[bool], int | None]:

@@ -1391,6 +1391,18 @@ class LifecycleContract(_Contract):
             await store.pull(N, "a")  # the next due time the claim read is no longer true
             assert await store.ttn_after_claim(N) is None
 
+    async def test_a_declared_schema_is_up_to_date_once_open(self, harness: Harness) -> None:
+        """A store that declares ``migrate`` (a schema of its own) has made it by ``open``:
+        ``check_schema`` finds nothing wrong, and ``migrate`` again changes nothing."""
+        needs(harness.store, "migrate")
+        s = harness.store
+        assert await s.check_schema() is None
+        version = await s.migrate()
+        assert type(version) is int
+        assert version >= 1
+        assert await s.migrate() == version
+        assert await s.check_schema() is None
+
     async def test_subscribe_needs_an_open_store(self, harness: Harness) -> None:
         assert harness.twin is not None, TWIN_NEEDED
         with pytest.raises(StoreNotOpenError):

@@ -61,7 +61,7 @@ async def freeze(store: Store) -> float:
 
     clock = _server_clock(store)
     if isinstance(store, RedisStore):
-        clock.pinned_us, _, _ = await store._server_time()
+        _, _, clock.pinned_us = await store._server_time()
     else:
         assert isinstance(store, PostgresStore)
         sql = store._sql.now

@@ -10,7 +10,15 @@ from typing import Any
 
 import pytest
 
-from rehydrate import Admin, DehydratorInfo, Every, InvalidArgumentError, InvalidTypeError, Scheduler
+from rehydrate import (
+    Admin,
+    DehydratorInfo,
+    DuplicateIdError,
+    Every,
+    InvalidArgumentError,
+    InvalidTypeError,
+    Scheduler,
+)
 from rehydrate.abc import Store
 
 from .harnesses import Harness
@@ -101,6 +109,38 @@ async def test_pause_and_resume_say_what_they_did(harness: Harness) -> None:
     assert await admin.unschedule("jobs", "s") is True
     assert await admin.unschedule("jobs", "s") is False
     assert await store.look("jobs", "w") == "work"
+
+
+async def test_schedule_files_and_changes_a_schedule_without_a_scheduler(harness: Harness) -> None:
+    """``Admin.schedule`` is the scheduler's upsert: filed once, the same trigger keeps its next
+    run (only the element changes), another trigger is planned anew, and one-shot work under the
+    id is refused."""
+    store, admin = harness.store, Admin(harness.store)
+    await admin.schedule("jobs", Every(3600), id="s", element={"v": 1})
+    first = await admin.find_schedule("jobs", "s")
+    assert first is not None
+    assert first.trigger == Every(3600)
+    assert first.next_run is not None
+    assert (await store.look("jobs", "s"))["element"] == {"v": 1}
+    await admin.schedule("jobs", Every(3600), id="s", element={"v": 2})
+    again = await admin.find_schedule("jobs", "s")
+    assert again is not None
+    assert again.next_run == first.next_run
+    assert (await store.look("jobs", "s"))["element"] == {"v": 2}
+    await admin.schedule("jobs", Every(60), id="s", element={"v": 2})
+    changed = await admin.find_schedule("jobs", "s")
+    assert changed is not None
+    assert changed.trigger == Every(60)
+    assert [i.id for i in await admin.schedules("jobs")] == ["s"]
+    await store.push("jobs", "work", ttl=60, id="w")
+    with pytest.raises(DuplicateIdError):
+        await admin.schedule("jobs", Every(60), id="w")
+    assert await store.look("jobs", "w") == "work"
+    with pytest.raises(InvalidArgumentError, match="grace"):
+        await admin.schedule("jobs", Every(60), id="t", misfire="all", grace=5)
+    with pytest.raises(InvalidArgumentError):
+        await admin.schedule("", Every(60), id="t")
+    assert await store.look("jobs", "t") is None
 
 
 async def test_a_paused_schedule_in_flight_is_paused_in_the_run(harness: Harness) -> None:

@@ -47,7 +47,7 @@ from rehydrate import (
 )
 from rehydrate._core._fence import STAMP
 from rehydrate.cli._main import run
-from rehydrate.stores import MemoryStore, RedisStore, _redis, open_store
+from rehydrate.stores import MemoryStore, RedisStore, _redis, _remote, open_store
 from rehydrate.stores._redis_client import SCRIPTS, RedisRefusedError
 from rehydrate.testing import FakeClock
 from tests.redis_server import KINDS, RedisServer, available_servers, drop_prefix, shared_server_url
@@ -887,7 +887,7 @@ async def test_time_is_the_servers(
     url: str, prefix: str, raw: coredis.Redis[bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """This process's clock is an hour off; the store still keeps the server's time."""
-    monkeypatch.setattr(_redis, "_local_clock", lambda: time.monotonic() - 3600)
+    monkeypatch.setattr(_remote, "local_clock", lambda: time.monotonic() - 3600)
     async with RedisStore.from_url(url, prefix=prefix) as s:
         server = await server_time(raw)
         assert s.clock() == pytest.approx(server, abs=0.5)
