@@ -498,7 +498,7 @@ class HandlerLimits:
                     continue
                 if info is not None and not info.claimed and info.attempt == wake.attempt:
                     waiters.append((name, wake.id, wake.attempt))
-                    filed.append(info.ttl)
+                    filed.append(info.due - store.clock())
             if not waiters:
                 continue
             try:
