@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, Final
 
@@ -30,7 +30,7 @@ import attrs
 import structlog
 
 from rehydrate._core import _validate
-from rehydrate._core._limits import LimitSpec, Wake, check_key, check_names
+from rehydrate._core._limits import ON_ITS_WAY, LimitSpec, Wake, check_key, check_names
 from rehydrate._core._records import Claim
 from rehydrate._core._validate import Seconds
 from rehydrate._deliveries import Counters
@@ -159,10 +159,13 @@ async def apply_wakes(store: Store, wakes: Sequence[Wake], counters: Counters | 
 #: When a wake finds its element claimed, it is tried again this long after, then once more
 #: after the second delay (real seconds): see :class:`_Rewaker`.
 _REWAKE_AFTER: Final = (0.05, 0.5)
+#: A wake filing an element later than now is looked at again this long after ON_ITS_WAY.
+_LOOK_AGAIN_MARGIN: Final = 0.25
 
 
 class _Rewaker:
-    """Wakes tried again, in the background, when they found their element claimed.
+    """Wakes tried again, in the background, when they found their element claimed; and the
+    elements filed later than now by a wake, looked at again once a wake racing them has landed.
 
     A waiter is queued by one step and its element handed back by the next call: a release that
     wakes it in between finds the element still claimed by the worker parking it (the fence
@@ -170,19 +173,43 @@ class _Rewaker:
     horizon out), with the room it was woken for left empty and nobody due to take it. The same
     wake tried again once the element is handed back (its attempt is the waiter's again) moves it
     up; one claimed to run (or gone) is left alone by the fence, as before.
+
+    Two wakes of one element from two steps (a park step filing the head at the earliest chance,
+    then a release filing it now) are two ``reschedule`` calls from different tasks or processes,
+    which may land in either order: the earlier step's landing last files the element at a lease's
+    end while the key's FIFO has it on its way now, and the room it was woken for stays empty (a
+    horizon, if no other step comes). Only a wake filing an element later than now can do that
+    harm, so each such element is looked at again :data:`ON_ITS_WAY` after its wake (and a little
+    more): still waiting under the same attempt, it is parked again, a step that keeps its place
+    and files it as the key's state says now (due now if there is room for it).
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, recheck: Callable[[list[tuple[str, Wake]]], Awaitable[None]]) -> None:
         self._store = store
+        self._recheck = recheck
         self._pending: list[Wake] = []
         self._more = anyio.Event()
+        self._watched: list[tuple[str, Wake]] = []
+        self._watch_more = anyio.Event()
 
     def add(self, wakes: Sequence[Wake]) -> None:
         if wakes:
             self._pending.extend(wakes)
             self._more.set()
 
+    def watch(self, key: str, wakes: Iterable[Wake]) -> None:
+        """Look again at these elements (filed later than now by a wake of ``key``)."""
+        more = [(key, wake) for wake in wakes if wake.ttl > 0.0]
+        if more:
+            self._watched.extend(more)
+            self._watch_more.set()
+
     async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._rewake)
+            tg.start_soon(self._look_again)
+
+    async def _rewake(self) -> None:
         while True:
             await self._more.wait()
             self._more = anyio.Event()
@@ -192,6 +219,15 @@ class _Rewaker:
                 wakes = await apply_wakes(self._store, wakes)
                 if not wakes:
                     break
+
+    async def _look_again(self) -> None:
+        while True:
+            await self._watch_more.wait()
+            self._watch_more = anyio.Event()
+            # (on the store's clock: the steps count ON_ITS_WAY on it)
+            await self._store.clock.sleep(ON_ITS_WAY + _LOOK_AGAIN_MARGIN)
+            watched, self._watched = self._watched, []
+            await self._recheck(watched)
 
 
 class _Renewer:
@@ -354,7 +390,7 @@ class HandlerLimits:
         #: The handler's counters (``Scheduler.stats``): parked, granted, woken.
         self.counters = Counters() if counters is None else counters
         #: The wakes that found their element claimed, tried again (run beside the renewer).
-        self.rewaker = _Rewaker(store)
+        self.rewaker = _Rewaker(store, self._look_again)
         #: Key -> until when (store clock) it is believed full: a refusal's earliest chance.
         #: Further claims of it are parked without an acquire each (``limit_park``, in bulk).
         #: Only ever a reason to park, never to run: the store decides every admission, and a
@@ -412,7 +448,7 @@ class HandlerLimits:
         for (claim, key), handed in zip(claims, done, strict=True):
             if handed:  # (else claimed by another since its lease ran out: not ours to park)
                 by_key.setdefault(key, []).append(claim)
-        sooner: list[Wake] = []
+        sooner: dict[str, list[Wake]] = {}
         for key, group in by_key.items():
             waiters = [(name, claim.id, max(0, claim.attempt - 1)) for claim in group]
             try:
@@ -421,18 +457,64 @@ class HandlerLimits:
                 logger.error(
                     "limit step failed; the elements come again shortly", dehydrator=name, exc_info=exc
                 )
-                sooner.extend(Wake(name, w_name_id[1], w_name_id[2], 1.0) for w_name_id in waiters)
+                sooner[key] = [Wake(name, id, attempt, 1.0) for _, id, attempt in waiters]
                 continue
             self._believe(key, answer.retry_in)
             self.counters.limit_parked += len(group)
-            sooner.extend(answer.wake)
-            sooner.extend(
+            sooner[key] = [
+                *answer.wake,
+                *(
+                    Wake(name, id, attempt, ttl)
+                    for (_, id, attempt), ttl in zip(waiters, answer.parked, strict=True)
+                    if ttl < horizon - 1e-3
+                ),
+            ]
+        for key, wakes in sooner.items():
+            await self._wake(key, wakes)
+
+    async def _wake(self, key: str, wakes: Sequence[Wake]) -> None:
+        """File the woken waiters of ``key``: those found claimed are tried again, those filed
+        later than now looked at again (see :class:`_Rewaker`)."""
+        if wakes:
+            self.rewaker.add(await apply_wakes(self._store, wakes, self.counters))
+            self.rewaker.watch(key, wakes)
+
+    async def _look_again(self, watched: list[tuple[str, Wake]]) -> None:
+        """Park again, in one step per key, the watched elements still waiting unclaimed under
+        the attempt they were woken with, and file anew those whose filing is not what the step
+        says now (a wake that raced theirs); one filed as it should be is left alone, and not
+        looked at again (a key full a long time costs one look per wake, not one per second)."""
+        store, name = self._store, self._name
+        by_key: dict[str, dict[str, Wake]] = {}
+        for key, wake in watched:
+            by_key.setdefault(key, {})[wake.id] = wake
+        horizon = min(self.spec.horizon, _validate.MAX_SECONDS)
+        for key, wakes in by_key.items():
+            waiters, filed = [], []
+            for wake in wakes.values():
+                try:
+                    info = await store.info(name, wake.id)
+                except RehydrateError:
+                    continue
+                if info is not None and not info.claimed and info.attempt == wake.attempt:
+                    waiters.append((name, wake.id, wake.attempt))
+                    filed.append(info.due - store.clock())
+            if not waiters:
+                continue
+            try:
+                answer = await store.limit_park(name, key, self.spec, waiters)
+            except RehydrateError as exc:
+                logger.warning("limit step failed; the waiters are due at their own times", exc_info=exc)
+                continue
+            mine = [
                 Wake(name, id, attempt, ttl)
-                for (_, id, attempt), ttl in zip(waiters, answer.parked, strict=True)
-                if ttl < horizon - 1e-3
-            )
-        if sooner:
-            self.rewaker.add(await apply_wakes(store, sooner, self.counters))
+                for (_, id, attempt), ttl, was in zip(waiters, answer.parked, filed, strict=True)
+                if abs(min(ttl, horizon) - was) > _LOOK_AGAIN_MARGIN
+            ]
+            await self._wake(key, answer.wake)
+            if mine:
+                self.rewaker.add(await apply_wakes(store, mine, self.counters))
+                self.rewaker.watch(key, mine)
 
     def key_of(self, element: Any) -> str:
         if self._key is None:
@@ -464,8 +546,7 @@ class HandlerLimits:
             )
             await _hand_back(store, name, claim, 1.0)
             return None
-        if answer.wake:
-            self.rewaker.add(await apply_wakes(store, answer.wake, self.counters))
+        await self._wake(key, answer.wake)
         if answer.granted:
             self.counters.limit_granted += 1
             if spec.concurrency is not None:
@@ -487,8 +568,7 @@ class HandlerLimits:
         with anyio.CancelScope(shield=True), anyio.move_on_after(_STEP_TIMEOUT):
             try:
                 answer = await store.limit_release(self._name, key, holder, self.spec)
-                if answer.wake:
-                    self.rewaker.add(await apply_wakes(store, answer.wake, self.counters))
+                await self._wake(key, answer.wake)
             except RehydrateError as exc:
                 logger.warning(
                     "could not release a limit slot; its lease frees it", dehydrator=self._name, exc_info=exc

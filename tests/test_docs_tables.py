@@ -133,7 +133,9 @@ def test_write_table_leaves_a_bad_page_alone(tmp_path: Path) -> None:
     assert page.read_text(encoding="utf-8") == PAGE
 
 
-@pytest.mark.parametrize("name", ["instructions", "instructions-trio", "peers", "scheduler", "schedules"])
+@pytest.mark.parametrize(
+    "name", ["instructions", "instructions-trio", "limits", "peers", "scheduler", "schedules"]
+)
 def test_the_docs_have_each_scripts_block(name: str) -> None:
     """Each ``--write-docs`` script finds its block, once, closed, with a table inside."""
     text = doctables.DOCS.read_text(encoding="utf-8")

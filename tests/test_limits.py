@@ -4,7 +4,7 @@ these rules on every store). Every async test runs on asyncio and trio."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -21,8 +21,8 @@ from rehydrate import (
     Retry,
     Scheduler,
 )
-from rehydrate._core._limits import LimitSpec
-from rehydrate._limits import spec_of
+from rehydrate._core._limits import ON_ITS_WAY, LimitAnswer, LimitSpec
+from rehydrate._limits import HandlerLimits, apply_wakes, spec_of
 from rehydrate.abc import Store
 from rehydrate.stores import MemoryStore
 from rehydrate.testing import FakeClock
@@ -231,6 +231,128 @@ class TestConcurrency:
             assert ran == []
             await advance(clock, 0.1)
             assert ran == [start + 10.0]
+
+
+class RecordingStore(MemoryStore):
+    """A memory store that records the waiters of each ``limit_park`` step (the bulk path's)."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.parks: list[list[str]] = []
+
+    async def limit_park(
+        self, limit: str, key: str, spec: LimitSpec, waiters: Sequence[tuple[str, str, int]]
+    ) -> LimitAnswer:
+        self.parks.append([id for _, id, _ in waiters])
+        return await super().limit_park(limit, key, spec, waiters)
+
+
+class TestParking:
+    async def test_claims_of_a_key_believed_full_are_parked_together_and_woken_in_order(
+        self, clock: FakeClock
+    ) -> None:
+        """A refusal makes the runner believe key "a" full: the next claims of it are handed
+        back and queued in one ``limit_park`` step (no acquire each, no attempt), then run one
+        by one in the order they were claimed, each release waking the next, no clock moved."""
+        async with RecordingStore(clock=clock) as store:
+            running = Running()
+            order: list[int] = []
+            scheduler = Scheduler(store=store, grace=0.1)
+
+            @scheduler.handler("jobs", limits=[Concurrency(1)], limit_key=lambda e: e["k"], concurrency=20)
+            async def handle(element: Any) -> None:
+                order.append(element["i"])
+                running.enter("a")
+                gate = running.gates.setdefault("a", anyio.Event())
+                await gate.wait()
+                running.leave("a", element)
+
+            async with scheduler:
+                await store.push_many("jobs", [({"k": "a", "i": i}, 0, f"e{i}") for i in range(2)])
+                await wait_all_tasks_blocked()
+                assert order == [0]  # e1 refused: the key is believed full
+                clock.advance(0.001)  # (the next ones due after e1, in this order)
+                await store.push_many("jobs", [({"k": "a", "i": i}, 0, f"e{i}") for i in range(2, 10)])
+                await wait_all_tasks_blocked()
+                assert [f"e{i}" for i in range(2, 10)] in store.parks  # one step for the batch
+                (info,) = await store.limits("jobs")
+                assert (len(info.holders), info.waiting) == (1, 9)
+                for i in range(2, 10):
+                    element = await store.info("jobs", f"e{i}")
+                    assert element is not None
+                    assert (element.attempt, element.claimed) == (0, False)  # not an attempt
+                for n in range(1, 10):
+                    running.gates.pop("a").set()
+                    await wait_all_tasks_blocked()
+                    assert order == list(range(n + 1))  # the next in FIFO order, at once
+                    assert running.now["a"] == 1
+                running.gates.pop("a").set()
+                await wait_all_tasks_blocked()
+            assert running.most["a"] == 1
+            stats = scheduler.stats("jobs")
+            assert (stats.retried, stats.dead_lettered) == (0, 0)
+            assert stats.limit_parked >= 9
+            assert await store.limits() == []
+
+    async def test_a_wake_overtaken_by_an_older_one_is_filed_anew(
+        self, store: MemoryStore, clock: FakeClock
+    ) -> None:
+        """Two wakes of one element from two steps may land in either order: here a park step's
+        "due at the lease's end" lands after a release's "due now". The runner looks again at an
+        element a wake filed later than now, ON_ITS_WAY after: still waiting, it is filed now, and
+        the room it was woken for does not stay empty for a lease."""
+        spec = spec_of([Concurrency(1)], 60.0)
+        limits = HandlerLimits(store, "jobs", spec, None)
+        await store.push("jobs", "w", ttl=0, id="w")
+        assert (await store.limit_acquire("jobs", "*", "other-process", spec)).granted
+        lease_end = clock() + 60.0
+        clock.advance(1.0)
+        (claim,) = await store.claim("jobs", lease=60)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(limits.rewaker.run)
+            assert await limits.admit(claim, "*") is None  # refused: parked, the head
+            info = await store.info("jobs", "w")
+            assert info is not None
+            assert info.due == pytest.approx(lease_end)  # at the holder's lease end
+            # Another process releases: w is woken (due now) ...
+            released = await store.limit_release("jobs", "*", "other-process", spec)
+            assert [w.id for w in released.wake] == ["w"]
+            assert await apply_wakes(store, released.wake) == []
+            # ... and the park step's older wake lands last: w is filed at the lease's end.
+            assert await store.reschedule("jobs", "w", ttl=lease_end - clock(), attempt=0)
+            await advance(clock, ON_ITS_WAY)
+            info = await store.info("jobs", "w")
+            assert info is not None
+            assert info.due == pytest.approx(lease_end)  # not yet looked at
+            await advance(clock, 0.5)
+            info = await store.info("jobs", "w")
+            assert info is not None
+            assert (info.due, info.attempt, info.claimed) == (clock(), 0, False)  # due now: filed anew
+            tg.cancel_scope.cancel()
+
+    async def test_a_head_filed_as_its_key_says_is_left_alone(
+        self, store: MemoryStore, clock: FakeClock
+    ) -> None:
+        """Looked at again, a head filed at the earliest chance as it should be is not written
+        again, nor looked at again: a key full for long costs one look, not one per second."""
+        spec = spec_of([Concurrency(1)], 60.0)
+        limits = HandlerLimits(store, "jobs", spec, None)
+        await store.push("jobs", "w", ttl=0, id="w")
+        assert (await store.limit_acquire("jobs", "*", "other-process", spec)).granted
+        clock.advance(1.0)
+        (claim,) = await store.claim("jobs", lease=60)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(limits.rewaker.run)
+            assert await limits.admit(claim, "*") is None
+            before = await store.info("jobs", "w")
+            assert before is not None
+            assert before.due == pytest.approx(clock() + 59.0)  # the head, at the lease's end
+            await advance(clock, 10.0)
+            after = await store.info("jobs", "w")
+            assert after is not None
+            assert after.revision == before.revision  # looked at once, left as it was
+            assert after.due == before.due
+            tg.cancel_scope.cancel()
 
 
 class TestRate:

@@ -985,9 +985,10 @@ class RedisStore(StoreBase):
         op: str,
         limit: str,
         key: str,
-        holder: str,
+        holder: str | None,
         spec: object,
         waiter: object = None,
+        waiters: Sequence[tuple[str, str, int]] = (),
     ) -> Any:
         self._check_open()
         _limits.check_names(limit, key, holder)
@@ -999,7 +1000,7 @@ class RedisStore(StoreBase):
         args: _Args = [
             *self._worker_head(),
             op,
-            holder,
+            holder or "",
             "" if checked.concurrency is None else checked.concurrency,
             _micros(checked.lease, "lease"),
             _micros(checked.window, "window"),
@@ -1009,20 +1010,26 @@ class RedisStore(StoreBase):
         ]
         for n, per in checked.rates:
             args += (n, _micros(per, "per"))
+        for name, id, attempt in waiters:
+            args += (name, id, attempt)
         return await self._backend.eval(SCRIPTS["limit"], self._limit_keys(limit, key), args)
 
     @staticmethod
-    def _limit_answer(reply: Sequence[Any]) -> LimitAnswer:
+    def _limit_answer(reply: Sequence[Any], parked: int = 0) -> LimitAnswer:
+        """A step's reply: granted, retry_in, parked_in, then ``parked`` times (``limit_park``'s
+        waiters), then four fields per waiter woken."""
         retry_in, parked_in = int(reply[1]), int(reply[2])
+        first = 3 + parked
         wakes = tuple(
             Wake(_text(reply[i]), _text(reply[i + 1]), int(reply[i + 2]), int(reply[i + 3]) / 1e6)
-            for i in range(3, len(reply), 4)
+            for i in range(first, len(reply), 4)
         )
         return LimitAnswer(
             granted=bool(int(reply[0])),
             retry_in=None if retry_in < 0 else retry_in / 1e6,
             parked_in=None if parked_in < 0 else parked_in / 1e6,
             wake=wakes,
+            parked=tuple(int(t) / 1e6 for t in reply[3:first]),
         )
 
     async def limit_acquire(
@@ -1039,6 +1046,15 @@ class RedisStore(StoreBase):
         second start)."""
         reply = await self._limit_step("acquire", limit, key, holder, spec, waiter)
         return self._limit_answer(reply)
+
+    async def limit_park(
+        self, limit: str, key: str, spec: LimitSpec, waiters: Sequence[tuple[str, str, int]]
+    ) -> LimitAnswer:
+        """See :meth:`Store.limit_park`: one script, the waiters its arguments. A retry after a
+        lost reply finds them queued already, and they keep their places."""
+        checked = _limits.check_waiters(waiters)
+        reply = await self._limit_step("park", limit, key, None, spec, waiters=checked)
+        return self._limit_answer(reply, parked=len(checked))
 
     async def limit_renew(self, limit: str, key: str, holder: str, spec: LimitSpec) -> bool:
         return bool(int(await self._limit_step("renew", limit, key, holder, spec)))

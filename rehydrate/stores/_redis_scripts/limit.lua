@@ -1,6 +1,6 @@
--- limit: one step of one limit key (Store.limit_acquire, limit_renew, limit_release, and the
--- listing's per-key read), the rules of rehydrate/_core/_limits.py written again in Lua, step for
--- step (KeyState.acquire, renew, release, prune, room, wake_count, wake): the contract suite's
+-- limit: one step of one limit key (Store.limit_acquire, limit_park, limit_renew, limit_release,
+-- and the listing's per-key read), the rules of rehydrate/_core/_limits.py written again in Lua,
+-- step for step (KeyState.acquire, park, renew, release, prune, room, wake_count, wake): the contract suite's
 -- LimitsContract runs the same tests on this as on the memory and SQL stores.
 --
 -- A limit key (a limit's name and a partition key) lives under one base
@@ -38,10 +38,13 @@
 -- than the latest this key used. ARGV[5] the operation; ARGV[6] the holder; ARGV[7] the
 -- concurrency or "" (none); ARGV[8] the lease, ARGV[9] the window, ARGV[10] the horizon (µs);
 -- ARGV[11], ARGV[12], ARGV[13] the waiter's dehydrator name, id and attempt ("": no waiter);
--- ARGV[14] the number of rates, then each rate's n and window (µs).
+-- ARGV[14] the number of rates, then each rate's n and window (µs); for 'park', then each
+-- waiter's dehydrator name, id and attempt (ARGV[11..13] unused).
 --
 --   'acquire' -> {granted, retry_in, parked_in, then name, id, attempt, ttl per waiter woken}
 --                (retry_in, parked_in: µs, or -1 for none)
+--   'park'    -> {0, retry_in, -1, then each given waiter's time to be due (µs) in order, then
+--                the other waiters woken as above}
 --   'release' -> {held, -1, -1, then the waiters woken as above}
 --   'renew'   -> 1 if the holder's lease was running (now renewed), else 0
 --   'list'    -> {} for an idle key (deleted), else {starts, waiting, holder, lease end, ...}
@@ -198,12 +201,14 @@ local function finish()
   keep({H, T, Q, M})
 end
 
-local function answer(granted, retry_in, parked_in, moved, own)
+-- The reply: the first fields, then the waiters moved but those in `own` (a set: the caller's,
+-- which it files itself).
+local function answer(head, moved, own)
   finish()
-  local out, n = {granted, retry_in, parked_in}, 3
+  local out, n = head, #head
   for _, m in ipairs(moved) do
     local w = m[1]
-    if w ~= own then
+    if not (own and own[w]) then
       local colon = find(w, ':', 1, true)
       local len = tonumber(sub(w, 1, colon - 1))
       out[n + 1] = sub(w, colon + 1, colon + len)
@@ -216,19 +221,51 @@ local function answer(granted, retry_in, parked_in, moved, own)
   return out
 end
 
+-- A waiter's member in Q (and field in M): its dehydrator's name's length first.
+local function waiter_of(name, id)
+  return int(#name) .. ':' .. name .. id
+end
+
+-- Join the FIFO (or keep one's place in it), filed a horizon out.
+local function enqueue(w, attempt)
+  if not redis.call('ZSCORE', Q, w) then
+    redis.call('ZADD', Q, redis.call('HINCRBY', M, 'seq', 1), w)
+  end
+  redis.call('HSET', M, w, attempt .. ':' .. int(now + horizon))
+end
+
 if op == 'release' then
   local held = redis.call('ZREM', H, holder)
-  return answer(held, -1, -1, wake(), nil)
+  return answer({held, -1, -1}, wake(), nil)
+end
+
+-- 'park' (KeyState.park): queue the waiters in the order given, never grant, wake as any step.
+if op == 'park' then
+  local mine, own = {}, {}
+  for i = 15 + 2 * #rates, #ARGV, 3 do
+    local w = waiter_of(ARGV[i], ARGV[i + 1])
+    enqueue(w, ARGV[i + 2])
+    mine[#mine + 1] = w
+    own[w] = true
+  end
+  local free, at = room()
+  local moved = wake()
+  local out = {0, free >= 1 and 0 or math.max(0, at - now), -1}
+  for _, w in ipairs(mine) do
+    local _, due = parse_waiter(redis.call('HGET', M, w))
+    out[#out + 1] = int(math.max(0, due - now))
+  end
+  return answer(out, moved, own)
 end
 
 -- 'acquire' (KeyState.acquire)
 if conc and redis.call('ZSCORE', H, holder) then -- (a retry of a grant: one slot, no new start)
   redis.call('ZADD', H, int(now + lease), holder)
-  return answer(1, -1, -1, wake(), nil)
+  return answer({1, -1, -1}, wake(), nil)
 end
 local own = nil
 if ARGV[11] ~= '' then
-  own = int(#ARGV[11]) .. ':' .. ARGV[11] .. ARGV[12]
+  own = waiter_of(ARGV[11], ARGV[12])
 end
 local free, at = room()
 if free >= 1 then
@@ -241,15 +278,12 @@ if free >= 1 then
   if own then
     drop_waiter(own)
   end
-  return answer(1, -1, -1, wake(), nil)
+  return answer({1, -1, -1}, wake(), nil)
 end
 if not own then
-  return answer(0, math.max(0, at - now), -1, wake(), nil)
+  return answer({0, math.max(0, at - now), -1}, wake(), nil)
 end
-if not redis.call('ZSCORE', Q, own) then
-  redis.call('ZADD', Q, redis.call('HINCRBY', M, 'seq', 1), own)
-end
-redis.call('HSET', M, own, ARGV[13] .. ':' .. int(now + horizon))
+enqueue(own, ARGV[13])
 local moved = wake()
 local _, due = parse_waiter(redis.call('HGET', M, own))
-return answer(0, math.max(0, at - now), math.max(0, due - now), moved, own)
+return answer({0, math.max(0, at - now), math.max(0, due - now)}, moved, {[own] = true})
