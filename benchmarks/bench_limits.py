@@ -17,7 +17,11 @@ Scenarios (all jobs ``--job-ms`` (20 ms) of sleep, due at one instant unless sai
 * ``concurrency``: ``Concurrency(10)``, ``--jobs`` jobs. Max running at once (must be <= 10) and
   utilization = jobs/s / (10 / job time), jobs/s counted from the due instant to the last end.
 * ``rate``: ``Rate(200, per=1 s)``, ``--jobs`` jobs. Max starts in any sliding 1 s window (must be
-  <= 200) and utilization = starts after the first window's 200, per second, / 200.
+  <= 200) and utilization = starts after the first window's 200, per second, / 200. A rate counts
+  a start when the store grants it, on the store's clock, and the handler starts a little later:
+  for rehydrate the windows are also counted from the store's own record of the grants (read from
+  where it keeps them, see :class:`StoreStarts`), and each worker stamps the moment
+  ``limit_acquire`` answered granted, for the grant-to-start delay.
 * ``keys``: 1,000 keys with ``Concurrency(1)`` each, ``--jobs`` jobs (id mod 1,000): never two at
   once for a key; jobs/s against the same jobs with no limits (the ``unlimited`` row) in the same
   run.
@@ -46,7 +50,8 @@ environment under the temporary directory (made once from ``peers/requirements/d
 ``ConcurrentRateLimiter`` / ``WindowRateLimiter``, ``max_retries=None`` (a refused message is retried
 until it runs) and a backoff of ``--dramatiq-backoff`` ms (min,max; Dramatiq's default minimum of
 15 s would leave its workers idle for most of every run). ``--write-docs`` writes the tables into
-``docs/benchmarks.md`` between its ``<!-- table: limits -->`` markers.
+``docs/benchmarks.md`` between its ``<!-- table: limits -->`` markers, the rate's between its
+``<!-- table: limits-rate -->`` markers (a run of the rate alone leaves the other block as it is).
 """
 
 from __future__ import annotations
@@ -170,6 +175,21 @@ def rehydrate_worker(spec: dict[str, Any]) -> None:
 
     async def main() -> None:
         store = open_store(spec["url"])
+        if spec["limits"]:
+            # The moment the store's step answered "granted" (and when it was asked), beside the
+            # handler's start: how late a start comes after its grant. The step's holder id is
+            # "name/element id/claim token".
+            acquire = store.limit_acquire
+
+            async def stamped(limit: str, key: str, holder: str, spec: Any, **kw: Any) -> Any:
+                asked = time.time()
+                answer = await acquire(limit, key, holder, spec, **kw)
+                if answer.granted:
+                    i = int(holder.split("/")[1])
+                    os.write(fd, b"G %d %.6f %.6f\n" % (i, time.time(), asked))
+                return answer
+
+            setattr(store, "limit_acquire", stamped)  # noqa: B010 (a method, not an attribute)
         scheduler = Scheduler(store, grace=10)
 
         @scheduler.handler(spec["name"], concurrency=spec["threads"], lease=spec["lease"], **options)
@@ -211,6 +231,8 @@ async def rehydrate_produce(url: str, name: str, jobs: list[tuple[int, str, floa
 class Stamps:
     starts: dict[int, list[tuple[float, int, int]]] = field(default_factory=lambda: defaultdict(list))
     ends: dict[int, list[tuple[float, int]]] = field(default_factory=lambda: defaultdict(list))
+    #: id -> (answered, asked) of each granted ``limit_acquire``, in the worker's clock.
+    grants: dict[int, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
     refused: int = 0
     parked: int | None = None
 
@@ -228,6 +250,8 @@ def read_stamps(directory: Path) -> Stamps:
                 out.starts[i].append((t, pid, int(parts[3]) if len(parts) > 3 else 1))
             elif kind == b"E":
                 out.ends[i].append((t, pid))
+            elif kind == b"G" and len(parts) > 3:
+                out.grants[i].append((t, float(parts[3])))
             elif kind == b"W":
                 out.refused += 1
             elif kind == b"P":
@@ -283,7 +307,13 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def analyse(
-    run: Run, stamps: Stamps, t0: float, killed: dict[int, float], until: float, victim_held: int
+    run: Run,
+    stamps: Stamps,
+    t0: float,
+    killed: dict[int, float],
+    until: float,
+    victim_held: int,
+    grants: StoreStarts | None = None,
 ) -> dict[str, Any]:
     spans = intervals(stamps, killed, until)
     by_key: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -328,6 +358,25 @@ def analyse(
     kinds = {kind: (n, per) for kind, n, per in run.limits}
     if "rate" in kinds:
         n, per = kinds["rate"]
+        if grants is not None:
+            # What the limit promises: starts as the store granted them, on its clock.
+            granted = grants.times()
+            out["grants"] = len(granted)
+            out["grant_peak"], out["grant_violations"] = peak_window(granted, n, per * grants.scale)
+        # What a handler sees: its start stamp, a little after its grant's answer.
+        delays = []
+        for i, starts in stamps.starts.items():
+            for t, _, _ in starts:
+                answered = [g for g, _ in stamps.grants.get(i, []) if g <= t]
+                if answered:
+                    delays.append(t - max(answered))
+        if delays:
+            out["delay_p50_ms"] = percentile(delays, 0.5) * 1000
+            out["delay_p99_ms"] = percentile(delays, 0.99) * 1000
+            out["delay_max_ms"] = max(delays) * 1000
+        asks = [g - a for v in stamps.grants.values() for g, a in v]
+        if asks:
+            out["acquire_p99_ms"] = percentile(asks, 0.99) * 1000
         last_start = max(first_start.values())
         if len(first_start) > n:  # the first window's n may all start at once: counted after them
             out["utilization"] = ((len(first_start) - n) / (last_start - t0)) / (n / per)
@@ -395,6 +444,62 @@ def store_url(store: str, shared: dict[str, Any]) -> Iterator[str]:
             yield f"sqlite:///{tmp}/limits.db"
     else:
         yield shared["postgres"].url
+
+
+class StoreStarts:
+    """The store's own record of a rate's starts: the time of every grant, as the store counted it
+    (its clock: Redis's ``TIME``, PostgreSQL's, the SQLite worker's). No public view gives those
+    times (``Store.limits()`` counts them), so the benchmark reads them where the store keeps them:
+    the starts sorted set on Redis, the starts table on SQLite and PostgreSQL. A start stays there
+    at least a window after its grant, so a read every tenth of a second sees every one; each is
+    remembered by its identity (sorted set member, row) and time.
+    """
+
+    def __init__(self, store: str, url: str, name: str) -> None:
+        self.store, self.name = store, name
+        self.seen: set[tuple[str, float]] = set()
+        #: The store's unit of time per second: Redis keeps µs, integral, compared exactly.
+        self.scale = 1_000_000 if store == "redis" else 1
+        self._conn: Any
+        if store == "redis":
+            import redis
+
+            self._conn = redis.Redis.from_url(url)
+        elif store == "sqlite":
+            import sqlite3
+
+            self._conn = sqlite3.connect(
+                f"file:{url.removeprefix('sqlite:///')}?mode=ro", uri=True, timeout=10
+            )
+        else:
+            import psycopg
+
+            self._conn = psycopg.connect(url, autocommit=True)
+
+    def read(self) -> None:
+        if self.store == "redis":
+            for key in self._conn.scan_iter(match="*:limit:{*:t", count=1000):
+                for member, score in self._conn.zrange(key, 0, -1, withscores=True):
+                    self.seen.add((member.decode(), int(score)))
+            return
+        table, column = (
+            ("rehydrate_limit_starts", "rowid")
+            if self.store == "sqlite"
+            else (
+                "public.rehydrate_limit_starts",
+                "ctid::text",
+            )
+        )
+        mark = "?" if self.store == "sqlite" else "%s"
+        rows = self._conn.execute(f"SELECT {column}, at FROM {table} WHERE lim = {mark}", (self.name,))
+        self.seen.update((str(row), float(at)) for row, at in rows.fetchall())
+
+    def times(self) -> list[float]:
+        """Every grant's time, in the store's unit (see :attr:`scale`)."""
+        return sorted(t for _, t in self.seen)
+
+    def close(self) -> None:
+        self._conn.close()
 
 
 def expected_s(run: Run) -> float:
@@ -493,6 +598,10 @@ def one_run(
                 return {"error": f"Dramatiq's producer failed: {sent.stderr.strip()[-400:]}"}
         overrun = max(0.0, time.time() - t0)
 
+        grants: StoreStarts | None = None
+        if system == "rehydrate" and any(kind == "rate" for kind, _, _ in run.limits):
+            grants = StoreStarts(store, url, name)
+            stack.callback(grants.close)
         killed: dict[int, float] = {}
         victim_held = 0
         limit_s = 3 * expected_s(run) + 60
@@ -500,6 +609,8 @@ def one_run(
         timed_out = False
         while True:
             time.sleep(0.1)
+            if grants is not None:
+                grants.read()
             if run.kill_after is not None and not killed and time.time() >= t0 + run.kill_after:
                 stamps = read_stamps(tmp)
                 in_flight: dict[int, int] = defaultdict(int)
@@ -523,8 +634,10 @@ def one_run(
                 timed_out = True
                 break
         until = time.time()
+        if grants is not None:
+            grants.read()
         stop_all()
-        result = analyse(run, read_stamps(tmp), t0, killed, until, victim_held)
+        result = analyse(run, read_stamps(tmp), t0, killed, until, victim_held, grants)
         result["overrun_s"] = overrun
         if timed_out:
             result["timed_out"] = limit_s
@@ -569,6 +682,14 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
         "wasted": max(r["wasted"] for r in good),
         "parked": max((r["parked"] for r in good if "parked" in r), default=None),
         "held": med("held"),
+        "delay_p50_ms": med("delay_p50_ms"),
+        "delay_p99_ms": med("delay_p99_ms"),
+        "grant_peak": max((r["grant_peak"] for r in good if "grant_peak" in r), default=None),
+        "grant_violations": max(
+            (r["grant_violations"] for r in good if "grant_violations" in r), default=None
+        ),
+        "grants": min((r["grants"] for r in good if "grants" in r), default=None),
+        "ran": min(r["ran"] for r in good),
         "moot": all(r.get("moot", False) for r in good),
         "unfinished": max((r.get("unfinished", 0) for r in good), default=0),
         "timed_out": any("timed_out" in r for r in good),
@@ -589,13 +710,15 @@ def table(
     scenario: str, results: dict[tuple[str, str, str], list[dict[str, Any]]], args: argparse.Namespace
 ) -> list[str]:
     """One Markdown table: a row per system, store (and label), ratios to Dramatiq on Redis."""
-    window = scenario == "rate"
     head = {
         "hol": "| system | store | other key's p50 lateness | p99 | max | saturated key's jobs/s | max at once per key | violations | wasted attempts | runs |",
         "sigkill": "| system | store | jobs/s | max at once | violations | slots held by the victim | slots back after | unfinished | runs |",
+        "rate": "| system | store | jobs/s | utilization | max granted in 1 s (store's record) | violations by grants "
+        f"| max handler starts in 1 s (in {1 - STAMP_SLACK:g} s) | starts over 200 by stamps "
+        "| grant→start p50 | p99 | wasted attempts | runs |",
     }.get(
         scenario,
-        f"| system | store | jobs/s | utilization | {f'max starts in 1 s (in {1 - STAMP_SLACK:g} s)' if window else 'max at once' + (' per key' if scenario == 'keys' else '')} | violations | wasted attempts | runs |",
+        f"| system | store | jobs/s | utilization | {'max at once' + (' per key' if scenario == 'keys' else '')} | violations | wasted attempts | runs |",
     )
     rows = [head, "| " + " | ".join(["---"] * 2 + ["---:"] * (head.count("|") - 4) + ["---"]) + " |"]
     order = {name: n for n, name in enumerate(SYSTEMS + STORES)}
@@ -639,6 +762,29 @@ def table(
                 f"| {name} | {store} | {fmt_rate(s['jobs_per_s'])}{ratio(s['jobs_per_s'], b.get('jobs_per_s') if b else None)} "
                 f"| {s['peak']} | {s['violations']} | {s['held']:.0f} | {back} | {s['unfinished']} | {runs} |"
             )
+        elif scenario == "rate":
+            util = (
+                ""
+                if s["utilization"] is None
+                else f"{s['utilization']:.2f}{ratio(s['utilization'], b.get('utilization') if b else None)}"
+            )
+            if s["grant_peak"] is None:
+                granted = "(not recorded)" if system == "rehydrate" else "n/a"
+                over = ""
+            else:
+                short = s["grants"] < s["ran"]  # a start the reads missed: the peak is a floor
+                granted = f"{s['grant_peak']}" + (f" (of {s['grants']:,} read)" if short else "")
+                over = f"{s['grant_violations']}"
+            delay = (
+                ("", "")
+                if s["delay_p50_ms"] is None
+                else (f"{s['delay_p50_ms']:,.1f} ms", f"{s['delay_p99_ms']:,.1f} ms")
+            )
+            rows.append(
+                f"| {name} | {store} | {fmt_rate(s['jobs_per_s'])}{ratio(s['jobs_per_s'], b.get('jobs_per_s') if b else None)} "
+                f"| {util} | {granted} | {over or 'n/a'} | {s['peak']} ({s['peak_slack']}) | {s['violations']} "
+                f"| {delay[0]} | {delay[1]} | {s['wasted']:,}{parked} | {runs} |"
+            )
         else:
             util = (
                 ""
@@ -649,15 +795,24 @@ def table(
                 free = summaries.get((scenario, system, f"{store} unlimited"))
                 if free is not None and free["jobs_per_s"]:
                     util = f"{s['jobs_per_s'] / free['jobs_per_s']:.2f} of unlimited"
-            slack = f" ({s['peak_slack']})" if window else ""
             rows.append(
                 f"| {name} | {store} | {fmt_rate(s['jobs_per_s'])}{ratio(s['jobs_per_s'], b.get('jobs_per_s') if b else None)} "
-                f"| {util} | {s['peak']}{slack} | {s['violations']} | {s['wasted']:,}{parked} | {runs} |"
+                f"| {util} | {s['peak']} | {s['violations']} | {s['wasted']:,}{parked} | {runs} |"
             )
     return rows
 
 
 # -- main ------------------------------------------------------------------------------------------
+
+
+def doc_table(scenario: str) -> str:
+    """The block of ``docs/benchmarks.md`` a scenario's table goes in: the rate's is a block of its
+    own, so that it can be run again alone without rewriting the others' figures."""
+    return "limits-rate" if scenario == "rate" else "limits"
+
+
+def doc_tables(scenarios: list[str]) -> list[str]:
+    return sorted({doc_table(s) for s in scenarios})
 
 
 def csv(choices: list[str]) -> Callable[[str], list[str]]:
@@ -747,7 +902,8 @@ def main() -> int:
     if args.write_docs:
         from doctables import check_table
 
-        check_table("limits")
+        for name in doc_tables(args.scenarios):
+            check_table(name)
 
     load_before = os.getloadavg()[0]
     shared: dict[str, Any] = {}
@@ -805,17 +961,18 @@ def main() -> int:
         )
     )
     print(method + "\n")
-    blocks: list[str] = []
+    blocks: dict[str, list[str]] = defaultdict(list)
     for scenario in args.scenarios:
         title = TITLES[scenario].format(**vars(args))
         rows = table(scenario, results, args)
         print(f"{title}\n")
         print("\n".join(rows) + "\n")
-        blocks += [f"**{title}**", "", *rows, ""]
+        blocks[doc_table(scenario)] += [f"**{title}**", "", *rows, ""]
     if args.write_docs:
         from doctables import write_table
 
-        write_table("limits", blocks, [method + "."], load_before=load_before)
+        for name, lines in blocks.items():
+            write_table(name, lines, [method + "."], load_before=load_before)
     if args.json:
         Path(args.json).write_text(
             json.dumps({"command": sys.argv, "runs": {" ".join(k): v for k, v in results.items()}})

@@ -134,7 +134,7 @@ def test_write_table_leaves_a_bad_page_alone(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["instructions", "instructions-trio", "limits", "peers", "scheduler", "schedules"]
+    "name", ["instructions", "instructions-trio", "limits", "limits-rate", "peers", "scheduler", "schedules"]
 )
 def test_the_docs_have_each_scripts_block(name: str) -> None:
     """Each ``--write-docs`` script finds its block, once, closed, with a table inside."""
