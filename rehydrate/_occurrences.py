@@ -8,15 +8,23 @@ dead-lettered, :meth:`Occurrences.finish` files the next occurrence in its place
 :class:`~rehydrate._runner.Runner` only delivers: it calls these three (and :meth:`write_back`
 before running an occurrence whose nominal time planning moved).
 
-Filing goes through the runner's rearmer (``file``): one fenced ``Store.rearm`` for every
-occurrence that ended meanwhile, as acks (``ack``) go in batches.
+Filing goes through the runner's rearmer (``file``): one :func:`rearm` for every occurrence that
+ended meanwhile, as acks (``ack``) go in batches.
+
+:func:`rearm` is where a run's end is decided, from the store's primitives alone: one
+``Store.replace_if`` on the revision the claim read (the claim ended and the next occurrence filed
+in one atomic step: nobody can claim the id between the two, so occurrences never overlap, and a
+stale worker, whose claim's revision is gone, never files a second next). Where that fails, the
+element is read again and the run's end settled by the rules of a change made while it ran
+(:func:`~rehydrate._schedules.merge_next`), with a write conditional on what was read.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from typing import Any, Final
 
 import structlog
 
@@ -24,24 +32,135 @@ from rehydrate._clock import wall_reader
 from rehydrate._core._records import Claim
 from rehydrate._core._triggers import US, Trigger, trigger_from_dict, us
 from rehydrate._schedules import (
+    REMOVED,
     Envelope,
     Occurrence,
     Refile,
     is_removed,
+    merge_next,
     next_run,
     nominal_of,
     plan,
 )
 from rehydrate.abc import Store
-from rehydrate.errors import RehydrateError, UnknownIdError
+from rehydrate.errors import RehydrateError
 
-__all__ = ["File", "Occurrences"]
+__all__ = ["File", "Occurrences", "rearm", "rearm_lists"]
 
 logger = structlog.get_logger("rehydrate")
 
-#: Files a schedule when its claim ends: ``(id, token, envelope, due at (wall time), whether it
-#: ends a run)``, sent in a batch later (the runner's rearmer).
-File = Callable[[str, int, Envelope, float, bool], None]
+#: Files a schedule when its claim ends: ``(id, token, revision, envelope, due at (wall time),
+#: whether it ends a run)``, sent in a batch later (the runner's rearmer).
+File = Callable[[str, int, int, Envelope, float, bool], None]
+
+#: How many times the end of one run is read and tried again when the element keeps changing
+#: under it (each try is a write conditional on what was read): past that, its lease brings the
+#: occurrence back, as when a worker dies.
+_TRIES: Final = 8
+
+
+async def rearm(store: Store, name: str, items: Iterable[tuple[str, int, int, Any, float]]) -> list[bool]:
+    """End each run ``(id, token, revision, element, ttl)`` and file ``element`` in its place,
+    due in ``ttl`` seconds, unclaimed; per item, whether it did (or settled the run otherwise).
+
+    ``token`` is the run's claim, ``revision`` the element's revision as the claim (or the
+    worker's own :meth:`Occurrences.write_back`) left it. The batch is one
+    ``Store.replace_if`` (one round trip); an item given as :data:`~rehydrate._schedules.REMOVED`
+    (a claimed schedule unscheduled during a run whose worker died) is removed instead, by
+    ``Store.pull_if``. An item that fails there was written by someone else since, and is
+    settled by :func:`_settle`: ``False`` when the run no longer holds the element (gone,
+    claimed again after its lease ran out, replaced), so a stale worker files nothing.
+    """
+    batch = list(items)
+    return await rearm_lists(
+        store,
+        name,
+        [item[0] for item in batch],
+        [item[1] for item in batch],
+        [item[2] for item in batch],
+        [item[3] for item in batch],
+        [item[4] for item in batch],
+    )
+
+
+async def rearm_lists(
+    store: Store,
+    name: str,
+    ids: list[str],
+    tokens: list[int],
+    revisions: list[int],
+    elements: list[Any],
+    ttls: list[float],
+) -> list[bool]:
+    """:func:`rearm` of items given as parallel lists (the runner's rearmer keeps them so)."""
+    if len(set(ids)) != len(ids):
+        # (Rare: a run that outlived its lease ended beside the next claim's, in one batch.
+        # ``replace_if`` takes an id once: each item on its own, in the order given.)
+        out: list[bool] = []
+        for id, token, revision, element, ttl in zip(ids, tokens, revisions, elements, ttls, strict=True):
+            out += await rearm_lists(store, name, [id], [token], [revision], [element], [ttl])
+        return out
+    removing = [
+        index
+        for index, element in enumerate(elements)
+        if type(element) is dict and element.get("removed") is True and element == REMOVED
+    ]
+    if not removing:
+        done = await store.replace_if(name, zip(ids, revisions, elements, ttls, strict=True))
+        out = [revision is not None for revision in done]
+    else:  # (rare: the claim of a schedule unscheduled during a run whose worker died)
+        filing = [index for index in range(len(ids)) if index not in removing]
+        done = await store.replace_if(name, [(ids[i], revisions[i], elements[i], ttls[i]) for i in filing])
+        out = [False] * len(ids)
+        for index, filed in zip(filing, done, strict=True):
+            out[index] = filed is not None
+        for index in removing:
+            out[index] = await store.pull_if(name, ids[index], revisions[index])
+    if all(out):
+        return out
+    for index, ok in enumerate(out):
+        if not ok:
+            out[index] = await _settle(store, name, ids[index], tokens[index], elements[index], ttls[index])
+    return out
+
+
+async def _held(store: Store, name: str, id: str, token: int) -> tuple[Any, int] | None:
+    """The element ``id`` and its revision, if it is still under the claim ``token``; else
+    ``None``. The read gives the revision, and an ``extend`` fenced by the token (to the lease
+    end the read saw: a renewal, which keeps the revision) says whose claim it is: a write
+    conditional on that revision then lands only while the claim still holds it."""
+    found = await store.read(name, id)
+    if found is None or not found[1].claimed:
+        return None
+    element, info = found
+    lease = max(0.0, info.due - float(store.clock()))
+    if await store.extend(name, id, lease=lease, token=token) is None:
+        return None
+    return element, info.revision
+
+
+async def _settle(store: Store, name: str, id: str, token: int, given: Any, ttl: float) -> bool:
+    """The end of a run whose element was written by someone else while it ran: still under
+    its claim, it is ended by :func:`~rehydrate._schedules.merge_next`'s rules (a change kept,
+    with the next time given; re-planned, filed as stored at once; unscheduled, removed), each
+    write conditional on the revision read; tried again while it keeps changing."""
+    for _ in range(_TRIES):
+        held = await _held(store, name, id, token)
+        if held is None:
+            return False  # gone, or no longer under this claim: fenced
+        stored, revision = held
+        merged, at_once = merge_next(stored, given)
+        if at_once is None:
+            if await store.pull_if(name, id, revision):
+                return True
+        elif (await store.replace_if(name, [(id, revision, merged, 0.0 if at_once else ttl)]))[0] is not None:
+            return True
+    logger.warning(
+        "schedule kept changing while its run ended; its lease will bring it back",
+        dehydrator=name,
+        id=id,
+    )
+    return False
 
 
 class Occurrences:
@@ -97,19 +216,19 @@ class Occurrences:
                 skipped=planned.skipped,
                 next=nominal_of(planned.envelope),
             )
-        self._file(claim.id, claim.token, planned.envelope, planned.due, False)
+        self._file(claim.id, claim.token, claim.revision, planned.envelope, planned.due, False)
         return None
 
     def _unplanned(self, claim: Claim, exc: Exception) -> Occurrence | None:
         """A claimed envelope whose trigger cannot be read: a requeued occurrence (it has none),
-        run once; a removed schedule, given back as it is (the store removes it, or files what a
-        ``schedule()`` wrote into it since, at once: see ``Store.rearm``); else a damaged one,
-        run once and not filed again."""
+        run once; a removed schedule, given back as it is (:func:`rearm` removes it, or files what a
+        ``schedule()`` wrote into it since, at once); else a damaged one, run once and not filed
+        again."""
         envelope: Envelope = claim.element
         if envelope.get("replay"):
             return self._ready(Occurrence(None, envelope, nominal_of(envelope)))
         if is_removed(envelope):
-            self._file(claim.id, claim.token, envelope, -math.inf, False)
+            self._file(claim.id, claim.token, claim.revision, REMOVED, -math.inf, False)
             return None
         logger.error(
             "a schedule's trigger cannot be read; it is run once",
@@ -141,22 +260,37 @@ class Occurrences:
     async def write_back(self, claim: Claim, occurrence: Occurrence) -> None:
         """Record a moved nominal time before the occurrence runs, so a retry runs this same one.
 
-        Fenced by the claim: a schedule replaced or paused since it was claimed keeps what was
-        filed (written over, a paused schedule came back unpaused and due in 31 years: lost).
+        Conditional on the claim's revision, and the new revision kept for :meth:`finish`: the
+        run's end is then conditional on it in turn. Written over by someone else since the
+        claim (a change made while it runs), the change is kept (``merge_next``) and the run's
+        end settles it again (:func:`rearm`); a schedule replaced, removed or claimed again
+        since is left as it is: the occurrence runs, and files nothing.
         """
+        store, name, id = self._store, self._name, claim.id
         try:
-            await self._store.update(self._name, claim.id, occurrence.envelope, token=claim.token)
-        except UnknownIdError:
-            logger.info(
-                "schedule changed after this occurrence was claimed: it runs, and files no next one",
-                dehydrator=self._name,
-                id=claim.id,
-            )
+            revision = await store.update_if(name, id, claim.revision, occurrence.envelope)
+            if revision is not None:
+                occurrence.revision = revision
+                return
+            for _ in range(_TRIES):
+                held = await _held(store, name, id, claim.token)
+                if held is None:
+                    logger.info(
+                        "schedule changed after this occurrence was claimed: it runs, and files no next one",
+                        dehydrator=name,
+                        id=id,
+                    )
+                    return
+                stored, revision = held
+                merged = merge_next(stored, occurrence.envelope)[0]
+                # (No revision kept: the run's end finds the change, and keeps it again.)
+                if merged is stored or await store.update_if(name, id, revision, merged) is not None:
+                    return
         except RehydrateError as exc:
             logger.warning(
                 "schedule: could not record a coalesced occurrence",
-                dehydrator=self._name,
-                id=claim.id,
+                dehydrator=name,
+                id=id,
                 exc_info=exc,
             )
 
@@ -175,7 +309,10 @@ class Occurrences:
         # (``bench_instructions.py``).
         envelope = occurrence.envelope.copy()
         envelope["next"] = upcoming
-        self._file(claim.id, claim.token, envelope, upcoming / US + occurrence.offset, True)
+        revision = occurrence.revision
+        if revision is None:
+            revision = claim.revision
+        self._file(claim.id, claim.token, revision, envelope, upcoming / US + occurrence.offset, True)
 
     def dead_letter(self, claim: Claim, occurrence: Occurrence) -> tuple[str, str]:
         """The id of a failed occurrence's dead letter and its ``scheduled_for`` (ISO 8601): one

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar, cast
 
 import anyio
 import anyio.abc
@@ -36,7 +36,7 @@ import attrs
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from rehydrate._admin import Admin, RunNow, change_held, remove_schedule
+from rehydrate._admin import Admin, RunNow, change_schedule, remove_schedule
 from rehydrate._batcher import DeferBatcher
 from rehydrate._clock import wall
 from rehydrate._core import _validate
@@ -57,6 +57,7 @@ from rehydrate._runner import (
     release_many,
 )
 from rehydrate._schedules import (
+    Envelope,
     ScheduleInfo,
     check_trigger,
     is_envelope,
@@ -753,39 +754,10 @@ class Scheduler:
         declared: bool = False,
     ) -> None:
         store = self.store
-        # First as if no occurrence ran (the common case): the store's replace_unless_held says
-        # whether one does, in the same step as the change; only then is the run looked at.
-        assume_free = True
         while True:
-            existing = await store.look(name, id)
+            found = await store.read(name, id)
             now = wall(store.clock)
-            if is_removed(existing):
-                # Unscheduled while an occurrence ran: a new schedule, which waits for that run
-                # (written into the element it holds, as any change during a run; filed at once
-                # when the run ends, for the runner that claims it to file for its time). Held,
-                # its first occurrence after now: never the running one's nominal time (due by
-                # now), whose key that is, and whose end the store would take it for.
-                held = await self._held(name, id)
-                after = math.floor(now * US) if held else None
-                envelope, due, _ = new_schedule(
-                    id,
-                    trigger,
-                    element,
-                    now,
-                    after_us=after,
-                    misfire=misfire,
-                    grace=grace,
-                    spread=spread,
-                    declared=declared,
-                )
-                if held:
-                    if await change_held(store, name, id, existing, envelope):
-                        return
-                    continue  # changed meanwhile: compare with that
-                # (A runner that claims the marker meanwhile runs nothing: replacing it is safe.)
-                await store.push(name, envelope, ttl=ttl_until(due, now), id=id, replace=True)
-                return
-            if existing is None:
+            if found is None:
                 envelope, due, _ = new_schedule(
                     id, trigger, element, now, misfire=misfire, grace=grace, spread=spread, declared=declared
                 )
@@ -794,6 +766,31 @@ class Scheduler:
                 except DuplicateIdError:
                     continue  # filed meanwhile (another process declaring it): compare with that
                 return
+            existing, info = found
+            # Whether an occurrence runs now: a change goes into the element its worker holds
+            # (``change_schedule``), and the run's end files it.
+            held = self._holds(info)
+            if is_removed(existing):
+                # Unscheduled while an occurrence ran: a new schedule, which waits for that run
+                # (written into the element it holds, as any change during a run; filed at once
+                # when the run ends, for the runner that claims it to file for its time). Held,
+                # its first occurrence after now: never the running one's nominal time (due by
+                # now), whose key that is, and whose end would take it for its own.
+                # (A runner that claims the marker meanwhile runs nothing: replacing it is safe.)
+                envelope, due, _ = new_schedule(
+                    id,
+                    trigger,
+                    element,
+                    now,
+                    after_us=math.floor(now * US) if held else None,
+                    misfire=misfire,
+                    grace=grace,
+                    spread=spread,
+                    declared=declared,
+                )
+                if await change_schedule(store, name, id, info, envelope, ttl_until(due, now), envelope):
+                    return
+                continue  # changed meanwhile: compare with that
             if not is_envelope(existing):
                 error = DuplicateIdError(id)
                 error.add_note(f"{id!r} in {name!r} holds one-shot work, not a schedule")
@@ -804,41 +801,33 @@ class Scheduler:
                 )
                 if envelope == existing:
                     return  # nothing changed: nothing moves
-                held = not assume_free and await self._held(name, id)
-                fenced = True
             else:
-                # (An envelope whose ``next`` is not µs is from before that: filed anew.)
-                fenced = type(existing.get("next")) is int
-                held = fenced and not assume_free and await self._held(name, id)
-                envelope, due, found = replanned(
+                # (An envelope whose ``next`` is not µs is from before that: filed anew, as is one
+                # with no occurrence after the running one: as when nothing runs.)
+                running = held and type(existing.get("next")) is int
+                envelope, due, later = replanned(
                     id,
                     existing,
                     trigger,
                     element,
                     now,
-                    running=held,
+                    running=running,
                     misfire=misfire,
                     grace=grace,
                     spread=spread,
                     declared=declared,
                 )
-                # (No later occurrence found: filed anew, as when nothing runs.)
-                fenced = fenced and not held
-                held = held and found
+                if not (running and later):
+                    held = False
             if held:
-                if await change_held(store, name, id, existing, envelope):
+                if await store.update_if(name, id, info.revision, envelope) is not None:
                     return
-                continue  # changed meanwhile: compare with that
-            ttl = ttl_until(due, now)
-            if not fenced:
-                await store.push(name, envelope, ttl=ttl, id=id, replace=True)
-                return
-            # Replaced unless an occurrence runs (claimed since the check, or before it on the
-            # first pass): its next occurrence would come due beside it.
-            if await store.replace_unless_held(name, id, envelope, ttl=ttl):
-                return
-            assume_free = False
-            continue  # an occurrence runs (or the schedule was removed): compare again
+            else:
+                filed = await store.replace_if(name, [(id, info.revision, envelope, ttl_until(due, now))])
+                if filed[0] is not None:
+                    return
+            # Changed meanwhile (claimed since the read, say: its next occurrence would come due
+            # beside it): compare with that.
 
     async def _held(self, name: str, id: str) -> bool:
         """Whether an occurrence of the schedule ``id`` runs now (see :meth:`_holds`)."""
@@ -899,20 +888,26 @@ class Scheduler:
                 misfire, grace, spread = self._declared.get(name, ("coalesce", None, None))
                 await self._upsert(name, handler.schedule, name, None, misfire, grace, spread, declared=True)
                 continue
-            existing = await self.store.look(name, name)
-            if (
-                is_schedule(existing)
-                and existing.get("declared")
-                and await remove_schedule(self.store, name, name, existing)
-            ):
+            removed = await self._remove_declared(name)
+            if removed is not None:
                 # A warning: a process whose code still declares it (another app serving the same
                 # name) would file it again at its start, and the two would take turns.
                 logger.warning(
                     "schedule removed: its handler no longer declares it",
                     dehydrator=name,
                     id=name,
-                    trigger=str(trigger_of(existing)),
+                    trigger=str(trigger_of(removed)),
                 )
+
+    async def _remove_declared(self, name: str) -> Envelope | None:
+        """Remove the schedule that ``name``'s handler declared (marked ``declared``) under its
+        name, if there is one; the envelope removed."""
+        while True:
+            found = await self.store.read(name, name)
+            if found is None or not is_schedule(existing := found[0]) or not existing.get("declared"):
+                return None
+            if await remove_schedule(self.store, name, name, found[1]):
+                return cast("Envelope", existing)
 
     # -- dead letters ----------------------------------------------------------------------------
 

@@ -3,8 +3,9 @@
 The element a schedule files is an *envelope* (a small dict the store's serializer writes like any
 element): the trigger, the misfire policy, whether it is paused, the nominal time of the occurrence
 it stands for, and the user's element. Nothing about schedules lives in a store's columns, so every
-store serves them through the one contract, with one more verb: :meth:`Store.rearm`, which ends
-an occurrence's claim and files the next occurrence in the same atomic, fenced step.
+store serves them through the one contract's compare-and-set primitives: a run ends with
+``Store.replace_if`` on the revision its claim read, which ends the claim and files the next
+occurrence in one atomic step (``rehydrate._occurrences.rearm``).
 
 Times in an envelope are Unix seconds (wall time). The store's clock is mapped to wall time
 through ``rehydrate._clock.wall`` when an occurrence is filed, planned or listed, so a
@@ -57,6 +58,7 @@ __all__ = [
     "is_removed",
     "is_schedule",
     "make_envelope",
+    "merge_next",
     "next_run",
     "new_schedule",
     "nominal_of",
@@ -179,6 +181,40 @@ REMOVED: Final[Envelope] = {KEY: 1, "trigger": None, "removed": True, "next": No
 def is_removed(element: object) -> bool:
     """Whether ``element`` is :data:`REMOVED`: a schedule unscheduled while an occurrence ran."""
     return type(element) is dict and element.get("removed") is True and element == REMOVED
+
+
+def merge_next(stored: Any, given: Any) -> tuple[Any, bool | None]:
+    """What ends a run whose element someone else wrote while it ran (``stored``, where the
+    worker meant to file ``given``), and whether due at once: a schedule's envelope as stored,
+    changed meanwhile (its element, policy, a pause), with the next time the worker gives (and
+    the extra run it made, ``last_extra``, if that request is the stored one); a schedule given
+    another trigger meanwhile (re-planned: ``schedule()`` wrote its new first occurrence into it)
+    as stored, due at once, for the runner that claims it to file for its time; anything else as
+    given. A schedule unscheduled while its occurrence ran (stored as :data:`REMOVED`) is removed
+    (``None``); one given as ``REMOVED`` by the runner that claimed it so, but written into
+    since (``schedule()`` again), is filed as stored, at once."""
+    if type(stored) is dict and stored.get("removed") is True and stored == REMOVED:
+        return stored, None
+    if type(given) is dict and given.get("removed") is True and given == REMOVED:
+        return stored, True
+    if type(given) is dict and type(given.get("next")) is int:
+        if (
+            type(stored) is not dict
+            or "next" not in stored
+            or stored.get("trigger") != given.get("trigger")
+            or stored.get("anchor") != given.get("anchor")
+        ):
+            # Re-planned (or written over with something else: kept).
+            return stored, True
+        merged = {key: value for key, value in stored.items() if key != "next"}
+        ran = given.get("last_extra")
+        if ran is not None and "extra" not in given and merged.get("extra") == ran:
+            del merged["extra"]
+            merged.pop("last_extra", None)
+            merged["last_extra"] = ran
+        merged["next"] = given["next"]
+        return merged, False
+    return given, False
 
 
 def replay_envelope(element: Any, nominal: float) -> Envelope:
@@ -574,7 +610,17 @@ class Occurrence:
     markedly more to make (``benchmarks/bench_schedules.py``).
     """
 
-    __slots__ = ("element", "envelope", "following", "moved", "nominal", "offset", "scheduled_for", "trigger")
+    __slots__ = (
+        "element",
+        "envelope",
+        "following",
+        "moved",
+        "nominal",
+        "offset",
+        "revision",
+        "scheduled_for",
+        "trigger",
+    )
 
     def __init__(
         self,
@@ -600,6 +646,9 @@ class Occurrence:
         self.element = envelope.get("element")
         #: ``nominal`` as an aware datetime: set by whoever delivers it (it keeps the last one made).
         self.scheduled_for: datetime | None = None
+        #: The element's revision once the worker wrote this occurrence back (``None``: as its
+        #: claim read it): what the run's end is conditional on.
+        self.revision: int | None = None
 
 
 class Refile(NamedTuple):
