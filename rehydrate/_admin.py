@@ -28,7 +28,6 @@ from rehydrate._deliveries import DEAD_SUFFIX, DeadLetter
 from rehydrate._schedules import (
     PAUSED_TTL,
     REMOVED,
-    Envelope,
     ScheduleInfo,
     anchor_of,
     extra_time,
@@ -125,7 +124,7 @@ def _nominal_of_record(record: dict[str, Any]) -> float | None:
 
 
 async def change_schedule(
-    store: Store, name: str, id: str, info: ElementInfo, envelope: Envelope, ttl: float, held: Envelope
+    store: Store, name: str, id: str, info: ElementInfo, envelope: Any, ttl: float, held: Any
 ) -> bool:
     """Write a change of the schedule ``id``, read at ``info`` (its revision), unless it changed
     since (``False``: read it again, and compare with that).

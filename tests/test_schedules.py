@@ -599,7 +599,9 @@ async def test_an_occurrence_claimed_while_a_schedule_is_changed_is_not_run_over
         assert await store.size("n") == 1
         # The run ends: the worker files the next occurrence, as its runner does.
         following = with_next(running.element, nominal_of(running.element) + 60)
-        assert await rearm(store, "n", [("s", running.token, running.revision, following, 60)]) == [True]
+        assert await rearm(
+            store, "n", [("s", running.token, running.revision, running.element, following, 60)]
+        ) == [True]
         after = await store.look("n", "s")
         scheduler.stop()
     assert running.element["element"] == "old"
@@ -777,7 +779,7 @@ async def test_a_schedule_no_longer_declared_waits_for_its_running_occurrence(
         assert info.claimed  # still the run's
         second.stop()
     following = with_next(running.element, nominal_of(running.element) + 3600)
-    ended = [("digest", running.token, running.revision, following, 3600)]
+    ended = [("digest", running.token, running.revision, running.element, following, 3600)]
     assert await rearm(store, "digest", ended) == [True]
     assert await store.size("digest") == 0
 
@@ -1265,7 +1267,9 @@ async def test_a_lost_lease_redelivers_the_occurrence_and_the_schedule_carries_o
     assert recorder.runs == [T0, T0 + timedelta(seconds=60), T0 + timedelta(seconds=120)]
     assert recorder.attempts == [2, 1, 1]
     # The dead worker's token can no longer file anything.
-    assert await rearm(store, "job", [("j", claim.token, claim.revision, claim.element, 0)]) == [False]
+    assert await rearm(
+        store, "job", [("j", claim.token, claim.revision, claim.element, claim.element, 0)]
+    ) == [False]
 
 
 async def test_a_dead_lettered_occurrence_files_the_next(store: MemoryStore, clock: FakeClock) -> None:

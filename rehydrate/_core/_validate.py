@@ -31,7 +31,7 @@ def seconds(value: object, name: str) -> float:
     ``bool`` is refused although it is an ``int``: ``ttl=True`` is a bug, not one second.
     """
     # The common case first, one type check and one chained compare (NaN fails it): every ttl of
-    # every push, rearm and reschedule comes through here.
+    # every push, replace_if and reschedule comes through here.
     if type(value) is float and 0.0 <= value <= MAX_SECONDS:
         return value
     if isinstance(value, timedelta):
@@ -202,28 +202,45 @@ def revision(value: object) -> int:
 def conditional_replaces(items: object) -> list[tuple[str, int, Any, float]]:
     """The ``(id, revision, element, ttl)`` items of a ``replace_if``, all checked before any is
     acted upon: each a 4-tuple with a valid id, a revision and a duration, and no id twice (two
-    items on one id could not both hold the revision they compare with)."""
+    items on one id could not both hold the revision they compare with).
+
+    The items are kept as given (no tuple made again), but for a ttl the checks converted: after
+    them, every ttl is a float. A run's end is a ``replace_if`` per batch of occurrences, so the
+    common item (a str id, an int revision, a float ttl) passes one test of each."""
     if isinstance(items, str | bytes) or not hasattr(items, "__iter__"):
         raise InvalidTypeError(
             f"items must be an iterable of (id, revision, element, ttl), not {type(items).__name__}"
         )
     out: list[tuple[str, int, Any, float]] = []
-    seen: set[str] = set()
+    append = out.append
     for index, item in enumerate(items):
-        if not isinstance(item, tuple) or len(item) != 4:
+        if (type(item) is not tuple or len(item) != 4) and (not isinstance(item, tuple) or len(item) != 4):
             raise InvalidArgumentError(
                 f"items[{index}] must be an (id, revision, element, ttl) tuple, not {item!r:.80}"
             )
         id, rev, element, ttl = item
-        try:
-            element_id(id)
-            checked = revision(rev)
-            duration = seconds(ttl, "ttl")
-        except InvalidArgumentError as exc:  # InvalidTypeError too
-            exc.add_note(f"in items[{index}] of a replace_if")
-            raise
-        if id in seen:
-            raise InvalidArgumentError(f"items[{index}]: id {id!r} is given twice in a replace_if")
-        seen.add(id)
-        out.append((id, checked, element, duration))
+        if (
+            type(id) is not str
+            or not id
+            or not id.isascii()
+            or type(rev) is not int
+            or rev < 0
+            or type(ttl) is not float
+            or not 0.0 <= ttl <= MAX_SECONDS
+        ):
+            try:
+                element_id(id)
+                checked = revision(rev)
+                duration = seconds(ttl, "ttl")
+            except InvalidArgumentError as exc:  # InvalidTypeError too
+                exc.add_note(f"in items[{index}] of a replace_if")
+                raise
+            item = (id, checked, element, duration)
+        append(item)
+    if len({item[0] for item in out}) != len(out):
+        seen: set[str] = set()
+        for index, (id, *_) in enumerate(out):
+            if id in seen:
+                raise InvalidArgumentError(f"items[{index}]: id {id!r} is given twice in a replace_if")
+            seen.add(id)
     return out

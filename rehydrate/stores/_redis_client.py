@@ -43,7 +43,6 @@ _SCRIPT_NAMES: Final = (
     "push",
     "push1",
     "range",
-    "rearm",
     "remove",
     "replace_if",
     "retry",
