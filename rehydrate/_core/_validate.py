@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
+from operator import itemgetter
 from typing import Any, Final, TypeAlias
 
 from rehydrate.errors import InvalidArgumentError, InvalidTypeError
@@ -199,6 +200,26 @@ def revision(value: object) -> int:
     raise InvalidArgumentError(f"revision must not be negative, got {value!r}")
 
 
+_first: Final = itemgetter(0)
+
+
+def _conditional_replace(item: object, index: int) -> tuple[str, int, Any, float]:
+    """One item of a ``replace_if`` that is not the common case, checked (see below)."""
+    if not isinstance(item, tuple) or len(item) != 4:
+        raise InvalidArgumentError(
+            f"items[{index}] must be an (id, revision, element, ttl) tuple, not {item!r:.80}"
+        )
+    id, rev, element, ttl = item
+    try:
+        element_id(id)
+        checked = revision(rev)
+        duration = seconds(ttl, "ttl")
+    except InvalidArgumentError as exc:  # InvalidTypeError too
+        exc.add_note(f"in items[{index}] of a replace_if")
+        raise
+    return (id, checked, element, duration)
+
+
 def conditional_replaces(items: object) -> list[tuple[str, int, Any, float]]:
     """The ``(id, revision, element, ttl)`` items of a ``replace_if``, all checked before any is
     acted upon: each a 4-tuple with a valid id, a revision and a duration, and no id twice (two
@@ -213,31 +234,22 @@ def conditional_replaces(items: object) -> list[tuple[str, int, Any, float]]:
         )
     out: list[tuple[str, int, Any, float]] = []
     append = out.append
-    for index, item in enumerate(items):
-        if (type(item) is not tuple or len(item) != 4) and (not isinstance(item, tuple) or len(item) != 4):
-            raise InvalidArgumentError(
-                f"items[{index}] must be an (id, revision, element, ttl) tuple, not {item!r:.80}"
-            )
-        id, rev, element, ttl = item
-        if (
-            type(id) is not str
-            or not id
-            or not id.isascii()
-            or type(rev) is not int
-            or rev < 0
-            or type(ttl) is not float
-            or not 0.0 <= ttl <= MAX_SECONDS
-        ):
-            try:
-                element_id(id)
-                checked = revision(rev)
-                duration = seconds(ttl, "ttl")
-            except InvalidArgumentError as exc:  # InvalidTypeError too
-                exc.add_note(f"in items[{index}] of a replace_if")
-                raise
-            item = (id, checked, element, duration)
-        append(item)
-    if len({item[0] for item in out}) != len(out):
+    for item in items:
+        if type(item) is tuple and len(item) == 4:
+            id, rev, _, ttl = item
+            if (
+                type(id) is str
+                and id
+                and id.isascii()
+                and type(rev) is int
+                and rev >= 0
+                and type(ttl) is float
+                and 0.0 <= ttl <= MAX_SECONDS
+            ):
+                append(item)
+                continue
+        append(_conditional_replace(item, len(out)))
+    if len(set(map(_first, out))) != len(out):
         seen: set[str] = set()
         for index, (id, *_) in enumerate(out):
             if id in seen:
