@@ -127,7 +127,7 @@ async def rearm_lists(
         for item in zip(ids, tokens, revisions, held, elements, ttls, strict=True):
             out += await rearm_lists(store, name, *([value] for value in item))
         return out
-    if None not in done:  # (the common case: every run ended as claimed)
+    if all(done):  # (the common case: every run ended as claimed, each given a revision > 0)
         return [True] * len(done)
     return await _settle_all(
         store, name, [revision is not None for revision in done], ids, tokens, held, elements, ttls

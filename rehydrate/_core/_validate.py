@@ -235,20 +235,23 @@ def conditional_replaces(items: object) -> list[tuple[str, int, Any, float]]:
     out: list[tuple[str, int, Any, float]] = []
     append = out.append
     for item in items:
-        if type(item) is tuple and len(item) == 4:
+        try:
             id, rev, _, ttl = item
-            if (
-                type(id) is str
-                and id
-                and id.isascii()
-                and type(rev) is int
-                and rev >= 0
-                and type(ttl) is float
-                and 0.0 <= ttl <= MAX_SECONDS
-            ):
-                append(item)
-                continue
-        append(_conditional_replace(item, len(out)))
+        except (TypeError, ValueError):  # (not four things: refused below)
+            append(_conditional_replace(item, len(out)))
+            continue
+        if (
+            type(item) is not tuple
+            or type(id) is not str
+            or not id
+            or not id.isascii()
+            or type(rev) is not int
+            or rev < 0
+            or type(ttl) is not float
+            or not 0.0 <= ttl <= MAX_SECONDS
+        ):
+            item = _conditional_replace(item, len(out))
+        append(item)
     if len(set(map(_first, out))) != len(out):
         seen: set[str] = set()
         for index, (id, *_) in enumerate(out):
