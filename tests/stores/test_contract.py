@@ -81,8 +81,9 @@ def test_every_store_declares_every_capability() -> None:
 async def test_a_store_of_the_contract_alone_serves_recurring_schedules() -> None:
     """A schedule's rules are written above the store, on its compare-and-set verbs: a store
     that implements the contract's abstract verbs and nothing else (the worked example of
-    ``docs/stores.md``) passes the schedule tests that the ``*_unless_held`` verbs and ``rearm``
-    once had of their own, and runs a schedule's occurrences."""
+    ``docs/stores.md``) passes the tests of a schedule changed, removed or ended while it runs
+    (once tests of store verbs of their own, ``*_unless_held`` and ``rearm``), and runs a
+    schedule's occurrences."""
     sys.path.insert(0, str(_EXAMPLE))
     try:
         from dict_store import DictStore
