@@ -24,6 +24,9 @@ Seconds: TypeAlias = float | int | timedelta
 #: the memory store would take more, but then a move between stores would fail late, on data.
 #: A delayed delivery decades away is a calendar's job: ``--at 9999-12-31`` is refused everywhere.
 MAX_SECONDS: Final = 1_000_000_000
+#: MAX_SECONDS as a float, for the common case's test: a float compared with an int converts
+#: the int at every comparison.
+_MAX_FLOAT: Final = float(MAX_SECONDS)
 
 
 def seconds(value: object, name: str) -> float:
@@ -33,7 +36,7 @@ def seconds(value: object, name: str) -> float:
     """
     # The common case first, one type check and one chained compare (NaN fails it): every ttl of
     # every push, replace_if and reschedule comes through here.
-    if type(value) is float and 0.0 <= value <= MAX_SECONDS:
+    if type(value) is float and 0.0 <= value <= _MAX_FLOAT:
         return value
     if isinstance(value, timedelta):
         result = value.total_seconds()
@@ -248,7 +251,7 @@ def conditional_replaces(items: object) -> list[tuple[str, int, Any, float]]:
             or type(rev) is not int
             or rev < 0
             or type(ttl) is not float
-            or not 0.0 <= ttl <= MAX_SECONDS
+            or not 0.0 <= ttl <= _MAX_FLOAT
         ):
             item = _conditional_replace(item, len(out))
         append(item)
