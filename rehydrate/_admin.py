@@ -29,7 +29,6 @@ from rehydrate._deliveries import DEAD_SUFFIX, DeadLetter
 from rehydrate._schedules import (
     PAUSED_TTL,
     REMOVED,
-    Envelope,
     ScheduleInfo,
     anchor_of,
     check_trigger,
@@ -70,7 +69,7 @@ __all__ = [
     "Removal",
     "Resume",
     "RunNow",
-    "change_held",
+    "change_schedule",
     "limit_row",
     "limit_totals",
     "remove_schedule",
@@ -244,50 +243,34 @@ def _nominal_of_record(record: dict[str, Any]) -> float | None:
     return None if when.tzinfo is None else when.timestamp()
 
 
-async def change_held(store: Store, name: str, id: str, existing: Envelope, envelope: Envelope) -> bool:
-    """Change a schedule while one of its occurrences runs: ``envelope`` (``existing``
-    changed, its ``next`` kept; or, for a new trigger, re-planned: its first occurrence after
-    the one that runs) goes into the element the worker holds, its claim and lease kept, and
-    the occurrence after it is filed as changed when it ends (``Store.rearm`` keeps what was
-    written meanwhile; a re-planned schedule it files at once, for the runner that claims it
-    to file for its time). Filing the schedule anew instead would file its next occurrence
-    at once, to run beside the one still running.
+async def change_schedule(
+    store: Store, name: str, id: str, info: ElementInfo, envelope: Any, ttl: float, held: Any
+) -> bool:
+    """Write a change of the schedule ``id``, read at ``info`` (its revision), unless it changed
+    since (``False``: read it again, and compare with that).
 
-    ``False`` if the element was not ``existing`` any more (the occurrence ended, say): it is
-    put back as it was, for the caller to compare with it again.
+    Nobody holds it: ``envelope`` is filed in its place, due in ``ttl`` (``Store.replace_if``).
+    An occurrence of it runs (claimed, its lease running): ``held`` goes into the element the
+    worker holds, its claim and lease kept (``Store.update_if``), and the run's end files the
+    occurrence after it as changed (``rehydrate._occurrences.rearm``); filing the schedule anew
+    instead would file its next occurrence at once, to run beside the one still running. Both
+    writes compare the revision and write in one atomic step: a claim between the read and the
+    write changes the revision, so the change is never filed beside an occurrence claimed
+    meanwhile.
     """
-    try:
-        old = await store.update(name, id, envelope)
-    except UnknownIdError:
-        return False  # removed meanwhile
-    if old == existing:
-        return True
-    with contextlib.suppress(UnknownIdError):
-        await store.update(name, id, old)
-    return False
+    if is_held(info, store.clock()):
+        return await store.update_if(name, id, info.revision, held) is not None
+    return (await store.replace_if(name, [(id, info.revision, envelope, ttl)]))[0] is not None
 
 
-async def remove_schedule(store: Store, name: str, id: str, existing: Envelope) -> bool | None:
-    """Remove the schedule ``existing`` (as read) under ``id``: ``True`` once done, ``False``
-    if it was gone, ``None`` if it changed meanwhile (for the caller to read it again)."""
-    # Removed unless an occurrence runs, in one store step (a check, then a pull, would pull
-    # one claimed between the two from under its worker).
-    pulled = await store.pull_unless_held(name, id)
-    if pulled is not False:
-        return bool(pulled)
-    # An occurrence runs: the schedule stays under its claim, as REMOVED, and goes when the
-    # run ends (Store.rearm), so that nothing filed under this id meanwhile (a ``schedule()``
-    # again) comes due beside the run.
-    if await change_held(store, name, id, existing, dict(REMOVED)):
-        return True
-    return None  # (changed meanwhile, the run ended say: compare with that)
-
-
-async def _held(store: Store, name: str, id: str) -> bool:
-    """Whether an occurrence of the schedule ``id`` runs now: a worker holds its element
-    (:func:`~rehydrate._core._records.is_held`)."""
-    info = await store.info(name, id)
-    return info is not None and is_held(info, store.clock())
+async def remove_schedule(store: Store, name: str, id: str, info: ElementInfo) -> bool:
+    """Remove the schedule under ``id``, read at ``info``, unless it changed since (``False``:
+    read it again). Nobody holds it: pulled (``Store.pull_if``). An occurrence runs: the
+    schedule stays under its claim, as ``REMOVED``, and goes when the run ends, so that nothing
+    filed under this id meanwhile (a ``schedule()`` again) comes due beside the run."""
+    if is_held(info, store.clock()):
+        return await store.update_if(name, id, info.revision, dict(REMOVED)) is not None
+    return await store.pull_if(name, id, info.revision)
 
 
 async def upsert_schedule(
@@ -303,39 +286,10 @@ async def upsert_schedule(
 ) -> None:
     """File (or change) the schedule ``id`` of ``name`` as :meth:`Admin.schedule` says, on
     checked arguments (``declared``: by a handler's ``schedule=``, see ``Scheduler``)."""
-    # First as if no occurrence ran (the common case): the store's replace_unless_held says
-    # whether one does, in the same step as the change; only then is the run looked at.
-    assume_free = True
     while True:
-        existing = await store.look(name, id)
+        found = await store.read(name, id)
         now = wall(store.clock)
-        if is_removed(existing):
-            # Unscheduled while an occurrence ran: a new schedule, which waits for that run
-            # (written into the element it holds, as any change during a run; filed at once
-            # when the run ends, for the runner that claims it to file for its time). Held,
-            # its first occurrence after now: never the running one's nominal time (due by
-            # now), whose key that is, and whose end the store would take it for.
-            held = await _held(store, name, id)
-            after = math.floor(now * US) if held else None
-            envelope, due, _ = new_schedule(
-                id,
-                trigger,
-                element,
-                now,
-                after_us=after,
-                misfire=misfire,
-                grace=grace,
-                spread=spread,
-                declared=declared,
-            )
-            if held:
-                if await change_held(store, name, id, existing, envelope):
-                    return
-                continue  # changed meanwhile: compare with that
-            # (A runner that claims the marker meanwhile runs nothing: replacing it is safe.)
-            await store.push(name, envelope, ttl=ttl_until(due, now), id=id, replace=True)
-            return
-        if existing is None:
+        if found is None:
             envelope, due, _ = new_schedule(
                 id, trigger, element, now, misfire=misfire, grace=grace, spread=spread, declared=declared
             )
@@ -344,6 +298,31 @@ async def upsert_schedule(
             except DuplicateIdError:
                 continue  # filed meanwhile (another process declaring it): compare with that
             return
+        existing, info = found
+        # Whether an occurrence runs now: a change goes into the element its worker holds
+        # (``change_schedule``), and the run's end files it.
+        held = is_held(info, store.clock())
+        if is_removed(existing):
+            # Unscheduled while an occurrence ran: a new schedule, which waits for that run
+            # (written into the element it holds, as any change during a run; filed at once
+            # when the run ends, for the runner that claims it to file for its time). Held,
+            # its first occurrence after now: never the running one's nominal time (due by
+            # now), whose key that is, and whose end would take it for its own.
+            # (A runner that claims the marker meanwhile runs nothing: replacing it is safe.)
+            envelope, due, _ = new_schedule(
+                id,
+                trigger,
+                element,
+                now,
+                after_us=math.floor(now * US) if held else None,
+                misfire=misfire,
+                grace=grace,
+                spread=spread,
+                declared=declared,
+            )
+            if await change_schedule(store, name, id, info, envelope, ttl_until(due, now), envelope):
+                return
+            continue  # changed meanwhile: compare with that
         if not is_envelope(existing):
             error = DuplicateIdError(id)
             error.add_note(f"{id!r} in {name!r} holds one-shot work, not a schedule")
@@ -354,41 +333,33 @@ async def upsert_schedule(
             )
             if envelope == existing:
                 return  # nothing changed: nothing moves
-            held = not assume_free and await _held(store, name, id)
-            fenced = True
         else:
-            # (An envelope whose ``next`` is not µs is from before that: filed anew.)
-            fenced = type(existing.get("next")) is int
-            held = fenced and not assume_free and await _held(store, name, id)
-            envelope, due, found = replanned(
+            # (An envelope whose ``next`` is not µs is from before that: filed anew, as is one
+            # with no occurrence after the running one: as when nothing runs.)
+            running = held and type(existing.get("next")) is int
+            envelope, due, later = replanned(
                 id,
                 existing,
                 trigger,
                 element,
                 now,
-                running=held,
+                running=running,
                 misfire=misfire,
                 grace=grace,
                 spread=spread,
                 declared=declared,
             )
-            # (No later occurrence found: filed anew, as when nothing runs.)
-            fenced = fenced and not held
-            held = held and found
+            if not (running and later):
+                held = False
         if held:
-            if await change_held(store, name, id, existing, envelope):
+            if await store.update_if(name, id, info.revision, envelope) is not None:
                 return
-            continue  # changed meanwhile: compare with that
-        ttl = ttl_until(due, now)
-        if not fenced:
-            await store.push(name, envelope, ttl=ttl, id=id, replace=True)
-            return
-        # Replaced unless an occurrence runs (claimed since the check, or before it on the
-        # first pass): its next occurrence would come due beside it.
-        if await store.replace_unless_held(name, id, envelope, ttl=ttl):
-            return
-        assume_free = False
-        continue  # an occurrence runs (or the schedule was removed): compare again
+        else:
+            filed = await store.replace_if(name, [(id, info.revision, envelope, ttl_until(due, now))])
+            if filed[0] is not None:
+                return
+        # Changed meanwhile (claimed since the read, say: its next occurrence would come due
+        # beside it): compare with that.
 
 
 @attrs.frozen
@@ -516,17 +487,16 @@ class Admin:
         _validate.element_id(name, "name")
         _validate.element_id(id)
         while True:
-            element = await self.store.look(name, id)
+            found = await self.store.read(name, id)
+            if found is None:
+                return "unknown"
+            element, info = found
             if is_removed(element):
                 return "ending"
             if is_schedule(element):
-                removed = await remove_schedule(self.store, name, id, element)
-                if removed is None:
-                    continue  # changed meanwhile: look again
-                return "schedule" if removed else "unknown"
-            # (``look`` answers ``None`` for an element that is ``None`` too: ask whether it is there)
-            if await self.store.info(name, id) is None:
-                return "unknown"
+                if await remove_schedule(self.store, name, id, info):
+                    return "schedule"
+                continue  # changed meanwhile: read again
             await self.store.pull(name, id)
             return "one-shot"
 
@@ -642,11 +612,12 @@ class Admin:
         _validate.element_id(id)
         store = self.store
         while True:
-            existing = await store.look(name, id)
+            found = await store.read(name, id)
+            if found is None:
+                return "unknown"
+            existing, info = found
             if not is_schedule(existing):
-                if existing is None or is_removed(existing) or await store.info(name, id) is None:
-                    return "unknown"
-                return "one-shot"
+                return "unknown" if is_removed(existing) else "one-shot"
             if bool(existing.get("paused")) == paused:
                 return "unchanged"
             if paused:
@@ -660,14 +631,11 @@ class Admin:
                 upcoming = max(first_run(trigger, anchor_of(existing), now - offset), nominal_of(existing))
                 envelope = with_next(with_paused(existing, False), upcoming)
                 ttl = ttl_until(upcoming + offset, now)
-            # As if no occurrence ran; the store says whether one does, in the same step.
-            done = await store.replace_unless_held(name, id, envelope, ttl=ttl)
-            if done:
-                return "done"
-            # An occurrence runs: paused (or resumed) in the element it holds, so that the next
-            # occurrence is filed so when it ends (paused, it comes due and is filed again without
-            # running, until resumed), and never beside it.
-            if done is False and await change_held(store, name, id, existing, with_paused(existing, paused)):
+            # Filed anew if nobody holds it; while an occurrence runs, paused (or resumed) in the
+            # element it holds, so that the next occurrence is filed so when it ends (paused, it
+            # comes due and is filed again without running, until resumed), and never beside it.
+            held = with_paused(existing, paused)
+            if await change_schedule(store, name, id, info, envelope, ttl, held):
                 return "done"
             # (changed or removed meanwhile: again)
 
@@ -678,11 +646,11 @@ class Admin:
         _validate.element_id(name, "name")
         _validate.element_id(id)
         while True:
-            existing = await self.store.look(name, id)
-            if not is_schedule(existing):
+            found = await self.store.read(name, id)
+            if found is None or not is_schedule(found[0]):
                 return False
-            if (removed := await remove_schedule(self.store, name, id, existing)) is not None:
-                return removed
+            if await remove_schedule(self.store, name, id, found[1]):
+                return True
 
     # -- dead letters ----------------------------------------------------------------------------
 

@@ -40,14 +40,15 @@ from rehydrate._core._retry import Retry
 from rehydrate._core._triggers import Trigger
 from rehydrate._deliveries import DEAD_SUFFIX, Counters, Delivery, delivery_from_claim, delivery_var
 from rehydrate._limits import HandlerLimits
-from rehydrate._occurrences import Occurrences
+from rehydrate._occurrences import Occurrences, rearm_lists
 from rehydrate._retries import Rescheduler
 from rehydrate._schedules import KEY as SCHEDULE_KEY
-from rehydrate._schedules import PAUSED_TTL, Envelope, Occurrence, is_envelope
+from rehydrate._schedules import PAUSED_TTL, REMOVED, Envelope, Occurrence, is_envelope
 from rehydrate._tracing import KEY as TRACE_KEY
 from rehydrate._tracing import Tracing, unwrap
 from rehydrate.abc import Store, Subscription
 from rehydrate.errors import DuplicateIdError, LimitKeyError, RehydrateError
+from rehydrate.serializers import Encoded
 
 __all__ = [
     "DEAD_SUFFIX",
@@ -361,7 +362,8 @@ class _Acker(_Bookkeeper):
 
 
 class _Rearmer(_Bookkeeper):
-    """Files the next occurrences of schedules in batches: one fenced ``rearm`` for many.
+    """Files the next occurrences of schedules in batches: one :func:`~rehydrate._occurrences.rearm`
+    (one ``replace_if``) for many.
 
     Like the acker, and for the same reason: an occurrence that ends is acked and its next one
     filed in one store call, and one call serves every occurrence that ended meanwhile. The ttl
@@ -375,17 +377,36 @@ class _Rearmer(_Bookkeeper):
 
     def __init__(self, store: Store, name: str, counters: Counters, workers: _Workers, lease: float) -> None:
         super().__init__(store, name, counters, workers, lease)
-        #: Per occurrence that ended: its id and claim token, the envelope to file, the wall time
-        #: it is due at, and whether it ends a run (not a skipped or paused occurrence).
+        #: Per occurrence that ended: its id, claim token, and the revision and envelope its run
+        #: ends on, the envelope to file, the wall time it is due at, and whether it ends a run (not a skipped
+        #: or paused occurrence).
         self._ids: list[str] = []
         self._tokens: list[int] = []
-        self._envelopes: list[Envelope] = []
+        self._revisions: list[int] = []
+        self._held: list[Envelope] = []
+        self._envelopes: list[Envelope | Encoded] = []
         self._due: list[float] = []
         self._finished: list[bool] = []
+        #: Whether an envelope waiting is :data:`~rehydrate._schedules.REMOVED` (the one constant:
+        #: a claimed schedule unscheduled during a run whose worker died), to be pulled, not filed.
+        self._removing = False
 
-    def add(self, id: str, token: int, envelope: Envelope, due: float, finished: bool) -> None:
+    def add(
+        self,
+        id: str,
+        token: int,
+        revision: int,
+        held: Envelope,
+        envelope: Envelope | Encoded,
+        due: float,
+        finished: bool,
+    ) -> None:
         self._ids.append(id)
         self._tokens.append(token)
+        self._revisions.append(revision)
+        self._held.append(held)
+        if envelope is REMOVED:
+            self._removing = True
         self._envelopes.append(envelope)
         self._due.append(due)
         self._finished.append(finished)
@@ -393,18 +414,30 @@ class _Rearmer(_Bookkeeper):
             self._woken = True
             self._wake.set()
 
-    def _take(self) -> tuple[list[str], list[int], list[Envelope], list[float], list[bool]]:
+    def _take(
+        self,
+    ) -> tuple[
+        list[str], list[int], list[int], list[Envelope], list[Envelope | Encoded], list[float], list[bool]
+    ]:
         """The first 1,000 waiting (a store call's worth), out of the lists."""
-        taken = (self._ids[:1000], self._tokens[:1000], self._envelopes[:1000], self._due[:1000])
-        finished = self._finished[:1000]
-        for pending in (self._ids, self._tokens, self._envelopes, self._due, self._finished):
+        lists = (
+            self._ids,
+            self._tokens,
+            self._revisions,
+            self._held,
+            self._envelopes,
+            self._due,
+            self._finished,
+        )
+        taken = tuple(pending[:1000] for pending in lists)
+        for pending in lists:
             del pending[:1000]
-        return (*taken, finished)
+        return taken  # type: ignore[return-value]
 
     async def flush(self) -> None:
         store, name, counters = self._store, self._name, self._counters
         while self._ids:
-            ids, tokens, envelopes, due, finished = self._take()
+            ids, tokens, revisions, held, envelopes, due, finished = self._take()
             results: list[bool] | None = None
             try:
                 # Shielded: the next occurrences are filed even while shutting down.
@@ -416,7 +449,13 @@ class _Rearmer(_Bookkeeper):
                         0.0 if (ttl := at - now) < 1e-6 else ttl if ttl < PAUSED_TTL else PAUSED_TTL
                         for at in due
                     ]
-                    results = await store.rearm(name, zip(ids, tokens, envelopes, ttls, strict=True))
+                    # (REMOVED is among these only if one was added since the last batch that
+                    # left nothing waiting: told so, the batch is searched for it.)
+                    removing = self._removing
+                    self._removing = removing and bool(self._ids)
+                    results = await rearm_lists(
+                        store, name, ids, tokens, revisions, held, envelopes, ttls, removing=removing
+                    )
             except RehydrateError as exc:
                 logger.error(
                     "could not file schedules' next occurrences; their leases will bring these back",

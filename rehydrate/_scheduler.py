@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar, cast
 
 import anyio
 import anyio.abc
@@ -56,6 +56,7 @@ from rehydrate._runner import (
     release_many,
 )
 from rehydrate._schedules import (
+    Envelope,
     ScheduleInfo,
     check_trigger,
     is_envelope,
@@ -815,20 +816,26 @@ class Scheduler:
                     self.store, name, handler.schedule, name, None, misfire, grace, spread, declared=True
                 )
                 continue
-            existing = await self.store.look(name, name)
-            if (
-                is_schedule(existing)
-                and existing.get("declared")
-                and await remove_schedule(self.store, name, name, existing)
-            ):
+            removed = await self._remove_declared(name)
+            if removed is not None:
                 # A warning: a process whose code still declares it (another app serving the same
                 # name) would file it again at its start, and the two would take turns.
                 logger.warning(
                     "schedule removed: its handler no longer declares it",
                     dehydrator=name,
                     id=name,
-                    trigger=str(trigger_of(existing)),
+                    trigger=str(trigger_of(removed)),
                 )
+
+    async def _remove_declared(self, name: str) -> Envelope | None:
+        """Remove the schedule that ``name``'s handler declared (marked ``declared``) under its
+        name, if there is one; the envelope removed."""
+        while True:
+            found = await self.store.read(name, name)
+            if found is None or not is_schedule(existing := found[0]) or not existing.get("declared"):
+                return None
+            if await remove_schedule(self.store, name, name, found[1]):
+                return cast("Envelope", existing)
 
     # -- dead letters ----------------------------------------------------------------------------
 

@@ -3,8 +3,9 @@
 The element a schedule files is an *envelope* (a small dict the store's serializer writes like any
 element): the trigger, the misfire policy, whether it is paused, the nominal time of the occurrence
 it stands for, and the user's element. Nothing about schedules lives in a store's columns, so every
-store serves them through the one contract, with one more verb: :meth:`Store.rearm`, which ends
-an occurrence's claim and files the next occurrence in the same atomic, fenced step.
+store serves them through the one contract's compare-and-set primitives: a run ends with
+``Store.replace_if`` on the revision its claim read, which ends the claim and files the next
+occurrence in one atomic step (``rehydrate._occurrences.rearm``).
 
 Times in an envelope are Unix seconds (wall time). The store's clock is mapped to wall time
 through ``rehydrate._clock.wall`` when an occurrence is filed, planned or listed, so a
@@ -57,6 +58,7 @@ __all__ = [
     "is_removed",
     "is_schedule",
     "make_envelope",
+    "merge_next",
     "next_run",
     "new_schedule",
     "nominal_of",
@@ -167,18 +169,57 @@ def is_schedule(element: object) -> bool:
 #: What ``Scheduler.unschedule`` writes into a schedule while one of its occurrences runs, in
 #: place of removing it: the element stays under the run's claim, so that nothing filed under
 #: the same id meanwhile (``schedule()`` again) comes due beside the run; ``schedule()`` writes
-#: into it as into any running schedule. The stores' ``rearm`` removes the element when it is
-#: still this as the claim ends, and a runner that claims it (its worker died) rearms it as it
-#: is, which removes it, or files what was written into it meanwhile (see ``Store.rearm``). An
-#: envelope (so a runner plans it, and never hands it to a handler as one-shot work), but no
-#: schedule: no listing, pause or run now sees it. Always this very value, so that a store
-#: recognizes its bytes.
+#: into it as into any running schedule. The run's end (``rehydrate._occurrences.rearm``)
+#: removes the element when it is still this as the claim ends, and a runner that claims it (its
+#: worker died) ends it as it is, which removes it, or files what was written into it meanwhile.
+#: An envelope (so a runner plans it, and never hands it to a handler as one-shot work), but no
+#: schedule: no listing, pause or run now sees it.
 REMOVED: Final[Envelope] = {KEY: 1, "trigger": None, "removed": True, "next": None}
 
 
 def is_removed(element: object) -> bool:
     """Whether ``element`` is :data:`REMOVED`: a schedule unscheduled while an occurrence ran."""
     return type(element) is dict and element.get("removed") is True and element == REMOVED
+
+
+def merge_next(stored: Any, given: Any, claimed: Any) -> tuple[Any, bool | None]:
+    """What ends a run whose element someone else wrote while it ran, and whether due at once:
+    ``stored`` is what the element holds now, ``claimed`` what the run held (as claimed, or as
+    it wrote it back), ``given`` what it meant to file.
+
+    A schedule unscheduled while its occurrence ran (stored as :data:`REMOVED`) is removed
+    (``None``); one given as ``REMOVED`` (by the runner that claimed it so) but written into since
+    (``schedule()`` again) is filed as stored, at once. Given the envelope it held with another
+    end only (the keys a run changes: ``next``, an extra run's ``extra`` and ``last_extra``): if
+    the stored one still ends as the held one did, it was changed before its end meanwhile (its
+    element, policy, a pause) and is filed so, with the end given; if it ends otherwise, it was
+    re-planned meanwhile (``schedule()`` gave it another trigger and wrote that trigger's first
+    occurrence into it), and is filed as stored, at once, for the runner that claims it to file
+    for its time. Anything else is filed as given.
+    """
+    if type(stored) is dict and stored.get("removed") is True and stored == REMOVED:
+        return stored, None
+    if type(given) is dict and given.get("removed") is True and given == REMOVED:
+        return stored, True
+    if not _ends_only(claimed, given):
+        return given, False
+    if type(stored) is not dict or any(stored.get(key) != claimed.get(key) for key in _ENDS):
+        return stored, True
+    merged = {key: value for key, value in stored.items() if key not in _ENDS}
+    merged.update((key, given[key]) for key in _ENDS if key in given)
+    return merged, False
+
+
+def _ends_only(claimed: Any, given: Any) -> bool:
+    """Whether ``given`` is the envelope ``claimed`` with another end only (see ``_ENDS``): the
+    same keys before it, holding the very same values (made from it, as a runner makes what it
+    files from what it holds)."""
+    if type(claimed) is not dict or type(given) is not dict or type(given.get("next")) is not int:
+        return False
+    keys = [key for key in claimed if key not in _ENDS]
+    return keys == [key for key in given if key not in _ENDS] and all(
+        claimed[key] is given[key] for key in keys
+    )
 
 
 def replay_envelope(element: Any, nominal: float) -> Envelope:
@@ -376,8 +417,8 @@ def without_extra(envelope: Envelope, ran: int | None = None) -> Envelope:
 
 
 #: The keys a worker changes as an occurrence ends, kept last in this order: what it files is the
-#: claimed envelope with another end, which a store rewrites in the bytes it holds (keeping what
-#: was written before them meanwhile: a pause, a new element).
+#: claimed envelope with another end, and what was written before them meanwhile (a pause, a new
+#: element) is kept (:func:`merge_next`).
 _ENDS: Final = ("last_extra", "extra", "next")
 
 
@@ -574,7 +615,18 @@ class Occurrence:
     markedly more to make (``benchmarks/bench_schedules.py``).
     """
 
-    __slots__ = ("element", "envelope", "following", "moved", "nominal", "offset", "scheduled_for", "trigger")
+    __slots__ = (
+        "element",
+        "encoded",
+        "envelope",
+        "following",
+        "moved",
+        "nominal",
+        "offset",
+        "revision",
+        "scheduled_for",
+        "trigger",
+    )
 
     def __init__(
         self,
@@ -600,6 +652,12 @@ class Occurrence:
         self.element = envelope.get("element")
         #: ``nominal`` as an aware datetime: set by whoever delivers it (it keeps the last one made).
         self.scheduled_for: datetime | None = None
+        #: The element's revision once the worker wrote this occurrence back (``None``: as its
+        #: claim read it): what the run's end is conditional on.
+        self.revision: int | None = None
+        #: ``envelope`` as the store's serializer wrote it when claimed, where the runner keeps it
+        #: (``rehydrate._occurrences``): its next occurrence is filed from these bytes.
+        self.encoded: bytes | None = None
 
 
 class Refile(NamedTuple):

@@ -5,8 +5,11 @@ A *store* holds many named dehydrators, like keys in Redis, and offers the
 stores implement exactly this contract and pass one contract test suite
 (``rehydrate.testing.contract``, which ``tests/stores/test_contract.py`` runs against each); a new
 store should too, with one fixture (see that module). What a store offers beyond the verbs every
-store has (``claim(ahead=)``, ``rearm``, the worker registry, a schema to migrate) it declares in
-:attr:`Store.capabilities`, which callers read instead of probing the store.
+store has (``claim(ahead=)``, the worker registry, a schema to migrate, limits) it declares in
+:attr:`Store.capabilities`, which callers read instead of probing the store. Recurring schedules
+need nothing more than the verbs every store has: the scheduling layer
+(``rehydrate._occurrences``, ``rehydrate._admin``) writes them with the compare-and-set verbs
+below, so any store that passes the contract suite serves them.
 
 Rules that hold for every method unless its docstring says otherwise:
 
@@ -29,14 +32,29 @@ Rules that hold for every method unless its docstring says otherwise:
   XACK, compares only the attempt count, which starts again at 1 for a new element.)
 * **Revisions and compare-and-set.** Every element carries a revision (``ElementInfo.revision``,
   ``Claim.revision``): a number that every write of the element changes (``push``, a replace,
-  ``update``, ``claim``, ``reschedule``, ``hand_back``, ``rearm``, the conditional writes below)
+  ``update``, ``claim``, ``reschedule``, ``hand_back``, the conditional writes below)
   and that a lease's renewal (``extend``) keeps; never given twice in a store, so a new element
   pushed under a reused id never has an old element's revision. :meth:`Store.read` returns an
   element with its revision in one atomic read, and :meth:`Store.replace_if`,
   :meth:`Store.update_if` and :meth:`Store.pull_if` write only if the revision is still the one
   given, the comparison and the write one atomic step: the primitive the scheduling layer
   builds its rules on (a change made while an occurrence runs, a removal during a run, the
-  no-overlap rule), once, above every store.
+  no-overlap rule, the fencing of a stale worker), once, above every store. Where one store
+  step must stay atomic, and for which guarantee:
+
+  - ``replace_if``'s comparison and write are one step, per item: a run ends by filing its
+    schedule's next occurrence on the revision its claim read, so nobody can claim the id
+    between the end and the filing (occurrences never overlap), and a worker whose lease ran
+    out and whose element was claimed again (a new revision) never files a second next one.
+  - ``update_if``'s comparison and write are one step: a change written into the element a
+    worker holds (a pause, a new element, a removal during its run) lands only on the state it
+    was decided on, so it neither overwrites a change made meanwhile nor lands on an
+    occurrence claimed since the read (which would then run beside the next one).
+  - ``pull_if``'s comparison and removal are one step: a schedule removed because nobody held
+    it is never pulled from under a worker that claimed it since the read.
+  - ``claim`` changes the revision in the step that takes the element: what makes the three
+    above fence a claim made between a read and a write.
+  - ``extend`` keeps the revision: a worker's lease renewals never fence out its own run's end.
 * **Ids and names** are non-empty ``str`` of valid Unicode text (encodable as UTF-8: no lone
   surrogates); anything else is an ``InvalidArgumentError`` in every verb.
 * **Lifecycle.** A store is used between :meth:`Store.open` and :meth:`Store.aclose` (``async with
@@ -77,7 +95,7 @@ import attrs
 
 from rehydrate._core import _validate
 from rehydrate._core._limits import LimitAnswer, LimitInfo, LimitSpec, Wake
-from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, is_held
+from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord
 from rehydrate._core._validate import Seconds
 
 if TYPE_CHECKING:
@@ -189,8 +207,6 @@ class Capabilities:
 
     #: ``claim(ahead=...)`` takes elements that fall due within ``ahead`` (``claim_ahead``).
     claim_ahead: bool = False
-    #: :meth:`Store.rearm` is implemented: the store serves recurring schedules.
-    rearm: bool = False
     #: :meth:`Store.heartbeat`, :meth:`Store.deregister_worker` and :meth:`Store.workers` are
     #: implemented: the worker registry (``rehydrate workers``, the dashboard's workers).
     workers: bool = False
@@ -352,45 +368,6 @@ class Store(ABC):
         pause).
         """
 
-    async def replace_unless_held(self, name: str, id: str, element: Any, *, ttl: Seconds) -> bool | None:
-        """``push(name, element, ttl=ttl, id=id, replace=True)``, unless a worker holds the
-        element: ``False`` (nothing done) while it is claimed and its lease runs; ``None``
-        (nothing filed) if ``id`` is unknown; ``True`` once replaced.
-
-        The check and the replace are one atomic step: it is how ``Scheduler.schedule``,
-        ``pause`` and ``resume`` change a schedule, tried first as if no occurrence ran, so that
-        the change never fences out an occurrence claimed just before (its next one would come
-        due beside it); on ``False`` they write the change into the element its worker holds. A
-        claim whose lease ran out does not hold the element (its worker is taken for dead, as by
-        :meth:`claim`): it is replaced.
-        This default reads :meth:`info`, then replaces, and is not atomic; the stores of this
-        package override it with one script, transaction or statement.
-        """
-        info = await self.info(name, id)
-        if info is None:
-            return None
-        if is_held(info, self.clock()):
-            return False
-        await self.push(name, element, ttl=ttl, id=id, replace=True)
-        return True
-
-    async def pull_unless_held(self, name: str, id: str) -> bool | None:
-        """:meth:`pull` the element unless a worker holds it: ``False`` (nothing done) while it
-        is claimed and its lease runs; ``None`` if ``id`` is unknown; ``True`` once removed.
-
-        Atomic like :meth:`replace_unless_held`, for ``Scheduler.unschedule``: a schedule whose
-        occurrence runs is not pulled from under its worker (a schedule filed again under that
-        id would come due beside the run) but marked, and removed when the run ends. The
-        default reads :meth:`info`, then pulls, and is not atomic.
-        """
-        info = await self.info(name, id)
-        if info is None:
-            return None
-        if is_held(info, self.clock()):
-            return False
-        await self.pull(name, id)
-        return True
-
     # -- revisions: compare-and-set -------------------------------------------------------------
 
     @abstractmethod
@@ -515,38 +492,6 @@ class Store(ABC):
         """
         _validate.element_id(name, "name")
         return await self.reschedule_many(name, _validate.reschedules(items, "hand_back"))
-
-    async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
-        """Fenced batch rearm: for each ``(id, token, element, ttl)``, end the claim ``token`` on
-        ``id`` and, in the same atomic step, file ``element`` under that id anew, due at
-        ``now + ttl``, unclaimed, with its attempt back at 0. Returns, per item, whether it did.
-
-        It is how a recurring schedule files its next occurrence as the current one ends (see
-        ``rehydrate.Cron``): nobody can claim the id between the two, so occurrences never
-        overlap, and a worker that dies before calling it leaves the current occurrence to its
-        lease (at least once). Fenced like :meth:`ack`: ``False`` (nothing done for that item) if
-        the element is gone, not claimed, or no longer under that claim (the lease ran out and
-        someone claimed it again, or it was replaced or pulled), so a stale worker never files a
-        second next occurrence. Each item is filed as if pushed now, in the order given; "now" may be
-        the moment of the call rather than of the write (SQLite, Redis and PostgreSQL count from the call, so
-        that an occurrence is due at its nominal time however long the batch waited). One round
-        trip per batch; each item is atomic (a store may split a large batch into atomic parts).
-        A schedule's envelope changed by an ``update`` while the claim ran (``Scheduler.schedule``
-        changing a running schedule), when ``element`` is the claimed envelope with only another
-        ``next``, is filed as changed, with that ``next``: the change is not lost. One changed at
-        its end (another ``next``: ``Scheduler.schedule`` gave it another trigger and wrote that
-        trigger's first occurrence into it) was re-planned: it is filed as stored, due at once
-        (ttl 0), and the runner that claims it files it for its time; the item counts as done.
-        One stored as the removed-schedule marker (``rehydrate._schedules.REMOVED``, written by
-        ``Scheduler.unschedule`` while the occurrence ran) is removed instead of filed, and so is
-        one given as that marker, in a call of its own, while it is still stored so (by the
-        runner that claimed it after its worker died); given so but written into since
-        (``Scheduler.schedule`` again), it is filed as stored, due at once. Both count as done.
-        Every store of this package implements it and declares ``rearm`` in
-        :attr:`capabilities`; a store that does not raises ``NotImplementedError`` and cannot
-        serve recurring schedules.
-        """
-        raise NotImplementedError(f"{type(self).__name__} does not implement rearm (recurring schedules)")
 
     @abstractmethod
     async def extend(self, name: str, id: str, *, lease: Seconds, token: int) -> float | None:

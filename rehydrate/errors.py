@@ -46,7 +46,7 @@ class ElementTooLargeError(InvalidArgumentError):
 
     Each store's limit is in ``docs/stores.md``: Redis's ``proto-max-bulk-len`` (512 MB by
     default), 500 MiB for PostgreSQL, SQLite's ``SQLITE_MAX_LENGTH`` (10**9 bytes) less room for
-    the row. A batch (``push_many``, ``rearm``) with one such element is refused whole. Large
+    the row. A batch (``push_many``, ``replace_if``) with one such element is refused whole. Large
     data belongs elsewhere (a file, an object store), with a reference to it in the element.
     """
 

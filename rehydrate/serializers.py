@@ -11,12 +11,41 @@ import json
 import json.scanner
 import pickle
 from collections.abc import Callable
-from typing import Any
+from typing import Any, final
 
 from rehydrate.abc import Serializer
 from rehydrate.errors import InvalidArgumentError, InvalidTypeError
 
-__all__ = ["JSONSerializer", "MsgpackSerializer", "PickleSerializer", "get_serializer"]
+__all__ = ["Encoded", "JSONSerializer", "MsgpackSerializer", "PickleSerializer", "get_serializer"]
+
+
+@final
+class Encoded:
+    """An element already written by the serializer named ``serializer``: its bytes (``data``)
+    and what they stand for (``element``).
+
+    A store of this package whose serializer has that name files ``data`` as they are instead of
+    encoding ``element`` again (any other serializer encodes ``element``). It is how a caller that
+    writes one element over and over with a small change (a schedule's next occurrence: its
+    envelope with another ``next``) makes the bytes once from those it had, without the store
+    knowing what the element is. The caller vouches that ``data`` is ``element`` as that
+    serializer writes it. Give it only to a store that says it takes it
+    (``rehydrate.stores._base.StoreBase``): another store would file the object itself.
+    """
+
+    __slots__ = ("data", "element", "serializer")
+
+    data: bytes
+    element: Any
+    serializer: str
+
+    def __init__(self, data: bytes, serializer: str, element: Any) -> None:
+        self.data = data
+        self.serializer = serializer
+        self.element = element
+
+    def __repr__(self) -> str:
+        return f"Encoded({self.data!r}, {self.serializer!r}, {self.element!r})"
 
 
 #: One encoder for every call: ``json.dumps`` with options builds a ``JSONEncoder`` each time, a

@@ -306,7 +306,7 @@ class TestClaimAheadBadInput:
         class OldStore(MemoryStore):
             """A store written before ``claim(ahead=...)``: it does not declare it."""
 
-            capabilities = Capabilities(rearm=True, workers=True)
+            capabilities = Capabilities(workers=True)
 
             async def claim(self, name: str, *, lease: Any, limit: int | None = None) -> Any:  # type: ignore[override]
                 return await super().claim(name, lease=lease, limit=limit)
@@ -329,7 +329,7 @@ class TestClaimAheadBadInput:
         store that does not declare it is refused though its ``claim`` takes ``ahead``."""
 
         class Undeclared(MemoryStore):
-            capabilities = Capabilities(rearm=True, workers=True)
+            capabilities = Capabilities(workers=True)
 
         scheduler = Scheduler(Undeclared(clock=clock))
         with pytest.raises(

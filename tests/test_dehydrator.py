@@ -778,24 +778,28 @@ class TestLongestDuration:
         assert dehydrator.ttn() == MAX_SECONDS
 
 
-class TestRearmMany:
-    """The memory store's batch rearm: each item as ``rearm`` would, at one ``now``."""
+class TestReplaceIfEndsClaims:
+    """A batch ``replace_if`` on the revisions claims read (a runner's next occurrences): each
+    item ends its claim and files its element anew, at one ``now``, unless written since."""
 
-    def test_each_item_is_fenced_like_rearm(self, dehydrator: Dehydrator, clock: FakeClock) -> None:
+    def test_each_item_is_fenced_by_its_claims_revision(
+        self, dehydrator: Dehydrator, clock: FakeClock
+    ) -> None:
         for id in "abc":
             dehydrator.push(id, ttl=0, id=id)
         claims = {c.id: c for c in dehydrator.claim(lease=30)}
         clock.advance(1)
-        done = dehydrator.rearm_many(
+        done = dehydrator.replace_if(
             [
-                ("a", claims["a"].token, "a2", 10),
-                ("b", claims["b"].token + 1, "stale", 0),  # another claim's token
-                ("missing", claims["c"].token, "x", 0),
-                ("c", claims["c"].token, "c2", timedelta(seconds=2)),
-                ("c", claims["c"].token, "again", 0),  # that claim has ended
+                ("a", claims["a"].revision, "a2", 10),
+                ("b", claims["c"].revision, "stale", 0),  # another claim's revision
+                ("missing", claims["c"].revision, "x", 0),
+                ("c", claims["c"].revision, "c2", timedelta(seconds=2)),
             ]
         )
-        assert done == [True, False, False, True, False]
+        assert [revision is not None for revision in done] == [True, False, False, True]
+        # That claim has ended: its revision matches nothing now.
+        assert dehydrator.replace_if([("c", claims["c"].revision, "again", 0)]) == [None]
         assert [dehydrator.info(id) for id in "ac"] == [
             ElementInfo(id="a", due=1011.0, ttl=10.0, attempt=0, claimed=False),
             ElementInfo(id="c", due=1003.0, ttl=2.0, attempt=0, claimed=False),
@@ -808,16 +812,16 @@ class TestRearmMany:
 
     @pytest.mark.parametrize(
         "bad",
-        [("b", 1, "x", -1), ("b", 1, "x", math.nan), ("b", 0, "x", 1), ("b", None, "x", 1), ("", 1, "x", 1)],
+        [("b", 1, "x", -1), ("b", 1, "x", math.nan), ("b", -1, "x", 1), ("b", None, "x", 1), ("", 1, "x", 1)],
     )
     def test_a_bad_item_files_none(self, dehydrator: Dehydrator, bad: Any) -> None:
         dehydrator.push("a", ttl=0, id="a")
         (claim,) = dehydrator.claim(lease=30)
         before = snapshot(dehydrator)
         with pytest.raises(RehydrateError):
-            dehydrator.rearm_many([("a", claim.token, "a2", 0), bad])
+            dehydrator.replace_if([("a", claim.revision, "a2", 0), bad])
         assert snapshot(dehydrator) == before
-        assert dehydrator.rearm_many([]) == []
+        assert dehydrator.replace_if([]) == []
 
 
 class TestPushMany:

@@ -237,28 +237,35 @@ class DehydratorMachine(RuleBasedStateMachine):
         assert self.d.hand_back(id, token=fence, ttl=ttl) is ok
 
     @rule(
-        items=st.lists(st.tuples(s.ids, st.integers(0, 1000), s.elements), max_size=6),
+        items=st.lists(
+            st.tuples(s.ids, _WHICH, st.integers(0, 1000), s.elements), max_size=6, unique_by=lambda i: i[0]
+        ),
         ttls=st.lists(s.ttls, min_size=1, max_size=2),
     )
-    def rearm_many(self, items: list[tuple[str, int, Any]], ttls: list[float]) -> None:
-        """A runner's batch of next occurrences: a few ttls shared by many items (so most join
-        a queue the batch made), ids repeated (the second is fenced out) and stale tokens."""
+    def end_claims(self, items: list[tuple[str, str, int, Any]], ttls: list[float]) -> None:
+        """A runner's batch of next occurrences: ``replace_if`` on the revisions its claims
+        read (the element's current one while it is claimed; a stale one else), a few ttls
+        shared by many items (so most join a queue the batch made)."""
         m = self.model
         batch = []
         expected = []
-        for i, (id, token, element) in enumerate(items):
-            fence = self.pick(token)
-            assert fence is not None
-            ttl = ttls[i % len(ttls)]
-            batch.append((id, fence, element, ttl))
+        for i, (id, which, index, element) in enumerate(items):
             entry = m.entries.get(id)
-            ok = self.fenced(entry, None, fence) and entry is not None and entry.claimed
+            held = entry is not None and entry.claimed
+            revision = self.pick_revision(id, which if held else "none", index)
+            ttl = ttls[i % len(ttls)]
+            batch.append((id, revision, element, ttl))
+            ok = entry is not None and entry.revision == revision
             if ok:
                 assert entry is not None
                 entry.element, entry.attempt, entry.token = element, 0, None
                 m.schedule(id, ttl, claimed=False)
             expected.append(ok)
-        assert self.d.rearm_many(batch) == expected
+        done = self.d.replace_if(batch)
+        assert [rev is not None for rev in done] == expected
+        for (id, *_), rev in zip(batch, done, strict=True):
+            if rev is not None:
+                self.observe(id, rev)
 
     @rule(id=s.ids, lease=s.leases, token=st.integers(0, 1000))
     def extend(self, id: str, lease: float, token: int) -> None:

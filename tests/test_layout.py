@@ -196,3 +196,41 @@ def test_a_cycle_is_found_and_named(tmp_path: Path) -> None:
         "pkg.high (line 5) -> pkg.top (line 1) -> pkg.high",
         "pkg.typed (line 1) -> pkg.user (line 1) -> pkg.typed",
     ]
+
+
+#: The scheduling layer: what a schedule is and how its occurrences run, written once, above the
+#: store contract, on its primitives.
+SCHEDULING = frozenset(
+    {"rehydrate._schedules", "rehydrate._occurrences", "rehydrate._scheduler", "rehydrate._admin"}
+)
+
+
+def test_the_stores_and_the_core_know_nothing_of_schedules() -> None:
+    """Nothing under ``rehydrate/stores/`` or ``rehydrate/_core/`` imports the scheduling layer,
+    not even for annotations, nor through what it imports: a store implements the contract's
+    primitives, and a schedule's rules (a run's end, a change made while it runs, a removal
+    during a run) are the scheduling layer's alone."""
+    graph = import_graph(PACKAGE)
+    below = [name for name in graph if name.startswith(("rehydrate.stores", "rehydrate._core"))]
+    assert below  # (the test sees them)
+    found = []
+    for name in below:
+        tree = ast.parse(_modules(PACKAGE)[name].read_text(encoding="utf-8"))
+        for node in ast.walk(tree):  # every import, those for annotations included
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                targets = [node.module or "", *(f"{node.module}.{alias.name}" for alias in node.names)]
+            else:
+                continue
+            found += [f"{name} (line {node.lineno}) imports {t}" for t in targets if t in SCHEDULING]
+        # And through what it imports, however far.
+        seen, todo = {name}, [name]
+        while todo:
+            for edge in graph[todo.pop()]:
+                if edge.target in SCHEDULING:
+                    found.append(f"{name} reaches {edge.target}")
+                elif edge.target not in seen:
+                    seen.add(edge.target)
+                    todo.append(edge.target)
+    assert not found, "\n".join(sorted(set(found)))

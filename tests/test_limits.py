@@ -102,7 +102,7 @@ class TestDeclarations:
 
     async def test_a_store_without_limits_is_refused_at_declaration(self, store: MemoryStore) -> None:
         class Plain(MemoryStore):
-            capabilities = rehydrate.abc.Capabilities(claim_ahead=True, rearm=True, workers=True)
+            capabilities = rehydrate.abc.Capabilities(claim_ahead=True, workers=True)
 
         scheduler = Scheduler(store=Plain())
         with pytest.raises(InvalidArgumentError, match="does not implement them"):

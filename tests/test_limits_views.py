@@ -197,7 +197,7 @@ def test_sync_admin_lists_the_limits(tmp_path: Path) -> None:
 
 async def test_admin_limits_refuses_a_store_without_limits(clock: FakeClock) -> None:
     class Plain(MemoryStore):
-        capabilities = rehydrate.abc.Capabilities(claim_ahead=True, rearm=True, workers=True)
+        capabilities = rehydrate.abc.Capabilities(claim_ahead=True, workers=True)
 
     async with Plain(clock=clock) as store:
         with pytest.raises(NotImplementedError, match="does not implement limits"):

@@ -4,7 +4,7 @@ A private name (``_x``) is its module's business: it may change with no notice, 
 that reaches for it (``scheduler._counters``, ``Scheduler._run_now``, ``from rehydrate._scheduler
 import _foo``) breaks silently when it does. What another module needs is public in the module
 that owns it (a private module's public names are the package's internals: ``rehydrate._admin``'s
-``change_held``); what users need is public in ``rehydrate``.
+``change_schedule``); what users need is public in ``rehydrate``.
 
 The check reads the source (``ast``): in a module, ``obj._x`` is fine when the module itself
 defines ``_x`` (an attribute it sets on ``self``/``cls``, a method or field of a class of its own,

@@ -1172,7 +1172,7 @@ class TestHeartbeats:
         and the scheduler serves its handlers all the same."""
 
         class NoRegistry(MemoryStore):
-            capabilities = Capabilities(claim_ahead=True, rearm=True)
+            capabilities = Capabilities(claim_ahead=True)
 
         async with NoRegistry(clock=clock) as store:
             scheduler = Scheduler(store, grace=0, heartbeat=1)

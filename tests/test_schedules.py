@@ -7,7 +7,7 @@ so a test crosses a daylight-saving change or a day of occurrences in millisecon
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -30,9 +30,10 @@ from rehydrate import (
     current_delivery,
 )
 from rehydrate._clock import wall
-from rehydrate._core._records import Claim
+from rehydrate._core._records import Claim, ElementInfo
 from rehydrate._core._triggers import Misfire
 from rehydrate._core._validate import Seconds
+from rehydrate._occurrences import rearm
 from rehydrate._schedules import SKIP_GRACE, nominal_of, spread_offset, with_next
 from rehydrate.stores import MemoryStore
 from rehydrate.testing import FakeClock
@@ -535,8 +536,8 @@ class ClaimsMeanwhile(MemoryStore):
             self.armed = False
             self.claims += await self.claim(name, lease=60)
 
-    async def look(self, name: str, id: str) -> Any:
-        out = await super().look(name, id)
+    async def read(self, name: str, id: str) -> tuple[Any, ElementInfo] | None:
+        out = await super().read(name, id)
         await self._meanwhile("read", name)
         return out
 
@@ -552,13 +553,17 @@ class ClaimsMeanwhile(MemoryStore):
         await self._meanwhile("write", name)
         return await super().update(name, id, element, token=token)
 
-    async def replace_unless_held(self, name: str, id: str, element: Any, *, ttl: Seconds) -> bool | None:
+    async def replace_if(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[int | None]:
         await self._meanwhile("write", name)
-        return await super().replace_unless_held(name, id, element, ttl=ttl)
+        return await super().replace_if(name, items)
 
-    async def pull_unless_held(self, name: str, id: str) -> bool | None:
+    async def update_if(self, name: str, id: str, revision: int, element: Any) -> int | None:
         await self._meanwhile("write", name)
-        return await super().pull_unless_held(name, id)
+        return await super().update_if(name, id, revision, element)
+
+    async def pull_if(self, name: str, id: str, revision: int) -> bool:
+        await self._meanwhile("write", name)
+        return await super().pull_if(name, id, revision)
 
 
 @pytest.mark.parametrize("moment", ["read", "write"])
@@ -569,7 +574,7 @@ async def test_an_occurrence_claimed_while_a_schedule_is_changed_is_not_run_over
     """An occurrence claimed by another process just after the scheduler read the schedule to
     change it (``unschedule``, ``schedule``, ``pause``) keeps its claim: the change is written
     into the element it holds and applies when its run ends. A check that nothing runs followed
-    by a replace or a pull (the store's ``*_unless_held`` make them one step) used to pull the
+    by a replace or a pull (now each conditional on the revision read) used to pull the
     occurrence from under its worker, fencing its end out, and a schedule filed after it came due
     beside the run."""
     scheduler = Scheduler(ClaimsMeanwhile(clock, moment), grace=0)
@@ -594,7 +599,9 @@ async def test_an_occurrence_claimed_while_a_schedule_is_changed_is_not_run_over
         assert await store.size("n") == 1
         # The run ends: the worker files the next occurrence, as its runner does.
         following = with_next(running.element, nominal_of(running.element) + 60)
-        assert await store.rearm("n", [("s", running.token, following, 60)]) == [True]
+        assert await rearm(
+            store, "n", [("s", running.token, running.revision, running.element, following, 60)]
+        ) == [True]
         after = await store.look("n", "s")
         scheduler.stop()
     assert running.element["element"] == "old"
@@ -772,7 +779,8 @@ async def test_a_schedule_no_longer_declared_waits_for_its_running_occurrence(
         assert info.claimed  # still the run's
         second.stop()
     following = with_next(running.element, nominal_of(running.element) + 3600)
-    assert await store.rearm("digest", [("digest", running.token, following, 3600)]) == [True]
+    ended = [("digest", running.token, running.revision, running.element, following, 3600)]
+    assert await rearm(store, "digest", ended) == [True]
     assert await store.size("digest") == 0
 
 
@@ -1106,15 +1114,16 @@ async def test_misfire_after_five_missed_intervals(
 
 
 class RacingStore(MemoryStore):
-    """A memory store that runs ``race`` once, just before a worker's fenced ``update`` lands."""
+    """A memory store that runs ``race`` once, just before a worker's conditional ``update_if``
+    (its write-back under the claim's revision) lands."""
 
     race: Any = None
 
-    async def update(self, name: str, id: str, element: Any, *, token: int | None = None) -> Any:
-        if token is not None and self.race is not None:
+    async def update_if(self, name: str, id: str, revision: int, element: Any) -> int | None:
+        if self.race is not None:
             race, self.race = self.race, None
             await race()
-        return await super().update(name, id, element, token=token)
+        return await super().update_if(name, id, revision, element)
 
 
 @pytest.mark.parametrize("change", ["pause", "schedule"])
@@ -1258,7 +1267,9 @@ async def test_a_lost_lease_redelivers_the_occurrence_and_the_schedule_carries_o
     assert recorder.runs == [T0, T0 + timedelta(seconds=60), T0 + timedelta(seconds=120)]
     assert recorder.attempts == [2, 1, 1]
     # The dead worker's token can no longer file anything.
-    assert await store.rearm("job", [("j", claim.token, claim.element, 0)]) == [False]
+    assert await rearm(
+        store, "job", [("j", claim.token, claim.revision, claim.element, claim.element, 0)]
+    ) == [False]
 
 
 async def test_a_dead_lettered_occurrence_files_the_next(store: MemoryStore, clock: FakeClock) -> None:

@@ -32,6 +32,7 @@ from starlette.routing import Mount
 
 from rehydrate import Cron, Every, Retry, Scheduler, open_store
 from rehydrate._clock import wall
+from rehydrate._occurrences import rearm
 from rehydrate.abc import Store
 from rehydrate.cli._main import run
 from rehydrate.stores import MemoryStore, PostgresStore, RedisStore, SQLiteStore
@@ -358,7 +359,8 @@ async def test_cancel_a_schedule_in_flight_unschedules_it(store: Store) -> None:
     assert info is not None
     assert info.claimed  # the run's, until it ends
     following = {**running.element, "next": running.element["next"] + 3_600_000_000}
-    assert await store.rearm("jobs", [("s", running.token, following, 3600)]) == [True]
+    ended = [("s", running.token, running.revision, running.element, following, 3600)]
+    assert await rearm(store, "jobs", ended) == [True]
     assert await store.size("jobs") == 0  # and then gone, not filed again
     assert again.status_code == 404
     assert "is removed: its last run is ending" in again.json()["error"]

@@ -8,11 +8,12 @@ every verb: arguments checked before anything changes, one atomic step per call,
 ties in filing order, fencing by the claim's token, and a revision that every write of an element
 changes (a lease's renewal aside), for the compare-and-set verbs.
 
-It declares ``claim_ahead`` and leaves out what a store may lack (``rearm``, the worker
-registry): the suite skips those tests, and a scheduler on it serves handlers but not recurring
-schedules, and sends no heartbeats. It keeps the objects given, as the memory store does without
-a serializer, and scans a whole dehydrator per call: fine for an example, not for a million
-elements (a real store keeps an index by due time).
+It declares ``claim_ahead`` and leaves out what a store may lack (the worker registry): the
+suite skips those tests, and a scheduler on it sends no heartbeats. It serves handlers and
+recurring schedules alike: a schedule needs nothing beyond the contract's verbs (its rules are
+written once above them, on the compare-and-set verbs). It keeps the objects given, as the
+memory store does without a serializer, and scans a whole dehydrator per call: fine for an
+example, not for a million elements (a real store keeps an index by due time).
 """
 
 from __future__ import annotations

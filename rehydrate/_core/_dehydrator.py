@@ -45,7 +45,7 @@ from functools import partial
 from heapq import heapify, heappop, heappush, heapreplace
 from itertools import chain, count, islice, repeat
 from operator import is_, itemgetter, lt
-from typing import Any, Final, cast, final
+from typing import Any, Final, final
 
 from rehydrate._core import _fence, _validate
 from rehydrate._core._records import CLAIM_SETTERS, Claim, ElementInfo, Summary
@@ -137,9 +137,10 @@ class _Queue:
 _Node = list[Any]
 
 #: What a queue keeps in a slot behind its head, in place of the node that was there: the node
-#: is freed at once instead of at the queue's next trim. A rearm files a fresh node as it drops
-#: the old one; a dropped node that lingered would make each recurring occurrence a net new
-#: object for the garbage collector's count, and a burst of them a collection every few hundred
+#: is freed at once instead of at the queue's next trim. A schedule's run ends by filing a fresh
+#: node as it drops the old one (``replace_if``); a dropped node that lingered would make each
+#: recurring occurrence a net new object for the garbage collector's count, and a burst of them
+#: a collection every few hundred
 #: (``benchmarks/bench_schedules.py``). Nothing reads a slot behind the head.
 _GONE: Final[_Node] = [_INF, -1, "", _DEAD, 0, None, -1]
 
@@ -199,7 +200,6 @@ class Dehydrator:
         "_runs",
         "_seq",
         "_slots",
-        "_updated",
     )
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
@@ -208,9 +208,6 @@ class Dehydrator:
         self._clock = clock
         self._now = float("-inf")
         self._index: dict[str, _Node] = {}
-        #: Claimed elements updated by someone else than their holder (``update`` without the
-        #: claim's token) while the claim runs: id -> that claim's token (see :meth:`rearm_many`).
-        self._updated: dict[str, int] = {}
         self._queues: dict[float, _Queue] = {}
         self._leases: dict[float, _Queue] = {}
         self._heads: list[_Entry] = []
@@ -439,7 +436,6 @@ class Dehydrator:
         pairs = _validate.acks(claims)
         index = self._index
         drop = self._drop_claimed
-        updated = self._updated
         done: list[bool] = []
         for id, token in pairs:
             node = index.get(id)
@@ -448,8 +444,6 @@ class Dehydrator:
                 done.append(False)
             else:
                 drop(node)
-                if updated:
-                    updated.pop(id, None)
                 done.append(True)
         return done
 
@@ -515,30 +509,16 @@ class Dehydrator:
         entry = self._top()
         return None if entry is None else entry[0]
 
-    def update(
-        self,
-        id: str,
-        element: Any,
-        *,
-        token: int | None = None,
-        merge: Callable[[Any, Any], tuple[Any, bool | None]] | None = None,
-    ) -> Any:
+    def update(self, id: str, element: Any, *, token: int | None = None) -> Any:
         """Replace the element ``id``, keeping its due time and claim, and return the old one (UPDATE).
 
         Raises :class:`~rehydrate.errors.UnknownIdError` (a :class:`KeyError`) if ``id`` is unknown,
-        or, with ``token``, if it is no longer under that claim (fenced like :meth:`ack`). The
-        holder's update of an element someone else updated meanwhile files what ``merge(stored,
-        element)`` gives first, as :meth:`rearm_many` does.
+        or, with ``token``, if it is no longer under that claim (fenced like :meth:`ack`).
         """
         _validate.token(token)
         node = self._checked_get(id)
         if node is None or (token is not None and (node[4] != token or not _is_claimed(node))):
             raise UnknownIdError(id)
-        if token is None:
-            if _is_claimed(node):
-                self._updated[node[2]] = node[4]
-        elif merge is not None and self._updated.get(node[2]) == token:
-            element = merge(node[3], element)[0]
         old = node[3]
         node[3] = element
         node[6] = self._new_revision()
@@ -558,28 +538,41 @@ class Dehydrator:
         ``now + ttl``) and give its new revision; ``None`` in its place (nothing done) if not.
 
         Every item is checked before any is filed (see :meth:`Store.replace_if`). With a
-        claim's revision, it ends that claim and files what comes next in one step.
+        claim's revision, it ends that claim and files what comes next in one step: the end of
+        a schedule's run, once per occurrence (a runner sends them in batches).
         """
         batch = _validate.conditional_replaces(items)
         now = self.now()
         index = self._index
-        updated = self._updated
+        drop = self._drop_claimed
         insert = self._insert
+        queues, seqs = self._queues, self._seq
         out: list[int | None] = []
+        append = out.append
         for id, revision, element, seconds in batch:
             node = index.get(id)
             if node is None or node[6] != revision:
-                out.append(None)
+                append(None)
                 continue
-            if updated:
-                updated.pop(id, None)  # (its claim, if any, ends here)
             home = node[5]
             if type(home) is _Queue and home.lease:
-                self._drop_claimed(node)  # (drops the lease queue's dead front, as an ack does)
+                drop(node)  # (drops the lease queue's dead front, as an ack does)
             else:
                 del index[id]
                 node[3] = _DEAD
-            out.append(insert(id, element, 0, now + seconds, seconds, False))
+            queue = queues.get(seconds)
+            if queue is None:
+                append(insert(id, element, 0, now + seconds, seconds, False))
+                continue
+            # _insert's common case written out: a batch's next occurrences share their ttl
+            # (measured from one reading of the clock), so all but the first join its queue.
+            seq = next(seqs)
+            node = [now + seconds, seq, id, element, 0, queue, seq]
+            queue.items.append(node)
+            index[id] = node
+            if seq >= self._check_at:
+                self._check(seq)
+            append(seq)
         return out
 
     def update_if(self, id: str, revision: int, element: Any) -> int | None:
@@ -590,10 +583,6 @@ class Dehydrator:
         _validate.revision(revision)
         if node is None or node[6] != revision:
             return None
-        if _is_claimed(node):
-            # As an update without the claim's token: someone other than the holder changed it
-            # (what rearm_many's merge looks for).
-            self._updated[node[2]] = node[4]
         node[3] = element
         new = node[6] = self._new_revision()
         return new
@@ -739,94 +728,6 @@ class Dehydrator:
         self._move(node, self.now() + seconds, seconds, lease=False)
         return True
 
-    def rearm(self, id: str, element: Any, *, ttl: Seconds, token: int) -> bool:
-        """End the claim ``token`` on ``id`` and file it anew as ``element``, due at ``now + ttl``.
-
-        The attempt starts again from 0 and the element is unclaimed: the next occurrence of a
-        recurring schedule, filed in the same step that ends the current one. ``False`` (nothing
-        done) if the element is gone, not claimed, or no longer under that claim.
-        """
-        seconds = _validate.seconds(ttl, "ttl")
-        node = self._checked_get(id)
-        if _validate.token(token) is None:
-            raise InvalidArgumentError("rearm needs the claim's token")
-        if node is None or node[4] != token or not _is_claimed(node):
-            return False
-        if self._updated:
-            self._updated.pop(node[2], None)
-        self._kill(node)
-        self._insert(node[2], element, 0, self.now() + seconds, seconds, lease=False)
-        return True
-
-    def rearm_many(
-        self,
-        items: Iterable[tuple[str, int, Any, Seconds]],
-        merge: Callable[[Any, Any], tuple[Any, bool | None]] | None = None,
-    ) -> list[bool]:
-        """:meth:`rearm` for each ``(id, token, element, ttl)``, all at one ``now``; whether each was.
-
-        Every item is checked before any is filed (a bad one raises and files none). The batch a
-        runner sends once per dispatch: one check and one clock read per item, not two.
-
-        ``merge(stored, given)``, if given, says what to file for an element that was updated by
-        someone else while the claim ran (:meth:`update` without the claim's token), and whether
-        due at once (``True``), after its ttl (``False``) or not at all (``None``: the element is
-        removed): a store keeps a schedule changed while its occurrence ran, and files it with
-        the next time given (or, given another trigger, as stored and at once); one unscheduled
-        meanwhile goes.
-        """
-        # The items as given (no tuple made again), but for a ttl the checks converted: after
-        # them, every ttl is a float.
-        batch: list[tuple[str, int, Any, Seconds]] = []
-        append = batch.append
-        for item in items:
-            id, token, element, ttl = item
-            # The common case in one test each (a runner's batch: str ids, int tokens, float
-            # ttls); anything else goes through the checks that raise.
-            if type(id) is not str or not id or not id.isascii():
-                _validate.element_id(id)
-            if (type(token) is not int or token < 1) and _validate.token(token) is None:
-                raise InvalidArgumentError("rearm needs each claim's token")
-            if type(ttl) is not float or not 0.0 <= ttl <= _MAX:
-                item = (id, token, element, _validate.seconds(ttl, "ttl"))
-            append(item)
-        now = self.now()
-        index = self._index
-        drop = self._drop_claimed
-        insert = self._insert
-        updated = self._updated
-        queues, seqs = self._queues, self._seq
-        done: list[bool] = []
-        for id, token, element, seconds in cast("list[tuple[str, int, Any, float]]", batch):
-            node = index.get(id)
-            # (_is_claimed written out: a call per rearm)
-            if node is None or node[4] != token or type(home := node[5]) is not _Queue or not home.lease:
-                done.append(False)
-                continue
-            if updated and updated.pop(id, None) == token and merge is not None:
-                element, at_once = merge(node[3], element)
-                if at_once is None:
-                    drop(node)
-                    done.append(True)
-                    continue
-                if at_once:
-                    seconds = 0.0
-            drop(node)
-            queue = queues.get(seconds)
-            if queue is None:
-                insert(id, element, 0, now + seconds, seconds, False)
-            else:
-                # _insert's common case written out: a batch's next occurrences share their ttl
-                # (measured from one reading of the clock), so all but the first join its queue.
-                seq = next(seqs)
-                node = [now + seconds, seq, id, element, 0, queue, seq]
-                queue.items.append(node)
-                index[id] = node
-                if seq >= self._check_at:
-                    self._check(seq)
-            done.append(True)
-        return done
-
     def info(self, id: str) -> ElementInfo | None:
         """Describe the element ``id``, or ``None`` if it is unknown."""
         node = self._checked_get(id)
@@ -884,8 +785,6 @@ class Dehydrator:
         key = _validate.element_id(id)
         if not pop:
             return self._index.get(key)
-        if self._updated:
-            self._updated.pop(key, None)  # (its claim, if any, ends with it)
         return self._index.pop(key, None)
 
     def _insert(

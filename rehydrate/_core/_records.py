@@ -186,8 +186,8 @@ class ElementInfo(_Record):
     #: Whether it is under a claim that has not been acked or rescheduled (its lease may have run out).
     claimed: bool
     #: The element's revision: a number that every write of the element changes (a push, a
-    #: replace, an update, a claim, a reschedule, a hand-back, a rearm) and a lease's renewal
-    #: (``extend``) keeps, never given twice in a store, so never to a new element under a
+    #: replace, an update, a claim, a reschedule, a hand-back, a conditional write) and a
+    #: lease's renewal (``extend``) keeps, never given twice in a store, so never to a new element under a
     #: reused id. The conditional writes (``Store.replace_if``, ``update_if``, ``pull_if``)
     #: take it: compare-and-set. Not part of equality (two reads of one state are equal).
     revision: int

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from datetime import timedelta
+from operator import itemgetter
 from typing import Any, Final, TypeAlias
 
 from rehydrate.errors import DuplicateIdError, InvalidArgumentError, InvalidTypeError
@@ -24,6 +25,9 @@ Seconds: TypeAlias = float | int | timedelta
 #: the memory store would take more, but then a move between stores would fail late, on data.
 #: A delayed delivery decades away is a calendar's job: ``--at 9999-12-31`` is refused everywhere.
 MAX_SECONDS: Final = 1_000_000_000
+#: MAX_SECONDS as a float, for the common case's test: a float compared with an int converts
+#: the int at every comparison.
+_MAX_FLOAT: Final = float(MAX_SECONDS)
 
 
 def seconds(value: object, name: str) -> float:
@@ -32,8 +36,8 @@ def seconds(value: object, name: str) -> float:
     ``bool`` is refused although it is an ``int``: ``ttl=True`` is a bug, not one second.
     """
     # The common case first, one type check and one chained compare (NaN fails it): every ttl of
-    # every push, rearm and reschedule comes through here.
-    if type(value) is float and 0.0 <= value <= MAX_SECONDS:
+    # every push, replace_if and reschedule comes through here.
+    if type(value) is float and 0.0 <= value <= _MAX_FLOAT:
         return value
     if isinstance(value, timedelta):
         result = value.total_seconds()
@@ -240,31 +244,62 @@ def revision(value: object) -> int:
     raise InvalidArgumentError(f"revision must not be negative, got {value!r}")
 
 
+_first: Final = itemgetter(0)
+
+
+def _conditional_replace(item: object, index: int) -> tuple[str, int, Any, float]:
+    """One item of a ``replace_if`` that is not the common case, checked (see below)."""
+    if not isinstance(item, tuple) or len(item) != 4:
+        raise InvalidArgumentError(
+            f"items[{index}] must be an (id, revision, element, ttl) tuple, not {item!r:.80}"
+        )
+    id, rev, element, ttl = item
+    try:
+        element_id(id)
+        checked = revision(rev)
+        duration = seconds(ttl, "ttl")
+    except InvalidArgumentError as exc:  # InvalidTypeError too
+        exc.add_note(f"in items[{index}] of a replace_if")
+        raise
+    return (id, checked, element, duration)
+
+
 def conditional_replaces(items: object) -> list[tuple[str, int, Any, float]]:
     """The ``(id, revision, element, ttl)`` items of a ``replace_if``, all checked before any is
     acted upon: each a 4-tuple with a valid id, a revision and a duration, and no id twice (two
-    items on one id could not both hold the revision they compare with)."""
+    items on one id could not both hold the revision they compare with).
+
+    The items are kept as given (no tuple made again), but for a ttl the checks converted: after
+    them, every ttl is a float. A run's end is a ``replace_if`` per batch of occurrences, so the
+    common item (a str id, an int revision, a float ttl) passes one test of each."""
     if isinstance(items, str | bytes) or not hasattr(items, "__iter__"):
         raise InvalidTypeError(
             f"items must be an iterable of (id, revision, element, ttl), not {type(items).__name__}"
         )
     out: list[tuple[str, int, Any, float]] = []
-    seen: set[str] = set()
-    for index, item in enumerate(items):
-        if not isinstance(item, tuple) or len(item) != 4:
-            raise InvalidArgumentError(
-                f"items[{index}] must be an (id, revision, element, ttl) tuple, not {item!r:.80}"
-            )
-        id, rev, element, ttl = item
+    append = out.append
+    for item in items:
         try:
-            element_id(id)
-            checked = revision(rev)
-            duration = seconds(ttl, "ttl")
-        except InvalidArgumentError as exc:  # InvalidTypeError too
-            exc.add_note(f"in items[{index}] of a replace_if")
-            raise
-        if id in seen:
-            raise InvalidArgumentError(f"items[{index}]: id {id!r} is given twice in a replace_if")
-        seen.add(id)
-        out.append((id, checked, element, duration))
+            id, rev, _, ttl = item
+        except (TypeError, ValueError):  # (not four things: refused below)
+            append(_conditional_replace(item, len(out)))
+            continue
+        if (
+            type(item) is not tuple
+            or type(id) is not str
+            or not id
+            or not id.isascii()
+            or type(rev) is not int
+            or rev < 0
+            or type(ttl) is not float
+            or not 0.0 <= ttl <= _MAX_FLOAT
+        ):
+            item = _conditional_replace(item, len(out))
+        append(item)
+    if len(set(map(_first, out))) != len(out):
+        seen: set[str] = set()
+        for index, (id, *_) in enumerate(out):
+            if id in seen:
+                raise InvalidArgumentError(f"items[{index}]: id {id!r} is given twice in a replace_if")
+            seen.add(id)
     return out

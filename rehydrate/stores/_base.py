@@ -16,21 +16,13 @@ A store subclasses :class:`StoreBase` (a :class:`~rehydrate.abc.Store`) and gets
 * **serializer handling**, for stores that keep bytes: :meth:`StoreBase._set_serializer` resolves
   a name or a :class:`~rehydrate.abc.Serializer` (JSON by default) into ``_serializer``;
   :meth:`_dumps` serializes an element or raises :class:`~rehydrate.errors.InvalidArgumentError`
-  (an ``InvalidTypeError`` for data the serializer cannot take) before anything is written;
+  (an ``InvalidTypeError`` for data the serializer cannot take) before anything is written, and
+  takes an :class:`~rehydrate.serializers.Encoded` element of its serializer's writing as its
+  bytes (what the scheduling layer hands in for a schedule's next occurrence: the claimed bytes
+  with another ``next``, made above the store, which knows nothing of schedules);
   :meth:`_loads` checks the serializer name stored beside a payload and raises
   :class:`~rehydrate.errors.SerializerMismatchError` rather than guess (:meth:`_mismatch` builds
   it for stores that detect a mismatch elsewhere, e.g. in a server-side script).
-* **the next occurrence without encoding it again**, for stores that keep bytes: a recurring
-  schedule's element (its envelope, ``rehydrate._schedules``) is read at every occurrence and
-  filed again by ``rearm`` with one value changed, its ``next`` (the last key, an integer).
-  :meth:`_keep_envelope`, called by ``claim`` for each element, keeps a claimed envelope's bytes
-  until that claim ends; :meth:`_rearm_payload` then gives the bytes to file: the kept ones with
-  their end rewritten when the element filed is the claimed one with another end (its ``next``,
-  an extra run's request; :func:`ends`; the serializer JSON), else the element encoded
-  (``_dumps``), and the old and new ends, with which the store rewrites the bytes it holds
-  instead, so that a change written into the envelope while the claim ran is kept. Encoding an
-  envelope was a third of what filing an occurrence cost on SQLite; the rewrite is a slice and a
-  join. Nothing about schedules is kept anywhere but in the element, as before.
 * **the TTN that came with a claim**: a store whose claim also reads when the next element is
   due (a claim that took fewer than it asked for) records it in ``_ttn_after[name]``, a due time
   on its clock (``None``: empty), popped when a claim begins; :meth:`StoreBase.ttn_after_claim`
@@ -45,7 +37,9 @@ A store subclasses :class:`StoreBase` (a :class:`~rehydrate.abc.Store`) and gets
   (SQLite: the file) must refuse to when it is ``False`` and raise
   :class:`~rehydrate.errors.StoreUnavailableError`; stores that create nothing ignore it.
 
-Nothing here does I/O or knows a backend: the stable part a new store (PostgreSQL...) builds on.
+Nothing here does I/O or knows a backend, and nothing here (nor in any store) knows what a
+schedule is: a schedule's rules are written once, above the contract, on its compare-and-set
+verbs (``rehydrate._occurrences``, ``rehydrate._admin``). The stable part a new store builds on.
 The contract suite checks the result: a store's harness (``tests/stores/harness_<name>.py``) gives
 the store and a ``twin`` factory, through which the lifecycle and serializer rules are tested.
 """
@@ -54,7 +48,6 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Mapping
-from operator import is_
 from typing import Any, Final
 from urllib.parse import parse_qsl
 
@@ -63,7 +56,6 @@ import anyio
 from rehydrate._core import _validate
 from rehydrate._core._records import Claim
 from rehydrate._core._validate import Seconds
-from rehydrate._schedules import KEY, REMOVED
 from rehydrate.abc import Serializer, Store
 from rehydrate.errors import (
     ElementTooLargeError,
@@ -72,7 +64,7 @@ from rehydrate.errors import (
     SerializerMismatchError,
     StoreNotOpenError,
 )
-from rehydrate.serializers import JSONSerializer, get_serializer
+from rehydrate.serializers import Encoded, get_serializer
 
 __all__ = [
     "Converter",
@@ -83,9 +75,6 @@ __all__ = [
     "as_size",
     "as_str",
     "element_bytes",
-    "ends",
-    "merge_next",
-    "rewritten",
     "url_options",
 ]
 
@@ -94,10 +83,6 @@ _FALSE: Final = frozenset({"0", "false", "no", "off"})
 
 #: A URL option's converter: the option's text in, its value out; ``ValueError`` says what it wants.
 Converter = Callable[[str], Any]
-#: A store keeps the bytes of at most this many claimed envelopes (the running occurrences of
-#: every process's runners on it); past that it forgets them all and starts again, which costs
-#: each forgotten one an encoding at its rearm, nothing else.
-_KEPT_ENVELOPES: Final = 100_000
 
 
 def as_str(text: str) -> str:
@@ -207,12 +192,9 @@ class StoreBase(Store):
     """The shared part of the stores; see the module docstring for what a subclass gets."""
 
     _serializer: Serializer
-    _kept: dict[tuple[str, str], tuple[int, dict[str, Any], bytes]] | None = None
     #: Per name, the due time (on :attr:`clock`) of the next element as the last claim that took
     #: fewer than it asked for read it (``None``: empty); a store whose claims read it makes it.
     _ttn_after: dict[str, float | None] | None = None
-    #: ``REMOVED`` as this store's serializer writes it (see :meth:`_removed_payload`).
-    _removed_bytes: bytes | None = None
     #: The most bytes one element may take serialized (``None``: no limit, or not known until
     #: ``open``), and what sets it, for the error's message (see :meth:`_set_element_limit`).
     _element_limit: int | None = None
@@ -359,91 +341,6 @@ class StoreBase(Store):
     def _set_serializer(self, serializer: str | Serializer | None) -> None:
         """Resolve ``serializer`` (a name, an instance, or ``None`` for JSON) for this store."""
         self._serializer = get_serializer(serializer)
-        self._removed_bytes = None
-        #: Claimed envelopes and their bytes, by (name, id), with the claim's token (see the
-        #: module docstring); JSON only.
-        self._kept = {} if type(self._serializer) is JSONSerializer else None
-
-    def _keep_envelope(self, name: str, id: str, token: int, element: Any, payload: bytes = b"") -> None:
-        """At a claim: keep the bytes of an envelope until the claim's rearm (or other end)."""
-        kept = self._kept
-        if kept is not None and type(element) is dict and element.get(KEY) == 1:
-            if len(kept) >= _KEPT_ENVELOPES:
-                kept.clear()
-            kept[(name, id)] = (token, element, payload)
-
-    def _forget_envelopes(self, name: str, ids: Iterable[str]) -> None:
-        """Claims that ended otherwise than by a rearm (acked, rescheduled), or elements replaced
-        while claimed (``update``): nothing to keep."""
-        kept = self._kept
-        if kept:
-            for id in ids:
-                kept.pop((name, id), None)
-
-    def _removed_payload(self) -> bytes:
-        """The bytes of a schedule unscheduled while its occurrence ran (``REMOVED``), as this
-        store writes them: what its ``rearm`` compares the stored bytes (and those given) with."""
-        payload = self._removed_bytes
-        if payload is None:
-            payload = self._removed_bytes = self._dumps(REMOVED, None)
-        return payload
-
-    def _rearm_payload(
-        self, name: str, id: str, token: int, element: Any, *, rewrite: bool = True
-    ) -> tuple[bytes, bytes | None, bytes]:
-        """What to file ``element`` with as the claim ``token``'s next occurrence: ``(payload,
-        old end, new end)``. When ``element`` is the claimed envelope with other values at its
-        end (another ``next``; an extra run's request made its ``last_extra``), the store files
-        the bytes it holds with their end ``old`` made ``new`` (so a change written into the
-        envelope while its occurrence ran, by ``update``, is kept), or, if they no longer end so,
-        ``payload``: the kept bytes rewritten the same way (empty without ``rewrite``, for a
-        store that never files them: SQLite's rearm rewrites the stored end in its statement).
-        Else ``old`` is ``None`` and ``payload`` is the element encoded."""
-        kept = self._next_only(name, id, token, element)
-        if kept is not None:
-            held, old, new = kept
-            if old and held.endswith(old):  # (what ``rewritten`` checks)
-                # (Its size: the held bytes, less the old end, plus the new one, whether or not
-                # this store files them.)
-                self._check_size(len(held) - len(old) + len(new), name, id, "rearm")
-                return (held[: -len(old)] + new if rewrite else b""), old, new
-        return self._dumps(element, name, id, "rearm"), None, b""
-
-    def _next_only(
-        self, name: str, id: str, token: int, element: Any, *, forget: bool = True
-    ) -> tuple[bytes, bytes, bytes] | None:
-        """The bytes kept of the envelope the claim ``token`` handed out, and its end and
-        ``element``'s (:func:`ends`), when ``element`` is that envelope with other values at its
-        end only. Forgets what was kept, unless ``forget`` is false."""
-        if not self._kept:
-            return None
-        kept = self._kept.pop((name, id), None) if forget else self._kept.get((name, id))
-        if kept is None or kept[0] != token or type(element) is not dict:
-            return None
-        found = ends(kept[1], element)
-        return None if found is None else (kept[2], *found)
-
-    def _update_payload(
-        self, name: str, id: str, token: int | None, element: Any
-    ) -> tuple[bytes, bytes | None, bytes]:
-        """What ``update`` files, as :meth:`_rearm_payload` says. A worker's update of the
-        envelope it holds with other values at its end only (a late occurrence recording which
-        one it runs) rewrites the stored bytes' end, keeping a change written meanwhile, and what
-        it wrote stays kept as the claim's envelope (its rearm rewrites it in turn). Anything else
-        is encoded whole, and a worker's other updates end what was kept."""
-        if token is not None:
-            kept = self._next_only(name, id, token, element, forget=False)
-            if kept is not None:
-                held, old, new = kept
-                # (A store that rewrites stored bytes itself keeps none: Redis.)
-                payload = rewritten(held, old, new) if held else self._dumps(element, name, id, "update")
-                if payload is not None:
-                    self._check_size(len(payload), name, id, "update")
-                    assert self._kept is not None  # (it held the claim's envelope)
-                    self._kept[(name, id)] = (token, element, payload if held else b"")
-                    return payload, old, new
-            self._forget_envelopes(name, [id])
-        return self._dumps(element, name, id, "update"), None, b""
 
     def _not_open(self) -> StoreNotOpenError:
         return StoreNotOpenError(
@@ -460,7 +357,16 @@ class StoreBase(Store):
     ) -> bytes:
         """``element`` as bytes, or a bad-argument error before anything is written: one the
         serializer cannot take, or one larger than :attr:`max_element_bytes` (checked when
-        ``name`` is given; ``id``, ``verb`` and the batch's ``item`` index name it)."""
+        ``name`` is given; ``id``, ``verb`` and the batch's ``item`` index name it). An
+        :class:`~rehydrate.serializers.Encoded` element written by this store's serializer is
+        its bytes as they are."""
+        if type(element) is Encoded:
+            if element.serializer == self._serializer.name:
+                payload = element.data
+                if name is not None:
+                    self._check_size(len(payload), name, id, verb, item)
+                return payload
+            element = element.element
         try:
             payload = self._serializer.dumps(element)
         except InvalidArgumentError:
@@ -506,81 +412,3 @@ class StoreBase(Store):
         if stored != self._serializer.name:
             raise self._mismatch(name, stored, id)
         return self._serializer.loads(payload)
-
-
-def ends(claimed: dict[str, Any], element: dict[str, Any]) -> tuple[bytes, bytes] | None:
-    """The compact JSON ends of two schedule envelopes that differ at their end only: from the
-    first key where they part (the same keys before it, holding the very same values) to the
-    closing brace, when every value there is an integer (``next``, ``extra``, ``last_extra``) and
-    both end with ``next``; else ``None``. The bytes of ``claimed`` with its end made
-    ``element``'s are ``element`` encoded."""
-    if (
-        type(nxt := element.get("next")) is int
-        and type(was := claimed.get("next")) is int
-        and len(element) == len(claimed)
-    ):
-        # The common case, at every occurrence: another ``next`` only, at the end of the same keys
-        # (its ``%d``, as JSON has it). Compared in C, value by value (``is_``), with ``next``
-        # made the same on one side: a generator of ``is`` tests cost twice as much.
-        keys, values = list(element), list(element.values())
-        values[-1] = was
-        if keys[-1] == "next" and keys == list(claimed) and all(map(is_, values, claimed.values())):
-            return b'"next":%d}' % was, b'"next":%d}' % nxt
-    keys, other = list(claimed), list(element)
-    if not keys or keys[-1] != "next" or not other or other[-1] != "next":
-        return None
-    first, most = 0, min(len(keys), len(other)) - 1
-    while first < most and keys[first] == other[first] and claimed[keys[first]] is element[other[first]]:
-        first += 1
-    if first == 0:
-        return None
-    parts: list[bytes] = []
-    for envelope, names in ((claimed, keys[first:]), (element, other[first:])):
-        values = [envelope[key] for key in names]
-        if not all(type(value) is int for value in values) or not all(
-            key.isidentifier() and key.isascii() for key in names
-        ):
-            return None
-        pairs = zip(names, values, strict=True)
-        parts.append(b",".join(b'"%s":%d' % (key.encode(), value) for key, value in pairs) + b"}")
-    return parts[0], parts[1]
-
-
-def rewritten(payload: bytes, old: bytes, new: bytes) -> bytes | None:
-    """``payload`` with its end ``old`` made ``new``, or ``None`` if it does not end so."""
-    return payload[: -len(old)] + new if old and payload.endswith(old) else None
-
-
-def merge_next(stored: Any, given: Any) -> tuple[Any, bool | None]:
-    """What a rearm files for an element updated (by someone else than the worker that holds it)
-    while its claim ran, and whether at once: a schedule's envelope as stored, changed meanwhile
-    (its element, policy, a pause), with the next time the worker gives (and the extra run it
-    made, ``last_extra``, if that request is the stored one); a schedule given another trigger
-    meanwhile (re-planned: ``Scheduler.schedule`` wrote its new first occurrence into it) as
-    stored, due at once, for the runner that claims it to file for its time; anything else as
-    given (the memory store's counterpart of the rewrite of stored bytes, see
-    :meth:`StoreBase._rearm_payload`). A schedule unscheduled while its occurrence ran (stored
-    as ``REMOVED``) is removed (``None``); one given as ``REMOVED`` by the runner that claimed it
-    so is removed if still so, else filed as stored (written into since), at once."""
-    if type(stored) is dict and stored.get("removed") is True and stored == REMOVED:
-        return stored, None
-    if type(given) is dict and given.get("removed") is True and given == REMOVED:
-        return stored, True
-    if type(given) is dict and type(given.get("next")) is int:
-        if (
-            type(stored) is not dict
-            or "next" not in stored
-            or stored.get("trigger") != given.get("trigger")
-            or stored.get("anchor") != given.get("anchor")
-        ):
-            # Re-planned (or written over with something else: kept, as the stores of bytes do).
-            return stored, True
-        merged = {key: value for key, value in stored.items() if key != "next"}
-        ran = given.get("last_extra")
-        if ran is not None and "extra" not in given and merged.get("extra") == ran:
-            del merged["extra"]
-            merged.pop("last_extra", None)
-            merged["last_extra"] = ran
-        merged["next"] = given["next"]
-        return merged, False
-    return given, False

@@ -13,12 +13,11 @@ from rehydrate._clock import SystemClock
 from rehydrate._core import _limits, _validate, _workers
 from rehydrate._core._dehydrator import Dehydrator
 from rehydrate._core._limits import KeyState, LimitAnswer, LimitInfo, LimitSpec
-from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, is_held, new_claim
+from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, new_claim
 from rehydrate._core._validate import Seconds
-from rehydrate._schedules import is_removed
 from rehydrate.abc import Capabilities, Clock, Serializer, Subscription
 from rehydrate.errors import InvalidArgumentError, InvalidTypeError
-from rehydrate.stores._base import StoreBase, as_str, merge_next, url_options
+from rehydrate.stores._base import StoreBase, as_str, url_options
 from rehydrate.stores._subscription import EventSubscription
 
 __all__ = ["MemoryStore"]
@@ -45,7 +44,7 @@ class MemoryStore(StoreBase):
 
     #: (``in_process``: nothing to gain from coalescing concurrent defers; a push costs no round
     #: trip here.)
-    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True, in_process=True, limits=True)
+    capabilities = Capabilities(claim_ahead=True, workers=True, in_process=True, limits=True)
 
     def __init__(self, *, clock: Clock | None = None, serializer: str | Serializer | None = None) -> None:
         if clock is not None and not isinstance(clock, Clock):
@@ -154,34 +153,6 @@ class MemoryStore(StoreBase):
         loads = self._codec.loads
         return [None if payload is None else loads(payload) for payload in payloads]
 
-    def _merge(self, stored: bytes, given: bytes) -> tuple[bytes, bool | None]:
-        """:func:`merge_next` on the elements of two payloads (what a rearm or a holder's update
-        files for an element someone else updated while it was claimed), as a payload."""
-        old, new = self._decode(stored), self._decode(given)
-        merged, at_once = merge_next(old, new)
-        if merged is old:
-            return stored, at_once
-        if merged is new:
-            return given, at_once
-        return self._dumps(merged, None), at_once
-
-    def _rearm_payloads(
-        self, name: str, batch: list[tuple[str, int, Any, Seconds]]
-    ) -> list[tuple[str, int, bytes, Seconds]]:
-        """A rearm's items with their elements encoded, after the checks the durable stores make
-        first: a claimed envelope with another ``next`` is filed from the bytes its claim read
-        (:meth:`StoreBase._rearm_payload`), so a handler's change to it in place stays with that
-        run, as on the durable stores that serialize with JSON."""
-        out: list[tuple[str, int, bytes, Seconds]] = []
-        for id, token, element, ttl in batch:
-            if type(id) is not str or not id or not id.isascii():
-                _validate.element_id(id)
-            if (type(token) is not int or token < 1) and _validate.token(token) is None:
-                raise InvalidArgumentError("rearm needs each claim's token")
-            _validate.seconds(ttl, "ttl")
-            out.append((id, token, self._rearm_payload(name, id, token, element)[0], ttl))
-        return out
-
     # -- ReDe verbs ------------------------------------------------------------------------------
 
     async def push(
@@ -200,32 +171,6 @@ class MemoryStore(StoreBase):
         id = d.push(element, ttl=ttl, id=id)
         self._notify_if_sooner(name, d, before)
         return id
-
-    async def replace_unless_held(self, name: str, id: str, element: Any, *, ttl: Seconds) -> bool | None:
-        await anyio.lowlevel.checkpoint()
-        d = self._get(name)
-        _validate.seconds(ttl, "ttl")
-        if self._codec is not None:
-            element = self._encode(element, ttl, id)
-        if (info := d.info(id)) is None:
-            return None
-        if is_held(info, self.clock()):
-            return False
-        before = d.next_due()
-        d.pull(id)
-        d.push(element, ttl=ttl, id=id)
-        self._notify_if_sooner(name, d, before)
-        return True
-
-    async def pull_unless_held(self, name: str, id: str) -> bool | None:
-        await anyio.lowlevel.checkpoint()
-        d = self._get(name)
-        if (info := d.info(id)) is None:
-            return None
-        if is_held(info, self.clock()):
-            return False
-        d.pull(id)
-        return True
 
     async def push_many(self, name: str, items: Iterable[tuple[Any, Seconds, str | None]]) -> list[str]:
         """Without a serializer, the template's checks are the in-process dehydrator's own
@@ -250,7 +195,7 @@ class MemoryStore(StoreBase):
             items = [(dumps(element, None), ttl, id) for element, ttl, id in batch]
         d = self._get_or_create(name)
         before = d.next_due()
-        ids = d.push_many(items)  # every ttl counted from one reading of the clock, as rearm's
+        ids = d.push_many(items)  # every ttl counted from one reading of the clock, as replace_if's
         self._notify_if_sooner(name, d, before)
         return ids
 
@@ -297,13 +242,10 @@ class MemoryStore(StoreBase):
         await anyio.lowlevel.checkpoint()
         d = self._get_or_create(name)
         if self._codec is None:
-            return d.update(id, element, token=token, merge=merge_next)
+            return d.update(id, element, token=token)
         _validate.element_id(id)
         _validate.token(token)
-        # (A worker's update of the envelope it holds, with another ``next``, is filed from the
-        # bytes its claim read, as the durable stores do: see StoreBase._update_payload.)
-        payload = self._update_payload(name, id, token, element)[0]
-        return self._decode(d.update(id, payload, token=token, merge=self._merge))
+        return self._decode(d.update(id, self._dumps(element, None), token=token))
 
     # -- revisions: compare-and-set ---------------------------------------------------------------
     # Each verb is one call into the dehydrator with no checkpoint after the first: the
@@ -317,20 +259,24 @@ class MemoryStore(StoreBase):
             return found
         return self._decode(found[0]), found[1]
 
-    async def _replace_if(
-        self, name: str, batch: list[tuple[str, int, Any, float]], asked: float
-    ) -> list[int | None]:
+    async def replace_if(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[int | None]:
+        # Its own, as ack's: the in-process dehydrator checks every item (with the same
+        # _validate functions) before it files any, and a run's end comes through here.
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
         if self._codec is not None:
             dumps = self._dumps
-            batch = [(id, revision, dumps(element, None), ttl) for id, revision, element, ttl in batch]
-        if self._kept:
-            self._forget_envelopes(name, (id for id, _, _, _ in batch))
+            checked = _validate.conditional_replaces(items)
+            items = [(id, revision, dumps(element, None), ttl) for id, revision, element, ttl in checked]
         before = d.next_due()
-        done = d.replace_if(batch)
+        done = d.replace_if(items)  # (it checks every item before it files any)
         self._notify_if_sooner(name, d, before)
         return done
+
+    async def _replace_if(
+        self, name: str, batch: list[tuple[str, int, Any, float]], asked: float
+    ) -> list[int | None]:
+        return await self.replace_if(name, batch)
 
     async def update_if(self, name: str, id: str, revision: int, element: Any) -> int | None:
         await anyio.lowlevel.checkpoint()
@@ -339,16 +285,12 @@ class MemoryStore(StoreBase):
         _validate.revision(revision)
         if self._codec is not None:
             element = self._dumps(element, None)
-            self._forget_envelopes(name, [id])  # (as update: changed under its claim)
         return d.update_if(id, revision, element)
 
     async def pull_if(self, name: str, id: str, revision: int) -> bool:
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
-        done = d.pull_if(id, revision)
-        if done and self._kept:
-            self._forget_envelopes(name, [id])
-        return done
+        return d.pull_if(id, revision)
 
     # -- leases ----------------------------------------------------------------------------------
 
@@ -358,11 +300,10 @@ class MemoryStore(StoreBase):
         claims = d.claim(lease=lease, limit=limit, ahead=ahead)
         if self._codec is None:
             return claims
-        loads, keep = self._codec.loads, self._keep_envelope
+        loads = self._codec.loads
         out: list[Claim] = []
         for c in claims:
             element = loads(c.element)
-            keep(name, c.id, c.token, element, c.element)
             out.append(
                 new_claim(c.id, element, c.attempt, c.lease_until, c.token, c.due, c.claimed_at, c.revision)
             )
@@ -374,9 +315,6 @@ class MemoryStore(StoreBase):
         on the path of every delivery."""
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
-        if self._kept:
-            claims = list(claims)
-            self._forget_envelopes(name, (id for id, _ in claims))
         return d.ack_many(claims)
 
     async def _ack(self, name: str, pairs: list[tuple[str, int]]) -> list[bool]:
@@ -387,8 +325,6 @@ class MemoryStore(StoreBase):
     ) -> bool:
         await anyio.lowlevel.checkpoint()
         d = self._get(name)
-        if token is not None and self._kept:
-            self._forget_envelopes(name, [id])
         before = d.next_due()
         result = d.reschedule(id, ttl=ttl, attempt=attempt, token=token)
         self._notify_if_sooner(name, d, before)
@@ -403,39 +339,9 @@ class MemoryStore(StoreBase):
         if hand_back:
             done = [d.hand_back(id, token=token, ttl=ttl) for id, token, ttl in batch]
         else:
-            if self._kept:
-                self._forget_envelopes(name, (id for id, _, _ in batch))
             done = [d.reschedule(id, ttl=ttl, token=token) for id, token, ttl in batch]
         self._notify_if_sooner(name, d, before)
         return done
-
-    async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
-        await anyio.lowlevel.checkpoint()
-        batch = list(items)
-        d = self._get(name)
-        before = d.next_due()
-        if len(batch) == 1 and is_removed(batch[0][2]):  # (a runner sends it alone)
-            done = self._rearm_removed(name, d, *batch[0])
-        elif self._codec is None:
-            done = d.rearm_many(batch, merge_next)
-        else:
-            done = d.rearm_many(self._rearm_payloads(name, batch), self._merge)
-        self._notify_if_sooner(name, d, before)
-        return done
-
-    def _rearm_removed(
-        self, name: str, d: Dehydrator, id: str, token: int, element: Any, ttl: Seconds
-    ) -> list[bool]:
-        """A rearm given ``REMOVED``, by the runner that claimed a schedule unscheduled during a
-        run whose worker died (see :meth:`Store.rearm`): the element goes if it is still so, else
-        what was written into it since (``Scheduler.schedule`` again) is filed, due at once."""
-        _validate.seconds(ttl, "ttl")
-        if self._kept:
-            self._forget_envelopes(name, [id])
-        stored = d.look(id)
-        if is_removed(stored if self._codec is None else self._decode(stored)):
-            return [d.ack(id, token=token)]
-        return d.rearm_many([(id, token, stored, 0.0)])
 
     async def extend(self, name: str, id: str, *, lease: Seconds, token: int) -> float | None:
         await anyio.lowlevel.checkpoint()

@@ -50,7 +50,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -388,7 +388,7 @@ class PostgresStore(StoreBase):
             a ``push_many`` whose elements together pass 1000 MiB (one statement's parameters).
     """
 
-    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True, migrate=True, limits=True)
+    capabilities = Capabilities(claim_ahead=True, workers=True, migrate=True, limits=True)
 
     def __init__(
         self,
@@ -922,43 +922,6 @@ class PostgresStore(StoreBase):
         removed = await self._remove(self._sql.pull, name, id=id)
         return removed[0][1] if removed else None
 
-    async def replace_unless_held(self, name: str, id: str, element: Any, *, ttl: Seconds) -> bool | None:
-        """See :meth:`Store.replace_unless_held`: one statement, the row locked from the check to
-        the replace."""
-        _name(name)
-        _id(id)
-        micros = _micros(_validate.seconds(ttl, "ttl"))
-        params = self._params(
-            name=name,
-            id=id,
-            ttl=micros,
-            payload=self._dumps(element, name, id, "replace"),
-            codec=self._codec,
-            channel=self._channel,
-            note=self._note(name),
-        )
-        sql = self._sql.replace_unless_held
-        row = await self._run(lambda conn: conn.execute(sql, params, prepare=True).fetchone())
-        if row is None or row[0] is None:
-            return None
-        if row[2]:
-            self._wake(name)
-        return bool(row[1])
-
-    async def pull_unless_held(self, name: str, id: str) -> bool | None:
-        """See :meth:`Store.pull_unless_held`: one statement, the row locked from the check to the
-        pull."""
-        _name(name)
-        _id(id)
-        params = self._params(name=name, id=id, codec=self._codec)
-        sql = self._sql.pull_unless_held
-        row = await self._run(lambda conn: conn.execute(sql, params, prepare=True).fetchone())
-        if row is None:
-            return None
-        if row[2] is not None:
-            raise self._mismatch(name, row[2], row[0])
-        return bool(row[1])
-
     async def poll(self, name: str, *, limit: int | None = None) -> list[Any]:
         _name(name)
         n = _validate.limit(limit)
@@ -1026,16 +989,8 @@ class PostgresStore(StoreBase):
         _name(name)
         _id(id)
         _validate.token(token)
-        payload, old_end, new_end = self._update_payload(name, id, token, element)
-        params = {
-            "name": name,
-            "id": id,
-            "payload": payload,
-            "old": old_end,
-            "new": new_end,
-            "codec": self._codec,
-            "token": token,
-        }
+        payload = self._dumps(element, name, id, "update")
+        params = {"name": name, "id": id, "payload": payload, "codec": self._codec, "token": token}
         row = await self._run(lambda conn: conn.execute(self._sql.update, params, prepare=True).fetchone())
         if row is None:
             raise UnknownIdError(id)
@@ -1081,7 +1036,6 @@ class PostgresStore(StoreBase):
             revisions.append(revision if revision <= _MAX_BIGINT else -1)
             payloads.append(self._dumps(element, name, id, "replace_if", index))
         _check_batch_bytes("replace_if on", name, payloads)
-        self._forget_envelopes(name, ids)
         params = self._params(
             name=name,
             ids=ids,
@@ -1106,7 +1060,6 @@ class PostgresStore(StoreBase):
         checked = _revision(revision)
         payload = self._dumps(element, name, id, "update_if")
         params = {"name": name, "id": id, "rev": checked, "payload": payload, "codec": self._codec}
-        self._forget_envelopes(name, [id])
         row = await self._run(lambda conn: conn.execute(self._sql.update_if, params, prepare=True).fetchone())
         return None if row is None else int(row[0])
 
@@ -1115,7 +1068,6 @@ class PostgresStore(StoreBase):
         _name(name)
         _id(id)
         params = {"name": name, "id": id, "rev": _revision(revision)}
-        self._forget_envelopes(name, [id])
         row = await self._run(lambda conn: conn.execute(self._sql.pull_if, params, prepare=True).fetchone())
         return bool(row and row[0])
 
@@ -1130,7 +1082,6 @@ class PostgresStore(StoreBase):
         self._ttn_after.pop(name, None)  # (what an earlier claim read is older than this one)
         rows = await self._run(lambda conn: conn.execute(self._sql.claim, params, prepare=True).fetchall())
         claims = []
-        keep = self._keep_envelope
         for id, payload, token, until, due, now, foreign in rows:
             if token < 0:
                 # It took fewer than it asked for: the next due time after it (the server's
@@ -1142,7 +1093,6 @@ class PostgresStore(StoreBase):
                 raise self._mismatch(name, foreign, id)
             data = bytes(payload)
             element = self._serializer.loads(data)
-            keep(name, id, token, element, data)
             # The claim's revision is its claim number (the fresh seq it filed the row under).
             claims.append(
                 new_claim(
@@ -1159,7 +1109,6 @@ class PostgresStore(StoreBase):
         _name(name)
         for id, _ in pairs:
             _id(id)
-        self._forget_envelopes(name, (id for id, _ in pairs))
         params = self._params(name=name, ids=[id for id, _ in pairs], tokens=[token for _, token in pairs])
         rows = await self._run(lambda conn: conn.execute(self._sql.ack, params, prepare=True).fetchall())
         removed = {(id, token) for id, token in rows}
@@ -1197,8 +1146,6 @@ class PostgresStore(StoreBase):
         _id(id)
         _validate.attempt(attempt)
         _validate.token(token)
-        if token is not None:
-            self._forget_envelopes(name, [id])
         return await self._refile(name, id, micros, attempt=attempt, token=token, extend=False) is not None
 
     async def _release(
@@ -1208,34 +1155,8 @@ class PostgresStore(StoreBase):
         1,000 items, each atomic."""
         _name(name)
         batch = [(_id(id), token, _micros(ttl)) for id, token, ttl in checked]
-        self._forget_envelopes(name, (id for id, _, _ in batch))
         statement = self._sql.hand_back if hand_back else self._sql.reschedule_many
         return await self._fenced(name, statement, ("ids", "tokens", "ttls"), batch)
-
-    async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
-        """See :meth:`Store.rearm`: one statement per 1,000 items, each atomic; the ttls count
-        from the call (a schedule's next occurrence is due at its nominal time, not after the
-        batch was encoded)."""
-        asked = self.clock()
-        _name(name)
-        batch: list[tuple[str, int, bytes, bytes | None, bytes, int]] = []
-        for id, token, element, ttl in items:
-            _id(id)
-            micros = _micros(_validate.seconds(ttl, "ttl"))
-            if _validate.token(token) is None:
-                raise InvalidArgumentError("rearm needs each claim's token")
-            batch.append((id, token, *self._rearm_payload(name, id, token, element), micros))
-        columns = ("ids", "tokens", "payloads", "olds", "news", "ttls")
-        start = round(asked * 1_000_000)
-        return await self._fenced(
-            name,
-            self._sql.rearm,
-            columns,
-            batch,
-            codec=self._codec,
-            start=start,
-            removed=self._removed_payload(),
-        )
 
     async def _fenced(
         self,
@@ -1245,7 +1166,7 @@ class PostgresStore(StoreBase):
         batch: Sequence[tuple[Any, ...]],
         **more: Any,
     ) -> list[bool]:
-        """Run a fenced batch statement (``rearm``, ``reschedule_many``, ``hand_back``) on
+        """Run a fenced batch statement (``reschedule_many``, ``hand_back``) on
         ``batch``, 1,000 items a statement, each item's values passed as arrays named by
         ``columns``; whether each was done (the statement returns the 1-based position of each
         item it did)."""

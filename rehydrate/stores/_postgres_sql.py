@@ -77,18 +77,6 @@ def _counter(source: str, size: str, claimed: str) -> str:
 #: An element's revision (see the module's docstring).
 _REV = "coalesce(e.rev, e.seq)"
 
-#: In a rearm: the stored bytes (``e.payload``) end with the claimed envelope's end (``f.old``).
-_ENDS = (
-    "(length(e.payload) >= length(f.old)"
-    " AND substring(e.payload from length(e.payload) - length(f.old) + 1) = f.old)"
-)
-#: In a rearm: filed as stored, due at once. The stored bytes no longer end with the claimed
-#: envelope's end (re-planned while the occurrence ran), or the runner gives the element as a
-#: schedule unscheduled while its occurrence ran (``REMOVED``) and it was written into since
-#: (still ``REMOVED``, it is removed: the ``del`` step).
-_AT_ONCE = f"((f.old IS NOT NULL AND NOT {_ENDS}) OR f.payload = %(removed)s::bytea)"
-#: In a rearm: every element whose claim ended, ``gone`` 1 for those removed (see ``_counter``).
-_ENDED = "(SELECT 0 AS gone FROM upd UNION ALL SELECT 1 FROM del) AS ended"
 _HEAD = """head AS MATERIALIZED (
         SELECT due FROM {table} WHERE name = %(name)s ORDER BY due, seq LIMIT 1 FOR SHARE SKIP LOCKED
     )"""
@@ -235,43 +223,6 @@ _TEMPLATES: Final = {
         ),
         {_counter("ins", "count(*) FILTER (WHERE inserted)", "-coalesce((SELECT claimed::int FROM old), 0)")}
         SELECT count(*), {_NOTIFY.format(due="(SELECT min(due) FROM ins)")} FROM ins""",
-    # replace_unless_held: the element under id rewritten as a new one, as push_replace does, only
-    # if it is there and no worker holds it (claimed, its lease running). Returns whether one
-    # holds it (NULL: unknown), whether it was replaced, and whether that woke the name.
-    "replace_unless_held": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
-        old AS MATERIALIZED (
-            SELECT claimed, (claimed AND due > (SELECT now FROM t)) AS held FROM {{table}}
-            WHERE name = %(name)s AND id = %(id)s FOR UPDATE
-        ),
-        {_HEAD},
-        upd AS (
-            UPDATE {{table}} AS e SET due = t.now + %(ttl)s, seq = nextval('{{seq_name}}'), rev = NULL,
-                ttl = %(ttl)s / 1e6, attempt = 0, claimed = false, serializer = %(codec)s,
-                payload = %(payload)s
-            FROM t, old WHERE e.name = %(name)s AND e.id = %(id)s AND NOT old.held
-            RETURNING e.due
-        ),
-        {_counter("upd", "0", "-coalesce((SELECT claimed::int FROM old), 0)")}
-        SELECT (SELECT held FROM old), count(*) > 0,
-            CASE WHEN count(*) = 0 THEN false ELSE {_NOTIFY.format(due="(SELECT min(due) FROM upd)")} END
-        FROM upd""",
-    # pull_unless_held: the element removed unless a worker holds it. Per row: id, whether it
-    # was removed, the serializer of one refused for it (not removed), whether one holds it.
-    "pull_unless_held": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now),
-        picked AS MATERIALIZED (
-            SELECT ctid AS tid, id, serializer, (claimed AND due > (SELECT now FROM t)) AS held
-            FROM {{table}} WHERE name = %(name)s AND id = %(id)s FOR UPDATE
-        ),
-        bad AS MATERIALIZED (SELECT id, serializer FROM picked WHERE serializer <> %(codec)s AND NOT held),
-        del AS (
-            DELETE FROM {{table}} e USING picked p
-            WHERE e.ctid = p.tid AND e.name = %(name)s AND NOT p.held AND NOT EXISTS (SELECT 1 FROM bad)
-            RETURNING e.id, e.claimed
-        ),
-        {_counter("del", "-count(*)", "-count(*) FILTER (WHERE claimed)")}
-        SELECT id, true, NULL, false FROM del
-        UNION ALL SELECT id, false, serializer, false FROM bad
-        UNION ALL SELECT id, false, NULL, true FROM picked WHERE held""",
     "existing": "SELECT id FROM {table} WHERE name = %(name)s AND id = ANY(%(ids)s::text[]) LIMIT 1",
     "same": (
         "SELECT count(*) FROM {table} e JOIN unnest(%(ids)s::text[], %(payloads)s::bytea[]) AS u(id, payload)"
@@ -329,23 +280,14 @@ _TEMPLATES: Final = {
     "ttn": f"""WITH t AS MATERIALIZED (SELECT {_NOW} AS now)
         SELECT greatest(0, due - (SELECT now FROM t)) FROM {{table}}
         WHERE name = %(name)s ORDER BY due, seq LIMIT 1""",
-    # update: the payload replaced (or its end rewritten), a fresh revision drawn; due time, seq,
-    # attempt and claim kept.
+    # update: the payload replaced, a fresh revision drawn; due time, seq, attempt and claim kept.
     "update": """WITH old AS MATERIALIZED (
             SELECT payload, serializer FROM {table} WHERE name = %(name)s AND id = %(id)s
                 AND (%(token)s::bigint IS NULL OR (attempt = %(token)s::bigint AND claimed))
             FOR UPDATE
         ),
         upd AS (
-            UPDATE {table} SET serializer = %(codec)s, rev = nextval('{seq_name}'),
-                payload = CASE WHEN %(old)s::bytea IS NOT NULL
-                    AND length(payload) >= length(%(old)s::bytea)
-                    AND substring(payload from length(payload) - length(%(old)s::bytea) + 1)
-                        = %(old)s::bytea
-                    THEN substring(payload from 1 for length(payload) - length(%(old)s::bytea))
-                        || %(new)s::bytea
-                    WHEN %(old)s::bytea IS NOT NULL THEN payload
-                    ELSE %(payload)s END
+            UPDATE {table} SET serializer = %(codec)s, rev = nextval('{seq_name}'), payload = %(payload)s
             WHERE name = %(name)s AND id = %(id)s AND (SELECT serializer FROM old) = %(codec)s
             RETURNING 1
         )
@@ -435,55 +377,6 @@ _TEMPLATES: Final = {
     # filed so with that claim's attempt undone: the same claim number, one attempt fewer, so the
     # token no longer matches and a second hand-back does nothing.
     "hand_back": _refile_many(hand_back=True),
-    # rearm (a schedule's next occurrence): each (id, token) still claimed under that token is
-    # filed anew as a new element (attempt 0, unclaimed) with its payload, in the order given; an
-    # id given twice is rearmed by its first item only. With an old end given, the payload is the
-    # stored bytes with that end made the new one (a change written into the schedule while its
-    # occurrence ran is kept); if they no longer end so, the schedule was re-planned meanwhile (a
-    # new trigger, its first occurrence written into it): filed as stored, due at once. Stored
-    # as REMOVED (unscheduled while its occurrence ran), it is removed instead.
-    "rearm": f"""WITH {_FROM_START},
-        found AS MATERIALIZED (
-            SELECT f.*, nextval('{{seq_name}}') AS n FROM (
-                SELECT DISTINCT ON (a.id) a.id, a.payload, a.old, a.new, a.ttl, a.ord, x.tid
-                FROM unnest(
-                    %(ids)s::text[], %(tokens)s::bigint[], %(payloads)s::bytea[], %(olds)s::bytea[],
-                    %(news)s::bytea[], %(ttls)s::bigint[]
-                ) WITH ORDINALITY AS a(id, token, payload, old, new, ttl, ord)
-                CROSS JOIN LATERAL (
-                    SELECT e.ctid AS tid FROM {{table}} e
-                    WHERE e.name = %(name)s AND e.id = a.id AND e.attempt = a.token AND e.claimed
-                    FOR UPDATE
-                ) x
-                ORDER BY a.id, a.ord
-            ) f ORDER BY f.ord
-        ),
-        {_HEAD},
-        del AS (
-            DELETE FROM {{table}} e USING found f
-            WHERE e.ctid = f.tid AND e.name = %(name)s AND e.claimed AND e.payload = %(removed)s::bytea
-            RETURNING f.ord
-        ),
-        upd AS (
-            UPDATE {{table}} e
-            SET due = t.now + CASE WHEN {_AT_ONCE} THEN 0 ELSE f.ttl END,
-                seq = f.n,
-                rev = NULL,
-                ttl = CASE WHEN {_AT_ONCE} THEN 0 ELSE f.ttl / 1e6 END,
-                attempt = 0, claimed = false,
-                serializer = %(codec)s,
-                payload = CASE WHEN f.old IS NOT NULL AND {_ENDS}
-                    THEN substring(e.payload from 1 for length(e.payload) - length(f.old)) || f.new
-                    WHEN {_AT_ONCE} THEN e.payload
-                    ELSE f.payload END
-            FROM found f, t
-            WHERE e.ctid = f.tid AND e.name = %(name)s AND e.claimed
-                AND e.payload <> %(removed)s::bytea
-            RETURNING f.ord, e.due
-        ),
-        {_counter(_ENDED, "-sum(gone)", "-count(*)")}
-        SELECT ord, {_NOTIFY.format(due="(SELECT min(due) FROM upd)")} FROM upd
-        UNION ALL SELECT ord, false FROM del""",
     "info": """SELECT due, ttl, attempt, claimed, coalesce(rev, seq) FROM {table}
         WHERE name = %(name)s AND id = %(id)s""",
     # read: look and info in one snapshot (one statement).
@@ -617,8 +510,6 @@ class Statements:
     now: str
     push: str
     push_replace: str
-    replace_unless_held: str
-    pull_unless_held: str
     existing: str
     same: str
     pull: str
@@ -634,7 +525,6 @@ class Statements:
     refile: str
     reschedule_many: str
     hand_back: str
-    rearm: str
     info: str
     read: str
     replace_if: str

@@ -24,12 +24,10 @@ from __future__ import annotations
 import itertools
 import json
 import secrets
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
-import anyio
 
 from rehydrate._clock import ServerClock
 from rehydrate._core import _limits, _validate, _workers
@@ -288,7 +286,7 @@ class RedisStore(StoreBase):
     the task that opened them.
     """
 
-    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True, limits=True)
+    capabilities = Capabilities(claim_ahead=True, workers=True, limits=True)
 
     def __init__(
         self,
@@ -595,25 +593,6 @@ class RedisStore(StoreBase):
         reply = await self._eval("pull", name, [id])
         return None if reply is None else self._load(reply)
 
-    async def replace_unless_held(self, name: str, id: str, element: Any, *, ttl: Seconds) -> bool | None:
-        """See :meth:`Store.replace_unless_held`: push.lua's "u" mode, one script."""
-        self._keys(name)
-        micros = _micros(ttl, "ttl")
-        _validate.element_id(id)
-        args: _Args = ["u", "", id, micros, self._dumps(element, name, id, "replace")]
-        # (A retry after a lost reply replaces again: the element is then this one, unheld.)
-        status = int((await self._eval("push", name, args, retry=args))[0])
-        return True if status == 1 else (None if status == 3 else False)
-
-    async def pull_unless_held(self, name: str, id: str) -> bool | None:
-        """See :meth:`Store.pull_unless_held`: pull.lua's "u" mode, one script."""
-        self._keys(name)
-        _validate.element_id(id)
-        reply = await self._eval("pull", name, [id, "u"])
-        if reply is None:
-            return None
-        return not isinstance(reply, int)
-
     async def poll(self, name: str, *, limit: int | None = None) -> list[Any]:
         """See :meth:`Store.poll`. Takes ``batch_size`` elements per script and loops; the loop
         takes only elements due when it began and filed before, so a busy producer cannot keep it
@@ -689,9 +668,9 @@ class RedisStore(StoreBase):
         self._keys(name)
         _validate.element_id(id)
         _validate.token(token)
-        payload, old_end, new_end = self._update_payload(name, id, token, element)
+        payload = self._dumps(element, name, id, "update")
         fence = "" if token is None else _fence_text(token)
-        reply = await self._eval("update", name, [id, payload, fence, old_end or b"", new_end])
+        reply = await self._eval("update", name, [id, payload, fence])
         if not int(reply[0]):
             raise UnknownIdError(id)
         return self._load(reply[1])
@@ -713,7 +692,10 @@ class RedisStore(StoreBase):
         """See :meth:`Store.replace_if`: one script (replace_if.lua) for the whole batch, so at
         most 10,000 items per call, as push_many. The revision's comparison and the refiling are
         one script per item: what makes a claim's end and its successor's filing fenced (no
-        other writer, nor a claimer, between them). The ttls count from the call, as rearm's."""
+        other writer, nor a claimer, between them). The ttls count from the call (its time on
+        this store's clock, which the script takes as its start): a schedule's next occurrence is
+        due at its nominal time, however long the batch took to encode or waited for a
+        connection."""
         if len(batch) > _PUSH_MANY_MAX:
             raise InvalidArgumentError(
                 f"replace_if takes at most {_PUSH_MANY_MAX} items per call on Redis (one atomic script); "
@@ -723,8 +705,6 @@ class RedisStore(StoreBase):
         for index, (id, revision, element, ttl) in enumerate(batch):
             payload = self._dumps(element, name, id, "replace_if", index)
             flat += (id, _rev_text(revision), round(ttl * 1_000_000), payload)
-        # Replaced elements' claims end: what their claimers kept of them is of no use now.
-        self._forget_envelopes(name, (id for id, _, _, _ in batch))
         # (A retry after a lost reply finds the revisions changed and answers None for them,
         # although the first attempt replaced them.)
         reply = await self._eval("replace_if", name, flat)
@@ -737,7 +717,7 @@ class RedisStore(StoreBase):
         _validate.element_id(id)
         rev = _validate.revision(revision)
         payload = self._dumps(element, name, id, "update_if")
-        reply = await self._eval("update", name, [id, payload, "", b"", b"", _rev_text(rev)])
+        reply = await self._eval("update", name, [id, payload, "", _rev_text(rev)])
         return int(reply[2]) if int(reply[0]) else None
 
     async def pull_if(self, name: str, id: str, revision: int) -> bool:
@@ -769,11 +749,9 @@ class RedisStore(StoreBase):
                 elements = self._loads_joined(reply[4])
             else:
                 elements = [self._load(reply[i + 4]) for i in rows]
-            keep = self._keep_envelope
             for i, element in zip(rows, elements, strict=True):
                 id, attempt = _text(reply[i]), int(reply[i + 1])
                 token = stamp(int(reply[i + 3]), attempt)
-                keep(name, id, token, element)  # (rearm.lua rewrites the stored bytes' end)
                 # (The claim's seq is the element's new revision too: take.lua.)
                 out.append(
                     new_claim(
@@ -794,7 +772,6 @@ class RedisStore(StoreBase):
 
     async def _ack(self, name: str, pairs: list[tuple[str, int]]) -> list[bool]:
         """See :meth:`Store.ack`. ``batch_size`` pairs per script, each script atomic."""
-        self._forget_envelopes(name, (id for id, _ in pairs))
         out: list[bool] = []
         for start in range(0, len(pairs), self._batch):
             flat: _Args = []
@@ -812,8 +789,6 @@ class RedisStore(StoreBase):
         _validate.element_id(id)
         _validate.attempt(attempt)
         _validate.token(token)
-        if token is not None:
-            self._forget_envelopes(name, [id])
         fence = "" if attempt is None else attempt
         reply = await self._eval("move", name, ["reschedule", id, micros, fence, _fence_text(token)])
         return reply is not None
@@ -824,7 +799,6 @@ class RedisStore(StoreBase):
         """See :meth:`Store.reschedule_many` and :meth:`Store.hand_back`: ``retry.lua``,
         ``batch_size`` items per script, each script atomic."""
         mode = "hand_back" if hand_back else "retry"
-        self._forget_envelopes(name, (id for id, _, _ in batch))
         out: list[bool] = []
         for start in range(0, len(batch), self._batch):
             flat: _Args = []
@@ -832,48 +806,6 @@ class RedisStore(StoreBase):
                 flat += (id, round(ttl * 1_000_000), _fence_text(token))
             reply = await self._eval("retry", name, [mode, *flat])
             out.extend(bool(int(r)) for r in reply)
-        return out
-
-    async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
-        """See :meth:`Store.rearm`: ``batch_size`` items per script, each script atomic. A retry
-        after a lost reply finds those claims ended and answers ``False`` for them, although the
-        first attempt filed them. The ttls count from the call (its time on this store's clock,
-        which the script takes as its start): a schedule's next occurrence is due at its nominal
-        time, however long the batch took to encode or waited for a connection."""
-        self._keys(name)
-        asked = round(self.clock() * 1_000_000)
-        flat_items: list[tuple[str, int, str, bytes]] = []
-        rewrites: list[bool] = []
-        for id, token, element, ttl in items:
-            _validate.element_id(id)
-            micros = _micros(ttl, "ttl")
-            if _validate.token(token) is None:
-                raise InvalidArgumentError("rearm needs each claim's token")
-            # The claimed envelope with another next: rearm.lua rewrites the end of the bytes it
-            # holds (sent: the old and the new next, marked a rewrite); anything else is encoded.
-            kept = self._next_only(name, id, token, element)
-            if kept is not None:
-                payload = kept[1] + b"\n" + kept[2]  # (compact JSON ends: no newline in them)
-            else:
-                payload = self._dumps(element, name, id, "rearm", len(rewrites))
-            flat_items.append((id, micros, _fence_text(token), payload))
-            rewrites.append(kept is not None)
-        if not flat_items:
-            self._backend.check_open()
-            await anyio.lowlevel.checkpoint()
-            return []
-        out: list[bool] = []
-        for start in range(0, len(flat_items), self._batch):
-            part = flat_items[start : start + self._batch]
-            marks = rewrites[start : start + self._batch]
-            flat: _Args = [
-                asked,
-                "".join("1" if m else "0" for m in marks) if any(marks) else "",
-                self._removed_payload(),
-            ]
-            for item in part:
-                flat += item
-            out.extend(int(r) == 1 for r in await self._eval("rearm", name, flat))
         return out
 
     async def extend(self, name: str, id: str, *, lease: Seconds, token: int) -> float | None:

@@ -45,7 +45,6 @@ _SCRIPT_NAMES: Final = (
     "push",
     "push1",
     "range",
-    "rearm",
     "remove",
     "replace_if",
     "retry",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from typing import Any, Final, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -18,7 +18,7 @@ from rehydrate._core import _limits, _validate, _workers
 from rehydrate._core._fence import attempt_of, stamp
 from rehydrate._core._limits import LimitAnswer, LimitInfo, LimitSpec
 from rehydrate._core._records import Claim, ElementInfo, Summary, WorkerRecord, new_claim
-from rehydrate._core._validate import MAX_SECONDS, Seconds
+from rehydrate._core._validate import Seconds
 from rehydrate.abc import Capabilities, Clock, Serializer, Subscription
 from rehydrate.errors import (
     DuplicateIdError,
@@ -30,7 +30,7 @@ from rehydrate.errors import (
 )
 from rehydrate.stores import _sqlite_sql as sql
 from rehydrate.stores import _sqlite_wake as wake
-from rehydrate.stores._base import StoreBase, as_float, as_size, as_str, element_bytes, rewritten, url_options
+from rehydrate.stores._base import StoreBase, as_float, as_size, as_str, element_bytes, url_options
 from rehydrate.stores._limits_sql import LimitTables
 from rehydrate.stores._sqlite_wake import Listener
 
@@ -66,7 +66,7 @@ _DEFAULT_MAX_LENGTH: Final = 1_000_000_000
 #: Payload bytes are bound as a ``bytearray`` (the same BLOB, a copy of a hundred bytes): the
 #: ``sqlite3`` module binds ints, floats, strs and bytearrays directly, but looks up an adapter
 #: for ``bytes`` first, and the failed lookups (two attribute errors made and cleared) cost more
-#: than binding the value, three times per occurrence a rearm files (counted with callgrind: see
+#: than binding the value, three times per schedule occurrence filed (counted with callgrind: see
 #: docs/benchmarks.md, "Recurring schedules").
 _blob: Final = bytearray
 
@@ -215,7 +215,7 @@ class SQLiteStore(StoreBase):
     times are stored as Unix times, so they survive a restart and every process on the machine
     agrees on them. A :class:`~rehydrate.testing.FakeClock` can be passed in tests. The clock is
     read inside each transaction (in the worker thread), once the write lock is held, except that
-    the batch verbs ``push_many`` and ``rearm`` count their ttls from the call; a clock that
+    the batch verbs ``push_many`` and ``replace_if`` count their ttls from the call; a clock that
     steps back is treated as standing still, as by the memory store.
 
     **Layout.** One table of elements, ``(name, id)`` its primary key, with a B-tree index on
@@ -275,7 +275,7 @@ class SQLiteStore(StoreBase):
             :class:`~rehydrate.errors.ElementTooLargeError` before anything is written.
     """
 
-    capabilities = Capabilities(claim_ahead=True, rearm=True, workers=True, migrate=True, limits=True)
+    capabilities = Capabilities(claim_ahead=True, workers=True, migrate=True, limits=True)
 
     def __init__(
         self,
@@ -673,7 +673,7 @@ class SQLiteStore(StoreBase):
     async def _push_many(
         self, name: str, items: list[tuple[Any, float, str | None]], asked: float
     ) -> list[str]:
-        """See :meth:`Store.push_many`. The ttls count from the call, like :meth:`rearm`'s: not from
+        """See :meth:`Store.push_many`. The ttls count from the call, like :meth:`replace_if`'s: not from
         when the batch, encoded and checked, had the write lock (a thousand schedules' first
         occurrences were a few milliseconds late by that)."""
         batch: list[tuple[str, bytearray, float]] = []
@@ -719,42 +719,6 @@ class SQLiteStore(StoreBase):
             element = self._loads(name, id, row[1], row[2])
             conn.execute(sql.DELETE, (row[0],))
             return element
-
-        return await self._write(body)
-
-    async def replace_unless_held(self, name: str, id: str, element: Any, *, ttl: Seconds) -> bool | None:
-        _validate.element_id(name, "name")
-        _validate.element_id(id)
-        seconds = _validate.seconds(ttl, "ttl")
-        payload = self._dumps(element, name, id, "replace")
-        codec = self._serializer.name
-
-        def body(conn: sqlite3.Connection) -> tuple[bool | None, int | None]:
-            row = conn.execute(sql.INFO, (name, id)).fetchone()
-            now = self._now()
-            if row is None:
-                return None, None
-            if row[3] and row[0] > now:
-                return False, None
-            return True, self._file_one(conn, name, id, payload, codec, now, seconds, True)
-
-        done, counter = await self._write(body)
-        self._notify(name, counter)
-        return done
-
-    async def pull_unless_held(self, name: str, id: str) -> bool | None:
-        _validate.element_id(name, "name")
-        _validate.element_id(id)
-
-        def body(conn: sqlite3.Connection) -> bool | None:
-            row = conn.execute(sql.ROW, (name, id)).fetchone()
-            if row is None:
-                return None
-            if row[5] and row[3] > self._now():
-                return False
-            self._loads(name, id, row[1], row[2])  # (another serializer's element is left as it was)
-            conn.execute(sql.DELETE, (row[0],))
-            return True
 
         return await self._write(body)
 
@@ -852,7 +816,7 @@ class SQLiteStore(StoreBase):
         _validate.element_id(name, "name")
         _validate.element_id(id)
         _validate.token(token)
-        payload, old_end, new_end = self._update_payload(name, id, token, element)
+        payload = _blob(self._dumps(element, name, id, "update"))
         codec = self._serializer.name
 
         def body(conn: sqlite3.Connection) -> Any:
@@ -860,12 +824,7 @@ class SQLiteStore(StoreBase):
             if row is None or (token is not None and (row[4] != token or not row[5])):
                 raise UnknownIdError(id)
             old = self._loads(name, id, row[1], row[2])
-            # The stored bytes with their end rewritten, if they end so (see _update_payload); if
-            # they do not, the schedule was re-planned meanwhile (merge_next): left as it is.
-            kept = None if old_end is None else rewritten(bytes(row[1]), old_end, new_end)
-            if old_end is None or kept is not None:
-                written = _blob(payload if kept is None else kept)
-                conn.execute(sql.SET_PAYLOAD, (written, codec, sql.next_seq(conn, 1), row[0]))
+            conn.execute(sql.SET_PAYLOAD, (payload, codec, sql.next_seq(conn, 1), row[0]))
             return old
 
         return await self._write(body)
@@ -895,7 +854,9 @@ class SQLiteStore(StoreBase):
     ) -> list[int | None]:
         """See :meth:`Store.replace_if`: one write transaction for the batch, each item one
         conditional ``UPDATE`` (``REPLACE_IF``: the revision compared in its ``WHERE``). Each item
-        is due ``ttl`` after the call, as :meth:`rearm`'s."""
+        is due ``ttl`` after the call, not after the write lock was had: a schedule's next
+        occurrence is its nominal time, however long the batch waited for the lock and its
+        elements took to encode (the ttls were measured at the call)."""
         codec = self._serializer.name
         payloads = [
             _blob(self._dumps(element, name, id, "replace_if", index))
@@ -908,13 +869,10 @@ class SQLiteStore(StoreBase):
             seq = sql.next_seq(conn, len(batch))  # (those of items that do nothing go unused)
             done: list[int | None] = []
             soonest: float | None = None
-            forget = self._forget_envelopes
             for (id, revision, _, seconds), payload in zip(batch, payloads, strict=True):
                 due = start + seconds
                 params = (payload, codec, due, seq, seconds, name, id, revision)
                 if conn.execute(sql.REPLACE_IF, params).rowcount == 1:
-                    # Another element now: a claim it ended keeps no envelope for a rearm.
-                    forget(name, (id,))
                     done.append(seq)
                     soonest = due if soonest is None else min(soonest, due)
                 else:
@@ -939,8 +897,6 @@ class SQLiteStore(StoreBase):
             new = sql.next_seq(conn, 1)
             if conn.execute(sql.UPDATE_IF, (payload, codec, new, name, id, expected)).rowcount != 1:
                 return None
-            # The element is another now: what a claim of it kept for its rearm no longer is.
-            self._forget_envelopes(name, [id])
             return new
 
         return await self._write(body)
@@ -952,10 +908,7 @@ class SQLiteStore(StoreBase):
         expected = _validate.revision(revision)
 
         def body(conn: sqlite3.Connection) -> bool:
-            if conn.execute(sql.PULL_IF, (name, id, expected)).rowcount != 1:
-                return False
-            self._forget_envelopes(name, [id])
-            return True
+            return conn.execute(sql.PULL_IF, (name, id, expected)).rowcount == 1
 
         return await self._write(body)
 
@@ -994,10 +947,8 @@ class SQLiteStore(StoreBase):
             # sequence never goes back in this file.
             stamps = [stamp(first + i, attempt_of(row[5]) + 1) for i, row in enumerate(rows)]
             claims = []
-            keep = self._keep_envelope
             for (_, id, payload, codec, due, _), token in zip(rows, stamps, strict=True):
                 element = self._loads(name, id, payload, codec)
-                keep(name, id, token, element, payload)
                 claims.append(new_claim(id, element, attempt_of(token), until, token, due, now, seq))
                 seq += 1
             conn.executemany(
@@ -1027,7 +978,6 @@ class SQLiteStore(StoreBase):
         def body(conn: sqlite3.Connection) -> list[bool]:
             return [conn.execute(sql.ACK, (name, id, token)).rowcount == 1 for id, token in pairs]
 
-        self._forget_envelopes(name, (id for id, _ in pairs))
         return await self._write(body)
 
     async def reschedule(
@@ -1038,8 +988,6 @@ class SQLiteStore(StoreBase):
         _validate.element_id(id)
         _validate.attempt(attempt)
         _validate.token(token)
-        if token is not None:
-            self._forget_envelopes(name, [id])
 
         def body(conn: sqlite3.Connection) -> tuple[bool, int | None]:
             row = conn.execute(sql.ROW, (name, id)).fetchone()
@@ -1062,7 +1010,6 @@ class SQLiteStore(StoreBase):
         for the whole batch. Handing back takes only a claim still held, with that claim's
         attempt undone (the same claim number, one attempt fewer: the token no longer matches,
         so a second hand-back does nothing)."""
-        self._forget_envelopes(name, (id for id, _, _ in batch))
 
         def body(conn: sqlite3.Connection) -> tuple[list[bool], int | None]:
             done: list[bool] = []
@@ -1081,119 +1028,6 @@ class SQLiteStore(StoreBase):
         done, counter = await self._write(body)
         self._notify(name, counter)
         return done
-
-    async def rearm(self, name: str, items: Iterable[tuple[str, int, Any, Seconds]]) -> list[bool]:
-        """See :meth:`Store.rearm`. Each item is due ``ttl`` after the call, not after the write
-        lock was had: a schedule's next occurrence is its nominal time, however long the batch
-        waited for the lock and its envelopes took to encode (the ttls were measured at the call)."""
-        _validate.element_id(name, "name")
-        asked = float(self.clock())
-        codec = self._serializer.name
-        batch: list[tuple[str, int, tuple[bytes, bytes | None, bytes], float]] = []
-        for id, token, element, ttl in items:
-            # The common item in one test each (a runner's batch: str ids, int tokens, float ttls,
-            # as the memory store's rearm_many); anything else goes through the checks that raise.
-            if type(id) is not str or not id or not id.isascii():
-                _validate.element_id(id)
-            seconds = (
-                ttl if type(ttl) is float and 0.0 <= ttl <= MAX_SECONDS else _validate.seconds(ttl, "ttl")
-            )
-            if (type(token) is not int or token < 1) and _validate.token(token) is None:
-                raise InvalidArgumentError("rearm needs each claim's token")
-            batch.append((id, token, self._rearm_payload(name, id, token, element, rewrite=False), seconds))
-        if not batch:
-            if self._conn is None:
-                raise self._not_open()
-            await anyio.lowlevel.checkpoint()
-            return []
-
-        def body(conn: sqlite3.Connection) -> tuple[list[bool], int | None]:
-            head = sql.head(conn, name)
-            now = self._now()
-            # One reservation of filing numbers for the batch (those of items fenced out go unused).
-            seq = sql.next_seq(conn, len(batch))
-            done: list[bool] = []
-            soonest: float | None = None
-            start = min(asked, now)  # a clock that stepped back counts as standing still
-            for id, token, (payload, old, new), seconds in batch:
-                due = start + seconds
-                if old is None:
-                    ok, filed = self._rearm_whole(conn, name, id, token, payload, codec, start, seconds, seq)
-                    seq += 1
-                    done.append(ok)
-                    if filed is not None:
-                        soonest = filed if soonest is None else min(soonest, filed)
-                    continue
-                cursor = conn.execute(
-                    sql.REARM,
-                    (
-                        _blob(old),
-                        _blob(new),
-                        codec,
-                        due,
-                        seq,
-                        seconds,
-                        name,
-                        id,
-                        token,
-                    ),
-                )
-                if cursor.rowcount != 1:
-                    # Fenced out, unscheduled (REMOVED) or re-planned while the claim ran (see
-                    # REARM_REPLANNED).
-                    if self._rearm_removed(conn, name, id, token):
-                        done.append(True)
-                        continue
-                    cursor = conn.execute(sql.REARM_REPLANNED, (start, seq, name, id, token))
-                    due = start
-                seq += 1
-                if cursor.rowcount != 1:
-                    done.append(False)
-                    continue
-                soonest = due if soonest is None else min(soonest, due)
-                done.append(True)
-            sooner = soonest is not None and (head is None or soonest < head)
-            return done, (self._bump(conn, name) if sooner else None)
-
-        done, counter = await self._write(body)
-        self._notify(name, counter)
-        return done
-
-    def _rearm_whole(
-        self,
-        conn: sqlite3.Connection,
-        name: str,
-        id: str,
-        token: int,
-        payload: bytes,
-        codec: str,
-        start: float,
-        seconds: float,
-        seq: int,
-    ) -> tuple[bool, float | None]:
-        """A rearm item encoded whole (not the claimed envelope with another end): filed, unless
-        stored as a schedule unscheduled while the claim ran (then removed); given as such
-        (``REMOVED``) by the runner that claimed it so, removed if still so, else filed as
-        written into since, at once. Whether done, and when the element is due if filed."""
-        removed = _blob(self._removed_payload())
-        if payload == removed:
-            if self._rearm_removed(conn, name, id, token):
-                return True, None
-            if conn.execute(sql.REARM_REPLANNED, (start, seq, name, id, token)).rowcount == 1:
-                return True, start
-            return False, None
-        due = start + seconds
-        params = (_blob(payload), codec, due, seq, seconds, name, id, token, removed)
-        if conn.execute(sql.REARM_WHOLE, params).rowcount == 1:
-            return True, due
-        # Removed (stored as unscheduled), or fenced out: nothing filed.
-        return self._rearm_removed(conn, name, id, token), None
-
-    def _rearm_removed(self, conn: sqlite3.Connection, name: str, id: str, token: int) -> bool:
-        """Remove the element claimed under ``token`` if it is stored as a schedule unscheduled
-        while its occurrence ran (``REMOVED``); whether it was."""
-        removed = _blob(self._removed_payload())
-        return conn.execute(sql.REARM_REMOVED, (name, id, token, removed)).rowcount == 1
 
     async def extend(self, name: str, id: str, *, lease: Seconds, token: int) -> float | None:
         _validate.element_id(name, "name")

@@ -38,9 +38,6 @@ __all__ = [
     "NAMES",
     "PULL_IF",
     "READ",
-    "REARM",
-    "REARM_REMOVED",
-    "REARM_WHOLE",
     "REFILE",
     "REPLACE_IF",
     "ROW",
@@ -153,40 +150,6 @@ EXTEND: Final = "UPDATE rehydrate_elements SET due = ?, seq = ?, ttl = ? WHERE r
 HAND_BACK: Final = (
     "UPDATE rehydrate_elements SET due = ?1, seq = ?2, ttl = ?3, claimed = 0, attempt = ?4, rev = ?2"
     " WHERE rowid = ?5"
-)
-#: A claimed row filed anew as a new element (a schedule's next occurrence): attempt and claim reset.
-#: Fenced in the statement itself, as ACK is (the claim's token is the row's attempt stamp), so a
-#: rearm is one statement, not a read and a write.
-#: The payload: the stored bytes with their end ?1 made ?2, so that what was written into a
-#: schedule while its occurrence ran is kept (``||`` makes text: cast back), and only if they end
-#: so (else REARM_REPLANNED, or REARM_REMOVED); an element encoded whole is REARM_WHOLE's.
-REARM: Final = (
-    "UPDATE rehydrate_elements SET"
-    " payload = CAST(substr(payload, 1, length(payload) - length(?1)) || ?2 AS BLOB),"
-    " serializer = ?3, due = ?4, seq = ?5, ttl = ?6,"
-    " attempt = 0, claimed = 0, rev = ?5 WHERE name = ?7 AND id = ?8 AND attempt = ?9 AND claimed = 1"
-    " AND substr(payload, -length(?1)) = ?1"
-)
-#: A rearm whose stored bytes no longer end as the claimed ones did: the schedule was re-planned
-#: while its occurrence ran (``Scheduler.schedule`` gave it another trigger and wrote its first
-#: occurrence into it). Filed as stored, due at once (?1), for the runner that claims it to file
-#: for its time.
-REARM_REPLANNED: Final = (
-    "UPDATE rehydrate_elements SET due = ?1, seq = ?2, ttl = 0,"
-    " attempt = 0, claimed = 0, rev = ?2 WHERE name = ?3 AND id = ?4 AND attempt = ?5 AND claimed = 1"
-)
-#: REARM of an element encoded whole (?1), unless it is stored as a schedule unscheduled while
-#: its occurrence ran (REMOVED, ?9: then REARM_REMOVED).
-REARM_WHOLE: Final = (
-    "UPDATE rehydrate_elements SET payload = ?1, serializer = ?2, due = ?3, seq = ?4, ttl = ?5,"
-    " attempt = 0, claimed = 0, rev = ?4 WHERE name = ?6 AND id = ?7 AND attempt = ?8 AND claimed = 1"
-    " AND payload != ?9"
-)
-#: A rearm of an element stored as a schedule unscheduled while its occurrence ran (REMOVED, ?4):
-#: removed instead of filed.
-REARM_REMOVED: Final = (
-    "DELETE FROM rehydrate_elements"
-    " WHERE name = ?1 AND id = ?2 AND attempt = ?3 AND claimed = 1 AND payload = ?4"
 )
 NAMES: Final = """
     WITH RECURSIVE walk(name) AS (

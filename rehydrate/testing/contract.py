@@ -35,14 +35,17 @@ fixture (asyncio alone unless you override it, e.g. with ``params=["asyncio", "t
 :class:`LeasesContract`... :class:`StoreContract` is all of them), to run a part.
 
 Tests of what a store need not offer (:class:`~rehydrate.abc.Capabilities`: ``claim(ahead=)``,
-``rearm``, the worker registry) are skipped for a store whose ``capabilities`` do not declare
-it. Those of the serialization rules run for a store with a ``serializer`` attribute (a store
+the worker registry) are skipped for a store whose ``capabilities`` do not declare
+it. Recurring schedules need nothing beyond the verbs every store has: their tests (a run's end,
+a change made while it runs, through the scheduling layer's own functions) run on every store.
+Those of the serialization rules run for a store with a ``serializer`` attribute (a store
 that keeps bytes), those of the size limit for one with a ``max_element_bytes`` attribute that
 its ``twin`` takes as a keyword.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from typing import Any, ClassVar, cast
@@ -61,10 +64,14 @@ from rehydrate import (
     Summary,
     UnknownIdError,
 )
+from rehydrate._admin import change_schedule, remove_schedule
+from rehydrate._clock import wall
 from rehydrate._core._limits import LimitSpec
+from rehydrate._core._records import Claim
 from rehydrate._core._validate import MAX_SECONDS
 from rehydrate._core._workers import WORKER_KEEP
-from rehydrate._schedules import with_extra, with_paused, without_extra
+from rehydrate._occurrences import Occurrences, rearm
+from rehydrate._schedules import REMOVED, Occurrence, with_extra, with_paused, without_extra
 from rehydrate.abc import Store
 
 __all__ = [
@@ -128,6 +135,34 @@ def about(seconds: float) -> float:
 async def state(store: Store, name: str = N) -> Any:
     ids = await store.ids(name)
     return (ids, [await store.info(name, id) for id in ids], await store.xpoll(name))
+
+
+#: A revision no element holds: what a run's end gives for a claim that never held the element.
+NOBODYS = 2**62
+
+
+def _nothing(*_: Any) -> None:
+    """What a lone :class:`~rehydrate._occurrences.Occurrences` files or acks: nothing here."""
+
+
+async def write_back(store: Store, claim: Claim, envelope: Any, name: str = N) -> Occurrence:
+    """The worker's record of the occurrence it runs, written under its claim before it runs
+    (``Occurrences.write_back``, as a runner does for a late, coalesced occurrence); the
+    occurrence, which carries the revision its run ends on."""
+    occurrence = Occurrence(None, envelope, 0.0)
+    await Occurrences(store, name, file=_nothing, ack=_nothing).write_back(claim, occurrence)
+    return occurrence
+
+
+def ending(
+    claim: Claim, element: Any, ttl: float, written: Occurrence | None = None
+) -> tuple[str, int, int, Any, Any, float]:
+    """A run's end as a runner gives it to :func:`~rehydrate._occurrences.rearm`: file
+    ``element`` in ``ttl`` seconds, on the revision the claim (or its ``written`` record) left."""
+    if written is None:
+        return (claim.id, claim.token, claim.revision, claim.element, element, ttl)
+    revision = claim.revision if written.revision is None else written.revision
+    return (claim.id, claim.token, revision, written.envelope, element, ttl)
 
 
 def needs(store: Store, capability: str) -> None:
@@ -330,16 +365,26 @@ class VerbsContract(_Contract):
         with pytest.raises(InvalidArgumentError):
             await s.update(N, "j", "x", token=0)
 
-    async def test_replace_unless_held(self, harness: Harness) -> None:
-        """A schedule changed while no occurrence runs: replaced as by ``push(replace=True)``,
-        unless a worker claimed it since (then nothing changes, its claim included)."""
+    async def test_a_schedule_change_is_filed_anew_unless_a_worker_holds_it(self, harness: Harness) -> None:
+        """A schedule changed while no occurrence runs (``change_schedule``: ``Scheduler.schedule``,
+        ``pause``, ``resume``): filed anew in its place, as by ``push(replace=True)``, on the
+        revision read (``replace_if``); a worker that claimed it since the read fences the change
+        out (nothing changes, its claim included: read again), and one that holds it gets the
+        change written into the element it holds, its claim kept (``update_if``)."""
         s = harness.store
-        assert await s.replace_unless_held(N, "j", "x", ttl=1) is None  # unknown: nothing filed
-        assert await s.look(N, "j") is None
+        assert await s.read(N, "j") is None  # unknown: nothing to change
         await s.push(N, "filed", ttl=0, id="j")
-        (running,) = await s.claim(N, lease=5)
-        assert await s.replace_unless_held(N, "j", "new", ttl=1) is False
+        read = await s.info(N, "j")
+        assert read is not None
+        (running,) = await s.claim(N, lease=5)  # claimed since the read
+        assert await change_schedule(s, N, "j", read, "new", 1, "held") is False
         assert await s.look(N, "j") == "filed"
+        info = await s.info(N, "j")
+        assert info is not None
+        assert (info.attempt, info.claimed, info.ttl) == (1, True, about(5))
+        # Read again: held, so the change goes into the element its worker holds.
+        assert await change_schedule(s, N, "j", info, "new", 1, "held") is True
+        assert await s.look(N, "j") == "held"
         info = await s.info(N, "j")
         assert info is not None
         assert (info.attempt, info.claimed, info.ttl) == (1, True, about(5))
@@ -347,7 +392,9 @@ class VerbsContract(_Contract):
         await s.push(N, "again", ttl=0, id="j")
         (dead,) = await s.claim(N, lease=5)
         harness.advance(5)  # its lease ran out: its worker is taken for dead
-        assert await s.replace_unless_held(N, "j", "new", ttl=2) is True
+        info = await s.info(N, "j")
+        assert info is not None
+        assert await change_schedule(s, N, "j", info, "new", 2, "held") is True
         info = await s.info(N, "j")
         assert info is not None
         assert (info.attempt, info.claimed, info.ttl) == (0, False, about(2))
@@ -357,25 +404,39 @@ class VerbsContract(_Contract):
         async with s.subscribe(N) as subscription:
             await subscription.wait(0)
             # Not claimed: replaced, and due sooner, it wakes the claim loops.
-            assert await s.replace_unless_held(N, "j", "newer", ttl=0) is True
+            assert await change_schedule(s, N, "j", info, "newer", 0, "held") is True
             with anyio.fail_after(5):
                 assert await subscription.wait(None) is True
         assert [c.element for c in await s.claim(N, lease=5)] == ["newer"]
         assert await s.size(N) == 1
 
-    async def test_pull_unless_held(self, harness: Harness) -> None:
+    async def test_a_schedule_is_removed_unless_a_worker_holds_it(self, harness: Harness) -> None:
+        """``remove_schedule`` (``unschedule``): pulled on the revision read (``pull_if``), unless
+        a worker claimed it since (nothing done: read again); one that a worker holds is marked
+        ``REMOVED`` in the element it holds, its claim kept, and goes when the run ends."""
         s = harness.store
-        assert await s.pull_unless_held(N, "j") is None
-        assert await s.pull_unless_held("never-used", "j") is None
+        assert await s.read(N, "j") is None
+        assert await s.read("never-used", "j") is None
         await s.push(N, "waiting", ttl=10, id="j")
-        assert await s.pull_unless_held(N, "j") is True  # not due, not claimed: removed
+        info = await s.info(N, "j")
+        assert info is not None
+        assert await remove_schedule(s, N, "j", info) is True  # not due, not claimed: removed
         assert await s.look(N, "j") is None
         await s.push(N, "filed", ttl=0, id="j")
+        read = await s.info(N, "j")
+        assert read is not None
         (running,) = await s.claim(N, lease=5)
-        assert await s.pull_unless_held(N, "j") is False
+        assert await remove_schedule(s, N, "j", read) is False  # claimed since the read
         assert await s.look(N, "j") == "filed"
+        info = await s.info(N, "j")
+        assert info is not None
+        assert await remove_schedule(s, N, "j", info) is True  # held: marked, its claim kept
+        assert await s.look(N, "j") == REMOVED
+        marked = await s.info(N, "j")
+        assert marked is not None
+        assert (marked.attempt, marked.claimed) == (1, True)
         harness.advance(5)  # the lease ran out
-        assert await s.pull_unless_held(N, "j") is True
+        assert await remove_schedule(s, N, "j", marked) is True
         assert await s.ack(N, [("j", running.token)]) == [False]
         assert await s.size(N) == 0
         assert (await s.summary(N)).claimed == 0  # (counted claims, where a store keeps a count)
@@ -384,8 +445,7 @@ class VerbsContract(_Contract):
         """A schedule changed while its occurrence runs (``Scheduler.schedule`` writes the change
         into the element the worker holds, ``next`` kept): the worker's later writes of that
         envelope with only another ``next`` (recording a late occurrence, then filing the next
-        one) keep the change, on the stores that rewrite stored bytes as on the memory store."""
-        needs(harness.store, "rearm")
+        one) keep the change, on every store."""
         s = harness.store
         envelope = {"rehydrate.schedule": 1, "trigger": {"every": 60.0}, "element": "a", "anchor": 0}
         await s.push(N, {**envelope, "next": 1_000_000}, ttl=0, id="j")
@@ -394,24 +454,24 @@ class VerbsContract(_Contract):
         assert list(changed)[-1] == "next"
         await s.update(N, "j", changed)
         # The worker records which occurrence it runs (coalesced), as the claim's holder.
-        await s.update(N, "j", {**claim.element, "next": 2_000_000}, token=claim.token)
+        written = await write_back(s, claim, {**claim.element, "next": 2_000_000})
         assert await s.look(N, "j") == {**changed, "next": 2_000_000}
         info = await s.info(N, "j")
         assert info is not None
         assert info.claimed  # held all along: nothing else can run it meanwhile
-        assert await s.rearm(N, [("j", claim.token, {**claim.element, "next": 3_000_000}, 5)]) == [True]
+        following = {**claim.element, "next": 3_000_000}
+        assert await rearm(s, N, [ending(claim, following, 5, written)]) == [True]
         assert await s.look(N, "j") == {**changed, "next": 3_000_000}
         # Without a change meanwhile, what the worker files is what is stored.
         harness.advance(5)
         (again,) = await s.claim(N, lease=30)
-        assert await s.rearm(N, [("j", again.token, {**again.element, "next": 4_000_000}, 5)]) == [True]
+        assert await rearm(s, N, [ending(again, {**again.element, "next": 4_000_000}, 5)]) == [True]
         assert await s.look(N, "j") == {**changed, "next": 4_000_000}
 
     async def test_a_change_written_while_an_extra_run_runs_is_kept(self, harness: Harness) -> None:
         """The same for an extra run (``run_now``): the worker files the envelope without the
         request and with its time as ``last_extra`` (both kept just before ``next``): its end
         differs, not only ``next``, and a pause written into it meanwhile is kept all the same."""
-        needs(harness.store, "rearm")
         s = harness.store
         envelope = {"rehydrate.schedule": 1, "trigger": {"every": 60.0}, "element": "a", "anchor": 0}
         envelope = with_extra(without_extra({**envelope, "next": 9_000_000}, ran=1), 7_000_000)
@@ -421,7 +481,7 @@ class VerbsContract(_Contract):
         await s.update(N, "j", with_paused(claim.element, True))
         # What the runner files as the extra run ends (the request's time kept, due at ``next``).
         filed = without_extra(claim.element, ran=claim.element["extra"])
-        assert await s.rearm(N, [("j", claim.token, filed, 5)]) == [True]
+        assert await rearm(s, N, [ending(claim, filed, 5)]) == [True]
         assert await s.look(N, "j") == with_paused(filed, True)
 
     async def test_push_many(self, harness: Harness) -> None:
@@ -633,13 +693,12 @@ class LeasesContract(_Contract):
 
     async def test_rearm_ends_the_claim_and_files_the_next_one(self, harness: Harness) -> None:
         """A schedule's next occurrence: one step that ends the claim and files a new element."""
-        needs(harness.store, "rearm")
         s = harness.store
         await s.push(N, {"n": 1}, ttl=0, id="sched")
         await s.push(N, "later", ttl=100, id="other")
         (c,) = await s.claim(N, lease=10)
         assert c.attempt == 1
-        assert await s.rearm(N, [("sched", c.token, {"n": 2}, 5)]) == [True]
+        assert await rearm(s, N, [ending(c, {"n": 2}, 5)]) == [True]
         info = await s.info(N, "sched")
         assert info is not None
         assert (info.attempt, info.claimed) == (0, False)
@@ -647,7 +706,7 @@ class LeasesContract(_Contract):
         assert await s.look(N, "sched") == {"n": 2}
         assert await s.summary(N) == Summary(size=2, due=0, claimed=0, ttn=about(5))
         # The old claim is over: every fenced call with its token does nothing now.
-        assert await s.rearm(N, [("sched", c.token, {"n": 3}, 0)]) == [False]
+        assert await rearm(s, N, [ending(c, {"n": 3}, 0)]) == [False]
         assert await s.ack(N, [("sched", c.token)]) == [False]
         assert await s.extend(N, "sched", lease=10, token=c.token) is None
         assert await s.look(N, "sched") == {"n": 2}
@@ -837,68 +896,71 @@ class LeasesContract(_Contract):
         assert info.claimed  # nothing was done
 
     async def test_rearm_in_batches(self, harness: Harness) -> None:
-        needs(harness.store, "rearm")
         s = harness.store
         await s.push_many(N, [(i, 0, f"e{i}") for i in range(30)])
         claims = await s.claim(N, lease=60)
         assert len(claims) == 30
-        items = [(c.id, c.token, c.element + 100, c.element % 3) for c in claims]
-        items.insert(5, ("missing", claims[0].token, "x", 0))
-        done = await s.rearm(N, items)
+        items = [ending(c, c.element + 100, c.element % 3) for c in claims]
+        items.insert(5, ("missing", claims[0].token, claims[0].revision, None, "x", 0))
+        done = await rearm(s, N, items)
         assert done == [True] * 5 + [False] + [True] * 25
         assert await s.summary(N) == Summary(size=30, due=10, claimed=0, ttn=0.0)
         assert sorted(await s.poll(N)) == [100 + i for i in range(0, 30, 3)]
-        assert await s.rearm(N, []) == []
+        assert await rearm(s, N, []) == []
         harness.advance(2)
         assert sorted(await s.poll(N)) == sorted(100 + i for i in range(30) if i % 3)
 
     async def test_rearm_is_fenced(self, harness: Harness) -> None:
-        needs(harness.store, "rearm")
         s = harness.store
         await s.push(N, "e", ttl=0, id="j")
         # Not claimed: nothing to end.
-        assert await s.rearm(N, [("j", 1, "x", 0)]) == [False]
-        assert await s.rearm(N, [("missing", 1, "x", 0)]) == [False]
-        assert await s.rearm("never-used", [("j", 1, "x", 0)]) == [False]
+        assert await rearm(s, N, [("j", 1, NOBODYS, "e", "x", 0)]) == [False]
+        assert await rearm(s, N, [("missing", 1, NOBODYS, "e", "x", 0)]) == [False]
+        assert await rearm(s, "never-used", [("j", 1, NOBODYS, "e", "x", 0)]) == [False]
         (old,) = await s.claim(N, lease=5)
         harness.advance(5)
         (new,) = await s.claim(N, lease=5)
         # The lease ran out and another worker claimed it: the stale worker files nothing.
-        assert await s.rearm(N, [("j", old.token, "stale", 0)]) == [False]
+        assert await rearm(s, N, [ending(old, "stale", 0)]) == [False]
         assert await s.look(N, "j") == "e"
         info = await s.info(N, "j")
         assert info is not None
         assert (info.attempt, info.claimed) == (2, True)
         # The same claim twice in one batch: only the first files.
-        assert await s.rearm(N, [("j", new.token, "one", 50), ("j", new.token, "two", 0)]) == [True, False]
+        assert await rearm(s, N, [ending(new, "one", 50), ending(new, "two", 0)]) == [True, False]
         assert await s.look(N, "j") == "one"
         # Replaced while claimed: a new element, which the old claim cannot rearm.
         harness.advance(50)
         (latest,) = await s.claim(N, lease=5)
         await s.push(N, "replacement", ttl=50, id="j", replace=True)
-        assert await s.rearm(N, [("j", latest.token, "stale", 0)]) == [False]
+        assert await rearm(s, N, [ending(latest, "stale", 0)]) == [False]
         assert await s.look(N, "j") == "replacement"
         with pytest.raises(InvalidArgumentError):
-            await s.rearm(N, [("j", latest.token, "x", -1)])
+            await rearm(s, N, [ending(latest, "x", -1)])
         with pytest.raises(InvalidArgumentError):
-            await s.rearm(N, [("", latest.token, "x", 0)])
+            await rearm(s, N, [("", latest.token, latest.revision, "e", "x", 0)])
         with pytest.raises(InvalidArgumentError):
-            await s.rearm(N, [("j", latest.token, "x", MAX_SECONDS + 1)])
+            await rearm(s, N, [ending(latest, "x", MAX_SECONDS + 1)])
         with pytest.raises(InvalidArgumentError):
-            await s.rearm("", [("j", latest.token, "x", 0)])
+            await rearm(s, "", [ending(latest, "x", 0)])
 
     async def test_rearm_checks_every_item_before_filing_any(self, harness: Harness) -> None:
-        needs(harness.store, "rearm")
         s = harness.store
         await s.push_many(N, [("a", 0, "a"), ("b", 0, "b")])
         claims = {c.id: c for c in await s.claim(N, lease=60)}
-        good = ("a", claims["a"].token, "next", 5)
-        for bad in [("b", claims["b"].token, "x", -1), ("b", 0, "x", 5), ("", claims["b"].token, "x", 5)]:
+        good = ending(claims["a"], "next", 5)
+        b = claims["b"]
+        for bad in [
+            ending(b, "x", -1),
+            ("b", 0, b.revision, "b", "x", 5),
+            ("", b.token, b.revision, "b", "x", 5),
+            ("b", b.token, -1, "b", "x", 5),
+        ]:
             with pytest.raises(InvalidArgumentError):
-                await s.rearm(N, [good, bad])
+                await rearm(s, N, [good, bad])
         # Nothing was filed: both are still under their claims, and can be rearmed now.
         assert await s.summary(N) == Summary(size=2, due=0, claimed=2, ttn=60.0)
-        assert await s.rearm(N, [good, ("b", claims["b"].token, "b2", 0)]) == [True, True]
+        assert await rearm(s, N, [good, ending(b, "b2", 0)]) == [True, True]
         assert await s.poll(N) == ["b2"]
 
     async def test_rearm_files_a_schedule_replanned_while_claimed_as_stored_at_once(
@@ -911,7 +973,6 @@ class LeasesContract(_Contract):
         lost (nor by the worker's own update meanwhile), and its occurrence is not filed beside
         the one that runs. A change that keeps the next time (another element) is merged, as
         before, beside it in the same batch."""
-        needs(harness.store, "rearm")
         from rehydrate import Cron, Every
         from rehydrate._schedules import make_envelope, with_next
 
@@ -926,11 +987,14 @@ class LeasesContract(_Contract):
         await s.update(N, "re", replanned)
         # The holder's own update after that (a late occurrence recording the one it runs, as
         # the claimed envelope with another next) leaves the re-planned schedule as it is.
-        await s.update(N, "re", with_next(claims["re"].element, 150.0), token=claims["re"].token)
+        written = await write_back(s, claims["re"], with_next(claims["re"].element, 150.0))
         assert await s.look(N, "re") == replanned
         await s.update(N, "same", {**claims["same"].element, "element": {"n": 3}})
-        items = [(id, claims[id].token, with_next(claims[id].element, 180.0), 30) for id in ("re", "same")]
-        assert await s.rearm(N, items) == [True, True]
+        items = [
+            ending(claims["re"], with_next(claims["re"].element, 180.0), 30, written),
+            ending(claims["same"], with_next(claims["same"].element, 180.0), 30),
+        ]
+        assert await rearm(s, N, items) == [True, True]
         assert await s.look(N, "re") == replanned
         assert await s.look(N, "same") == with_next({**claims["same"].element, "element": {"n": 3}}, 180.0)
         info = await s.info(N, "re")
@@ -947,9 +1011,8 @@ class LeasesContract(_Contract):
         the worker's own update before that leaves it removed. A runner that claims a ``REMOVED``
         element (its worker died) gives it back as it is: removed, unless a schedule was written
         into it since (``schedule()`` again), which is filed as stored, due at once."""
-        needs(harness.store, "rearm")
         from rehydrate import Every
-        from rehydrate._schedules import REMOVED, make_envelope, with_next
+        from rehydrate._schedules import make_envelope, with_next
 
         s = harness.store
         envelope = make_envelope(
@@ -960,10 +1023,13 @@ class LeasesContract(_Contract):
         claims = {c.id: c for c in await s.claim(N, lease=60)}
         assert set(claims) == {"gone", "kept", "orphan", "again"}
         await s.update(N, "gone", dict(REMOVED))
-        await s.update(N, "gone", with_next(claims["gone"].element, 150.0), token=claims["gone"].token)
+        written = await write_back(s, claims["gone"], with_next(claims["gone"].element, 150.0))
         assert await s.look(N, "gone") == REMOVED
-        items = [(id, claims[id].token, with_next(claims[id].element, 180.0), 30) for id in ("gone", "kept")]
-        assert await s.rearm(N, items) == [True, True]
+        items = [
+            ending(claims["gone"], with_next(claims["gone"].element, 180.0), 30, written),
+            ending(claims["kept"], with_next(claims["kept"].element, 180.0), 30),
+        ]
+        assert await rearm(s, N, items) == [True, True]
         assert await s.look(N, "gone") is None
         assert await s.look(N, "kept") == with_next(envelope, 180.0)
         # Claimed as REMOVED and given back so: removed, or what was written into it since.
@@ -972,7 +1038,7 @@ class LeasesContract(_Contract):
         )
         await s.update(N, "again", renewed)
         for id in ("orphan", "again"):  # (one item a call, as a runner sends it)
-            assert await s.rearm(N, [(id, claims[id].token, claims[id].element, 0)]) == [True]
+            assert await rearm(s, N, [ending(claims[id], claims[id].element, 0)]) == [True]
         assert await s.look(N, "orphan") is None
         assert await s.look(N, "again") == renewed
         info = await s.info(N, "again")
@@ -987,7 +1053,6 @@ class LeasesContract(_Contract):
         bytes may file by rewriting the end of the bytes it read, not encoding it again) reads
         back as given: alone, beside elements that changed more, after an update made while it
         was claimed, and in a batch whose items are filed differently."""
-        needs(harness.store, "rearm")
         from rehydrate import Every
         from rehydrate._schedules import make_envelope, with_next
 
@@ -1009,18 +1074,18 @@ class LeasesContract(_Contract):
         }
         # Updated by its holder while claimed (the runner writes a coalesced occurrence back so):
         # what is filed is still the element the rearm gives.
-        await s.update(N, "s3", with_next(claims["s3"].element, 150.0), token=claims["s3"].token)
+        written = {"s3": await write_back(s, claims["s3"], with_next(claims["s3"].element, 150.0))}
         expected["s3"] = with_next(claims["s3"].element, 210.0)
-        items = [(id, claims[id].token, element, 30) for id, element in sorted(expected.items())]
-        assert await s.rearm(N, items) == [True] * 5
+        items = [ending(claims[id], element, 30, written.get(id)) for id, element in sorted(expected.items())]
+        assert await rearm(s, N, items) == [True] * 5
         assert await s.look_many(N, sorted(expected)) == [expected[id] for id in sorted(expected)]
         harness.advance(30)
         again = {c.id: c for c in await s.claim(N, lease=60)}
         assert {id: c.element for id, c in again.items()} == expected
         # Filed again from what was claimed just now, and from a claim that is over: fenced.
         latest, stale = again["s0"], claims["s0"]
-        assert await s.rearm(N, [("s0", latest.token, with_next(latest.element, 240.0), 0)]) == [True]
-        assert await s.rearm(N, [("s0", stale.token, with_next(stale.element, 1.0), 0)]) == [False]
+        assert await rearm(s, N, [ending(latest, with_next(latest.element, 240.0), 0)]) == [True]
+        assert await rearm(s, N, [ending(stale, with_next(stale.element, 1.0), 0)]) == [False]
         assert await s.look(N, "s0") == with_next(expected["s0"], 240.0)
         if not harness.shared or harness.twin is None:
             return  # a memory store shares nothing with another process
@@ -1033,8 +1098,8 @@ class LeasesContract(_Contract):
             await other.update(N, "s0", with_next(late.element, 250.0))
             await other.update(N, "s1", "not an envelope")
         filed = with_next(late.element, 300.0)
-        items = [("s0", late.token, filed, 5), ("s1", again["s1"].token, expected["s1"], 5)]
-        assert await s.rearm(N, items) == [True, True]
+        items = [ending(late, filed, 5), ending(again["s1"], expected["s1"], 5)]
+        assert await rearm(s, N, items) == [True, True]
         assert await s.look_many(N, ["s0", "s1"]) == [with_next(late.element, 250.0), expected["s1"]]
         assert await s.ttn(N) == 0.0
 
@@ -1044,29 +1109,35 @@ class LeasesContract(_Contract):
         """docs/schedules.md: a handler's in-place change to its element stays with that run on a
         store that serializes with JSON (the next occurrence is filed from the bytes the claim
         read); the memory store holds the object itself, so the change is what it holds."""
-        needs(harness.store, "rearm")
         from rehydrate import Every
         from rehydrate._schedules import make_envelope, with_next
 
         s = harness.store
+        now = math.floor(wall(s.clock))  # (on time: run as claimed, the next one 60 s on)
         envelope = make_envelope(
-            Every(60), element={"n": 0}, next=60.0, anchor=0.0, misfire="coalesce", grace=None
+            Every(60), element={"n": 0}, next=now, anchor=now, misfire="coalesce", grace=None
         )
         await s.push(N, envelope, ttl=0, id="s")
         (claim,) = await s.claim(N, lease=60)
-        claim.element["element"]["n"] = 1  # what a handler that changes its element does
-        assert await s.rearm(N, [("s", claim.token, with_next(claim.element, 120.0), 0)]) == [True]
+        # The runner's own way: planned as claimed, run, and the next one filed as it ends.
+        filed: list[tuple[Any, ...]] = []
+        occurrences = Occurrences(s, N, file=lambda *item: filed.append(item), ack=_nothing)
+        occurrence = occurrences.begin(claim)
+        assert occurrence is not None
+        cast("dict[str, int]", occurrence.element)["n"] = 1  # what a handler that changes its element does
+        occurrences.finish(claim, occurrence)
+        ((id, token, revision, held, following, _, _),) = filed
+        assert await rearm(s, N, [(id, token, revision, held, following, 0)]) == [True]
         stored = await s.look(N, "s")
         kept = getattr(serializer_of(s), "name", None) == "json"
-        assert stored == {**with_next(envelope, 120.0), "element": {"n": 0 if kept else 1}}
+        assert stored == {**with_next(envelope, now + 60), "element": {"n": 0 if kept else 1}}
 
     async def test_rearm_wakes_a_subscriber_when_sooner(self, harness: Harness) -> None:
-        needs(harness.store, "rearm")
         s = harness.store
         await s.push(N, "e", ttl=0, id="j")
         (c,) = await s.claim(N, lease=60)
         async with s.subscribe(N) as subscription:
-            assert await s.rearm(N, [("j", c.token, "e", 0)]) == [True]
+            assert await rearm(s, N, [ending(c, "e", 0)]) == [True]
             assert await subscription.wait(5) is True
 
     async def test_concurrent_claims_never_share(self, harness: Harness) -> None:
@@ -1179,12 +1250,12 @@ class BadInputContract(_Contract):
             lambda s: s.size(""),
             lambda s: s.summary(""),
             lambda s: s.ids(N, limit=0),
-            lambda s: s.replace_unless_held(N, "a", "x", ttl=-1),
-            lambda s: s.replace_unless_held(N, "a", "x", ttl=MAX_SECONDS + 1),
-            lambda s: s.replace_unless_held(N, "", "x", ttl=1),
-            lambda s: s.replace_unless_held("", "a", "x", ttl=1),
-            lambda s: s.pull_unless_held(N, ""),
-            lambda s: s.pull_unless_held(N, 7),
+            lambda s: s.replace_if(N, [("a", 0, "x", -1)]),
+            lambda s: s.replace_if(N, [("a", 0, "x", MAX_SECONDS + 1)]),
+            lambda s: s.replace_if(N, [("", 0, "x", 1)]),
+            lambda s: s.replace_if("", [("a", 0, "x", 1)]),
+            lambda s: s.pull_if(N, "", 0),
+            lambda s: s.pull_if(N, 7, 0),
             # push(replace=True) names the element it replaces.
             lambda s: s.push(N, "x", ttl=1, replace=True),
             # One longest duration for every store (10**400 overflows a float: refused all the same).
@@ -1294,16 +1365,17 @@ class BadInputContract(_Contract):
             assert (batch.value.id, batch.value.size) == ("b", 1202)
             with pytest.raises(ElementTooLargeError, match="'kept'"):
                 await s.push(N, big, ttl=0, id="kept", replace=True)
+            kept = await s.info(N, "kept")
+            assert kept is not None
             with pytest.raises(ElementTooLargeError, match="'kept'"):
-                await s.replace_unless_held(N, "kept", big, ttl=0)
+                await s.replace_if(N, [("kept", kept.revision, big, 0)])
             with pytest.raises(ElementTooLargeError, match="'kept'"):
                 await s.update(N, "kept", big)
             (claim,) = await s.claim(N, lease=30)
             with pytest.raises(ElementTooLargeError, match="'kept'"):
                 await s.update(N, "kept", big, token=claim.token)
-            if s.capabilities.rearm:
-                with pytest.raises(ElementTooLargeError, match=r"'kept'.*rearm"):
-                    await s.rearm(N, [("kept", claim.token, big, 5)])
+            with pytest.raises(ElementTooLargeError, match=r"'kept'.*replace_if"):
+                await rearm(s, N, [ending(claim, big, 5)])
             assert await s.ids(N) == ["kept"]
             assert await s.look(N, "kept") == "x" * 998
             assert await s.ack(N, [("kept", claim.token)]) == [True]  # the claim is as it was
@@ -1540,7 +1612,9 @@ class SerializersContract(_Contract):
         await s.push(N, "x", ttl=0, id="replaced")
         await s.push(N, given, ttl=0, id="replaced", replace=True)
         await s.push(N, "x", ttl=0, id="unheld")
-        assert await s.replace_unless_held(N, "unheld", given, ttl=0) is True
+        unheld = await s.info(N, "unheld")
+        assert unheld is not None
+        assert await change_schedule(s, N, "unheld", unheld, given, 0, given) is True
         await s.push(N, "x", ttl=0, id="updated")
         assert await s.update(N, "updated", given) == "x"
         ids = ["push", "many", "replaced", "unheld", "updated"]
@@ -1555,21 +1629,18 @@ class SerializersContract(_Contract):
         assert await s.look(N, "push") == read
         assert await s.update(N, "updated", [given], token=claims["updated"].token) == read
         assert await s.look(N, "updated") == [read]
-        if s.capabilities.rearm:
-            rearmed = [("push", claims["push"].token, {"k": given}, 30.0)]
-            assert await s.rearm(N, rearmed) == [True]
-            assert await s.look(N, "push") == {"k": read}
-        else:
-            assert await s.ack(N, [("push", claims["push"].token)]) == [True]
+        assert await rearm(s, N, [ending(claims["push"], {"k": given}, 30.0)]) == [True]
+        assert await s.look(N, "push") == {"k": read}
         assert await s.xack(N, "many", token=claims["many"].token) == [read]
         assert await s.pull(N, "replaced") == read
         harness.advance(30)
-        assert await s.poll(N) == ([{"k": read}] if s.capabilities.rearm else [])
+        assert await s.poll(N) == [{"k": read}]
         assert sorted(await s.ids(N)) == ["unheld", "updated"]
 
     async def test_what_json_cannot_carry_is_refused_by_every_verb_that_files(self, harness: Harness) -> None:
         """A datetime or a set (what a test on objects passes with and production refuses):
-        ``InvalidTypeError`` from push, push_many, replace, update and rearm, nothing changed."""
+        ``InvalidTypeError`` from push, push_many, replace, update, replace_if, update_if and a
+        run's end, nothing changed."""
         from datetime import UTC, datetime
 
         s = harness.store
@@ -1584,10 +1655,11 @@ class SerializersContract(_Contract):
                 s.push(N, bad, ttl=0, id="new"),
                 s.push(N, bad, ttl=0, id="a", replace=True),
                 s.push_many(N, [("fine", 0, "n1"), (bad, 0, "n2")]),
-                s.replace_unless_held(N, "a", bad, ttl=0),
+                s.replace_if(N, [("a", 0, bad, 0)]),
+                s.update_if(N, "a", 0, bad),
                 s.update(N, "a", bad),
                 s.update(N, "h", bad, token=claim.token),
-                *([s.rearm(N, [("h", claim.token, bad, 0)])] if s.capabilities.rearm else []),
+                rearm(s, N, [ending(claim, bad, 0)]),
             ]
             for call in calls:
                 with pytest.raises(InvalidTypeError, match="not JSON-serializable"):
@@ -1685,16 +1757,15 @@ class RevisionsContract(_Contract):
         harness.advance(3)
         (claim,) = await s.claim(N, lease=10)
         assert claim.revision == await changed()
-        assert await s.replace_unless_held(N, "a", "v5", ttl=0) is False  # held: nothing done
+        assert await s.replace_if(N, [("a", claim.revision - 1, "v5", 0)]) == [None]  # nothing done
         await kept()
         harness.advance(10)  # the lease ran out
-        assert await s.replace_unless_held(N, "a", "v6", ttl=0) is True
+        assert (await s.replace_if(N, [("a", claim.revision, "v6", 0)]))[0] is not None
         await changed()
-        if s.capabilities.rearm:
-            (claim,) = await s.claim(N, lease=10)
-            assert claim.revision == await changed()
-            assert await s.rearm(N, [("a", claim.token, "v7", 0)]) == [True]
-            await changed()
+        (claim,) = await s.claim(N, lease=10)
+        assert claim.revision == await changed()
+        assert await rearm(s, N, [ending(claim, "v7", 0)]) == [True]
+        await changed()
         # A new element under a reused id never has an old element's revision.
         assert await s.pull(N, "a") is not None
         await s.push(N, "again", ttl=0, id="a")
@@ -1714,7 +1785,6 @@ class RevisionsContract(_Contract):
         one re-planned meanwhile (filed as stored, due at once): each rearm is a write, and each
         element filed has a revision neither the claim nor the change had. The holder's update
         in between (recording the occurrence it runs) is a write too."""
-        needs(harness.store, "rearm")
         from rehydrate import Cron, Every
         from rehydrate._schedules import make_envelope, with_next
 
@@ -1735,13 +1805,16 @@ class RevisionsContract(_Contract):
             assert rev is not None
             assert rev not in seen
             seen.add(rev)
-        await s.update(N, "same", with_next(claims["same"].element, 150.0), token=claims["same"].token)
+        written = await write_back(s, claims["same"], with_next(claims["same"].element, 150.0))
         rev = await revision_of(s, "same")
         assert rev is not None
         assert rev not in seen
         seen.add(rev)
-        items = [(id, claims[id].token, with_next(claims[id].element, 180.0), 30) for id in ("re", "same")]
-        assert await s.rearm(N, items) == [True, True]
+        items = [
+            ending(claims["re"], with_next(claims["re"].element, 180.0), 30),
+            ending(claims["same"], with_next(claims["same"].element, 180.0), 30, written),
+        ]
+        assert await rearm(s, N, items) == [True, True]
         for id in ("re", "same"):
             rev = await revision_of(s, id)
             assert rev is not None

@@ -16,6 +16,7 @@ import pytest
 
 from rehydrate._clock import ServerClock
 from rehydrate._core import _validate
+from rehydrate._occurrences import rearm
 from rehydrate.abc import Store
 
 N = "jobs"
@@ -93,7 +94,9 @@ async def batch_ttls_count_from_the_call(s: Store) -> None:
     assert info.due - called == pytest.approx(10, abs=0.05)
     (claim,) = await s.claim(N, lease=30)
     called = s.clock()
-    rearmed = await s.rearm(N, [("b", claim.token, "b2", 60), ("zz", 1, "x", 1), ("yy", 1, "y", 1)])
+    ended = [("b", claim.token, claim.revision, claim.element, "b2", 60)]
+    ended += [(id, 1, 2**62, None, "x", 1) for id in ("zz", "yy")]
+    rearmed = await rearm(s, N, ended)
     assert rearmed == [True, False, False]
     info = await s.info(N, "b")
     assert info is not None
@@ -117,7 +120,7 @@ async def drifted_estimate_never_files_early(store: Store) -> None:
     assert before + 5 - 0.05 <= info.due <= time.time() + 5 + 0.05  # not 10 s early
     (claim,) = await store.claim(N, lease=30)
     before = time.time()
-    assert await store.rearm(N, [("b", claim.token, "b2", 60)]) == [True]
+    assert await rearm(store, N, [("b", claim.token, claim.revision, claim.element, "b2", 60)]) == [True]
     info = await store.info(N, "b")
     assert info is not None
     assert before + 60 - 0.05 <= info.due <= time.time() + 60 + 0.05

@@ -19,6 +19,7 @@ from rehydrate import (
     InvalidTypeError,
     Scheduler,
 )
+from rehydrate._occurrences import rearm
 from rehydrate.abc import Store
 
 from .harnesses import Harness
@@ -79,7 +80,9 @@ async def test_remove_cancels_work_and_unschedules_schedules(harness: Harness) -
     assert await admin.remove("jobs", "s") == "ending"
     assert await admin.find_schedule("jobs", "s") is None
     following = {**running.element, "next": running.element["next"] + 3_600_000_000}
-    assert await store.rearm("jobs", [("s", running.token, following, 3600)]) == [True]
+    assert await rearm(
+        store, "jobs", [("s", running.token, running.revision, running.element, following, 3600)]
+    ) == [True]
     assert await store.size("jobs") == 0
     assert await admin.remove("jobs", "s") == "unknown"
 

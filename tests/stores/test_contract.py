@@ -8,15 +8,25 @@ promise is checked beside it.
 
 from __future__ import annotations
 
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
 import attrs
 import pytest
+from anyio import wait_all_tasks_blocked
 
-from rehydrate.abc import Capabilities, Store
+from rehydrate import Every, Scheduler, current_delivery
+from rehydrate.abc import Capabilities
 from rehydrate.stores import MemoryStore
 from rehydrate.testing import FakeClock, contract
 from rehydrate.testing.contract import Harness
 
 pytestmark = pytest.mark.anyio
+
+#: The worked example of a store written against the contract alone (``docs/stores.md``).
+_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "contract_store"
 
 
 class TestVerbs(contract.VerbsContract):
@@ -69,7 +79,7 @@ def test_every_store_declares_every_capability() -> None:
     them for want of a capability, and the scheduler uses all of it."""
     from rehydrate.stores import PostgresStore, RedisStore, SQLiteStore
 
-    every = Capabilities(claim_ahead=True, rearm=True, workers=True, limits=True)
+    every = Capabilities(claim_ahead=True, workers=True, limits=True)
     # (Beyond the verbs: a schema to migrate where the store keeps one; no round trip in memory.)
     assert MemoryStore.capabilities == attrs.evolve(every, in_process=True)
     assert SQLiteStore.capabilities == attrs.evolve(every, migrate=True)
@@ -77,17 +87,42 @@ def test_every_store_declares_every_capability() -> None:
     assert PostgresStore.capabilities == attrs.evolve(every, migrate=True)
 
 
-class _Defaults(MemoryStore):
-    """A store that leaves ``replace_unless_held`` and ``pull_unless_held`` to :class:`Store`."""
+async def test_a_store_of_the_contract_alone_serves_recurring_schedules() -> None:
+    """A schedule's rules are written above the store, on its compare-and-set verbs: a store
+    that implements the contract's abstract verbs and nothing else (the worked example of
+    ``docs/stores.md``) passes the tests of a schedule changed, removed or ended while it runs
+    (once tests of store verbs of their own, ``*_unless_held`` and ``rearm``), and runs a
+    schedule's occurrences."""
+    sys.path.insert(0, str(_EXAMPLE))
+    try:
+        from dict_store import DictStore
+    finally:
+        sys.path.pop(0)
 
-    replace_unless_held = Store.replace_unless_held
-    pull_unless_held = Store.pull_unless_held
-
-
-async def test_the_default_unless_held_verbs_keep_the_contract() -> None:
-    """A store that does not implement them gets :class:`Store`'s (a read, then the change:
-    the same answers, without the atomicity)."""
-    for test in (TestVerbs().test_replace_unless_held, TestVerbs().test_pull_unless_held):
+    for test in (
+        TestVerbs().test_a_schedule_change_is_filed_anew_unless_a_worker_holds_it,
+        TestVerbs().test_a_schedule_is_removed_unless_a_worker_holds_it,
+        TestVerbs().test_a_change_written_while_a_schedule_runs_is_kept,
+        TestVerbs().test_a_change_written_while_an_extra_run_runs_is_kept,
+    ):
         clock = FakeClock(1000.0)
-        async with _Defaults(clock=clock) as store:
+        async with DictStore(clock=clock) as store:
             await test(Harness(store=store, advance=clock.advance))
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    clock = FakeClock(start)
+    runs: list[datetime | None] = []
+    async with DictStore(clock=clock) as store:
+        scheduler = Scheduler(store, grace=0)
+
+        @scheduler.handler("job")
+        async def job(element: Any) -> None:
+            runs.append(current_delivery().scheduled_for)
+
+        async with scheduler:
+            await scheduler.schedule("job", Every(10, start=start + timedelta(seconds=10)), id="j")
+            for _ in range(3):
+                await wait_all_tasks_blocked()
+                clock.advance(10)
+                await wait_all_tasks_blocked()
+            scheduler.stop()
+    assert runs == [start + timedelta(seconds=10 * i) for i in (1, 2, 3)]

@@ -26,6 +26,7 @@ import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from rehydrate._occurrences import rearm
 from rehydrate.abc import Store
 from rehydrate.stores import MemoryStore
 from rehydrate.testing import FakeClock
@@ -51,6 +52,8 @@ class Seen:
     tokens: dict[str, list[int]] = attrs.Factory(dict)
     revisions: dict[str, list[int]] = attrs.Factory(dict)
     labels: dict[int, int] = attrs.Factory(dict)
+    #: The revision each claim (by its token) filed its element at: what a run's end compares.
+    claimed: dict[int, int] = attrs.Factory(dict)
 
     def revision(self, id: str, revision: int) -> int:
         """Note a revision read of ``id``; its label: equal revisions, equal labels."""
@@ -111,6 +114,7 @@ async def apply(store: Store, advance: Callable[[float], Any], name: str, op: Op
                 claims = await store.claim(name, lease=args[0], limit=args[1])
                 for c in claims:
                     tokens.setdefault(c.id, []).append(c.token)
+                    seen.claimed[c.token] = c.revision
                 return [
                     (
                         c.element,
@@ -140,8 +144,10 @@ async def apply(store: Store, advance: Callable[[float], Any], name: str, op: Op
                 token = _pick(tokens, args[0], args[1])
                 return await store.update(name, args[0], f"{args[0]}&{n}", token=token)
             case "rearm":
+                # A run's end, through the scheduling layer (on the store's compare-and-set).
                 token = _pick(tokens, args[0], args[1])
-                return await store.rearm(name, [(args[0], token, f"{args[0]}^{n}", args[2])])
+                ended = (args[0], token, seen.claimed.get(token, NOBODYS), None, f"{args[0]}^{n}", args[2])
+                return await rearm(store, name, [ended])
             case "look":
                 return await store.look(name, args[0])
             case "info":

@@ -46,6 +46,7 @@ from rehydrate import (
     current_delivery,
 )
 from rehydrate._core._fence import STAMP
+from rehydrate._occurrences import rearm
 from rehydrate.cli._main import run
 from rehydrate.stores import MemoryStore, RedisStore, _redis, _remote, open_store
 from rehydrate.stores._redis_client import SCRIPTS, RedisRefusedError
@@ -539,8 +540,8 @@ async def test_rearm_files_any_payload_as_given(url: str, prefix: str, serialize
     async with RedisStore.from_url(url, prefix=prefix, serializer=serializer) as s:
         await s.push_many(N, [(0, 0, "z"), (looks_like_a_rewrite, 0, "b"), ("12:34", 0, "t")])
         claims = {c.id: c for c in await s.claim(N, lease=60)}
-        items = [(id, claims[id].token, claims[id].element, 0) for id in ("z", "b", "t")]
-        assert await s.rearm(N, items) == [True, True, True]
+        items = [(id, c.token, c.revision, c.element, c.element, 0) for id, c in sorted(claims.items())]
+        assert await rearm(s, N, items) == [True, True, True]
         assert await s.look_many(N, ["z", "b", "t"]) == [0, looks_like_a_rewrite, "12:34"]
         assert sorted(await s.poll(N), key=repr) == sorted([0, looks_like_a_rewrite, "12:34"], key=repr)
 

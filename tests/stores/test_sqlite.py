@@ -32,6 +32,7 @@ from rehydrate import (
     StoreNotOpenError,
     StoreUnavailableError,
 )
+from rehydrate._occurrences import rearm
 from rehydrate.stores import _sqlite_wake, open_store
 from rehydrate.stores._sqlite import SQLiteStore
 from rehydrate.testing import FakeClock
@@ -218,7 +219,8 @@ async def test_batch_ttls_count_from_the_call(tmp_path: Path) -> None:
         dues = {id: (await store.info("n", id)).due for id in "abc"}  # type: ignore[union-attr]
         assert dues == {"a": 1010.0, "b": 1020.0, "c": 1000.0}
         (claim,) = await store.claim("n", lease=30)  # "c", now at 1003
-        assert await store.rearm("n", [("c", claim.token, "c2", 60), ("zz", 1, "x", 1)]) == [True, False]
+        ended = [("c", claim.token, claim.revision, claim.element, "c2", 60), ("zz", 1, 2**62, None, "x", 1)]
+        assert await rearm(store, "n", ended) == [True, False]
         info = await store.info("n", "c")
         assert info is not None
         assert info.due == 1003.0 + 60  # from the call, not after the two seconds of encoding

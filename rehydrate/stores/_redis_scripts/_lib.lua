@@ -137,7 +137,7 @@ local function clock()
   return t
 end
 
--- The time a batch's ttls count from (push_many, rearm): ``arg``, the caller's reading of this
+-- The time a batch's ttls count from (push_many, replace_if): ``arg``, the caller's reading of this
 -- server's clock in µs taken when its call began (before it encoded and sent the batch), when it
 -- is at most START_SLACK before ``now``; ``now`` otherwise (and for ""), so that a drifted reading
 -- files late by a round trip, never early.

@@ -1,16 +1,14 @@
--- PUSH / push_many: ARGV[5] "0", "1" on a retried attempt, "r" to replace elements present, or
--- "u" to replace one element unless a worker holds it (replace_unless_held); ARGV[6] the time
--- (µs, this store's clock) the ttls count from, or "" for now; then (id, ttl µs, payload) per
--- element. Returns {1, created} when pushed (created: the dehydrator was empty), {0, id} when an
--- id is present, {2} when a retry finds the batch already pushed (an id present with the same
--- payload); with "u", {3} (nothing filed) when the id is unknown, {4} when it is claimed and its
--- lease runs.
+-- PUSH / push_many: ARGV[5] "0", "1" on a retried attempt, or "r" to replace elements present;
+-- ARGV[6] the time (µs, this store's clock) the ttls count from, or "" for now; then (id, ttl
+-- µs, payload) per element. Returns {1, created} when pushed (created: the dehydrator was
+-- empty), {0, id} when an id is present, {2} when a retry finds the batch already pushed (an id
+-- present with the same payload).
 -- The start: a batch is stamped when its script runs, after the client has encoded and sent it
 -- (milliseconds for a thousand elements): counted from the call (start_of), each element is due
 -- when its caller said.
 load_state(true)
 local retry = ARGV[5] == '1'
-local replace = ARGV[5] == 'r' or ARGV[5] == 'u'
+local replace = ARGV[5] == 'r'
 local n = (#ARGV - 6) / 3
 local ids, payloads = {}, {}
 for i = 1, n do
@@ -18,15 +16,6 @@ for i = 1, n do
   payloads[i] = ARGV[6 + 3 * i]
 end
 local found = hmget(E, ids, n)
-if ARGV[5] == 'u' then
-  local v = found[1]
-  if not v then
-    return {3}
-  end
-  if held(v, clock()) then
-    return {4}
-  end
-end
 local seen = 0
 local before = earliest()
 for i = 1, n do
