@@ -138,11 +138,13 @@ _lwaiters = st.sampled_from(LIMIT_WAITERS)
 _lseconds = st.sampled_from([1.0, 1.25, 1.5, 1.75, 2.0])
 _lconcurrency = st.integers(min_value=1, max_value=3)
 _lrate = st.tuples(st.integers(min_value=1, max_value=3), _lseconds)
-#: A limit's spec, as ``LimitSpec``'s keywords: a concurrency, a rate, or both; and a lease.
+#: A rate, at times two (the windows of different lengths: the longest keeps the starts).
+_lrates = st.tuples(_lrate) | st.tuples(_lrate, _lrate)
+#: A limit's spec, as ``LimitSpec``'s keywords: a concurrency, rates, or both; and a lease.
 limit_specs = st.one_of(
     st.fixed_dictionaries({"concurrency": _lconcurrency, "rates": st.just(()), "lease": _lseconds}),
-    st.fixed_dictionaries({"concurrency": st.none(), "rates": st.tuples(_lrate), "lease": _lseconds}),
-    st.fixed_dictionaries({"concurrency": _lconcurrency, "rates": st.tuples(_lrate), "lease": _lseconds}),
+    st.fixed_dictionaries({"concurrency": st.none(), "rates": _lrates, "lease": _lseconds}),
+    st.fixed_dictionaries({"concurrency": _lconcurrency, "rates": _lrates, "lease": _lseconds}),
 )
 _lname = st.sampled_from([0, 0, 1])  # (the first limit's keys fill up more often)
 _lkey = st.sampled_from(LIMIT_KEYS)

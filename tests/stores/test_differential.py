@@ -259,9 +259,9 @@ async def test_revisions_mean_what_the_models_mean(harness: Harness, program: li
 # -- limits --------------------------------------------------------------------------------------------
 
 
-def _answer(a: LimitAnswer, now: float) -> Any:
-    """A step's answer, its times as offsets from ``now``; ``wake`` in its order (the FIFO's,
-    which the contract defines: one woken per slot freed, head first)."""
+def _answer(a: LimitAnswer) -> Any:
+    """A step's answer (its times are durations already, from the step's ``now``); ``wake`` in
+    its order (the FIFO's, which the contract defines: one woken per slot freed, head first)."""
     return (
         a.granted,
         _offset(a.retry_in, 0),
@@ -277,10 +277,11 @@ def _row(info: LimitInfo, label: str, now: float, waiting: int) -> Any:
 
 
 def _leaves_out_stale_waiters(store: Store) -> bool:
-    """Whether ``store``'s listing leaves out the waiters past their horizon (a waiter more than a
-    horizon past its time is forgotten: the SQL stores' listing reads only the rows not yet to be
-    forgotten, while the memory store and Redis forget them when a step walks past them, and list
-    them until then). A key left with nothing but such waiters is then not listed at all."""
+    """Whether ``store``'s listing leaves out the waiters past their horizon (as ``Store.limits``
+    says, a waiter more than a horizon past its time is forgotten: the SQL stores' listing reads
+    only the rows not yet to be forgotten, while the memory store and Redis forget them when a
+    step walks past them, and count them until then). A key left with nothing but such waiters
+    is then not listed at all. Only this field and that row may differ."""
     return isinstance(store, (SQLiteStore, PostgresStore))
 
 
@@ -333,16 +334,16 @@ async def apply_limit(
             case "acquire":
                 i, key, holder, waiter = args
                 answer = await store.limit_acquire(names[i], key, holder, specs[i], waiter=waiter)
-                return _answer(answer, now)
+                return _answer(answer)
             case "park":
                 i, key, waiters = args
-                return _answer(await store.limit_park(names[i], key, specs[i], waiters), now)
+                return _answer(await store.limit_park(names[i], key, specs[i], waiters))
             case "renew":
                 i, key, holder = args
                 return await store.limit_renew(names[i], key, holder, specs[i])
             case "release":
                 i, key, holder = args
-                return _answer(await store.limit_release(names[i], key, holder, specs[i]), now)
+                return _answer(await store.limit_release(names[i], key, holder, specs[i]))
             case "limits":
                 listed = await store.limits(None if args[0] is None else names[args[0]])
                 labels = {name: str(i) for i, name in enumerate(names)}
