@@ -642,7 +642,10 @@ class Store(ABC):
 
     async def limits(self, limit: str | None = None) -> list[LimitInfo]:
         """Every limit key with state (``limit``: only that limit's), sorted by limit and key:
-        its live holders, the starts it remembers and how many wait. For views, not a hot path."""
+        its live holders, the starts it remembers and how many wait. For views, not a hot path.
+        A waiter more than a horizon past its time is forgotten by the next step that walks past
+        it (or a periodic sweep): the memory store and Redis count it until then (and list a key
+        left with only such waiters), the SQL stores' listing leaves it out already."""
         raise NotImplementedError(f"{type(self).__name__} does not implement limits")
 
     # -- schema ----------------------------------------------------------------------------------

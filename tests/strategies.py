@@ -113,3 +113,83 @@ revision_programs = st.lists(
     min_size=10,
     max_size=40,
 ).map(lambda program: [*REVISION_PRELUDE, *program])
+
+# -- limit programs for the stores' differential test ------------------------------------------------
+
+#: A limit program's keys: two limit names (by index: each program names its own) and two
+#: partition keys of each, so steps of one key and of its neighbours interleave.
+LIMIT_NAMES = 2
+LIMIT_KEYS = ("k0", "k1")
+#: A few holders: as many as the largest concurrency, so acquires are refused, retried (a holder
+#: again) and releases and renewals mostly hit; a fourth, rarer, that mostly holds nothing.
+_lholders = st.sampled_from(["h0", "h1", "h2", "h0", "h1", "h2", "h3"])
+#: A few waiters ``(dehydrator, id, attempt)``: the same element under two attempts (a parked
+#: waiter re-parked keeps its place, with its new attempt) and one id in two dehydrators.
+LIMIT_WAITERS = (
+    ("jobs", "w0", 0),
+    ("jobs", "w0", 1),
+    ("jobs", "w1", 0),
+    ("jobs", "w2", 2),
+    ("mail", "w0", 0),
+)
+_lwaiters = st.sampled_from(LIMIT_WAITERS)
+#: Multiples of 1/4 s (exact in binary, as _pttls): leases and windows of 1 to 2 s, so a few
+#: advances let leases run out, windows slide and waiters go past their horizon.
+_lseconds = st.sampled_from([1.0, 1.25, 1.5, 1.75, 2.0])
+_lconcurrency = st.integers(min_value=1, max_value=3)
+_lrate = st.tuples(st.integers(min_value=1, max_value=3), _lseconds)
+#: A rate, at times two (the windows of different lengths: the longest keeps the starts).
+_lrates = st.tuples(_lrate) | st.tuples(_lrate, _lrate)
+#: A limit's spec, as ``LimitSpec``'s keywords: a concurrency, rates, or both; and a lease.
+limit_specs = st.one_of(
+    st.fixed_dictionaries({"concurrency": _lconcurrency, "rates": st.just(()), "lease": _lseconds}),
+    st.fixed_dictionaries({"concurrency": st.none(), "rates": _lrates, "lease": _lseconds}),
+    st.fixed_dictionaries({"concurrency": _lconcurrency, "rates": _lrates, "lease": _lseconds}),
+)
+_lname = st.sampled_from([0, 0, 1])  # (the first limit's keys fill up more often)
+_lkey = st.sampled_from(LIMIT_KEYS)
+#: Every limit program starts with three acquires of one key, two of them with a waiter: the key
+#: is full or has waiters from there on for most specs (hypothesis's first examples are its
+#: simplest, steps on nothing).
+LIMIT_PRELUDE = (
+    ("acquire", 0, "k0", "h0", None),
+    ("acquire", 0, "k0", "h1", ("jobs", "w1", 0)),
+    ("acquire", 0, "k0", "h2", ("jobs", "w2", 2)),
+)
+#: A random program of limit steps: ``(specs, steps)``, a spec per limit name (a limit keeps one
+#: spec, as a handler declares it) and a list of ``(verb, *arguments)``, a limit by its index.
+limit_programs = st.tuples(
+    st.tuples(*[limit_specs] * LIMIT_NAMES),
+    st.lists(
+        st.one_of(
+            # (Acquires first, and thrice, as distinct strategies: hypothesis leans towards a
+            # one_of's first branches; most steps take or queue for something.)
+            st.tuples(st.just("acquire"), _lname, _lkey, _lholders, _lwaiters),
+            st.tuples(st.just("acquire"), _lname, _lkey, _lholders, st.none()),
+            st.tuples(st.just("release"), _lname, _lkey, _lholders),
+            st.tuples(st.just("advance"), st.sampled_from([0.25, 0.5, 1, 2])),
+            # (And the prelude's key, more often than the others: its holders release, renew.)
+            st.tuples(st.just("acquire"), st.just(0), st.just("k0"), _lholders, _lwaiters),
+            st.tuples(st.just("release"), st.just(0), st.just("k0"), _lholders),
+            st.tuples(st.just("renew"), st.just(0), st.just("k0"), _lholders),
+            st.tuples(
+                st.just("park"),
+                _lname,
+                _lkey,
+                st.lists(_lwaiters, min_size=1, max_size=3, unique_by=lambda w: w[:2]),
+            ),
+            st.tuples(st.just("renew"), _lname, _lkey, _lholders),
+            st.tuples(st.just("limits"), st.none() | _lname),
+            # One waiter, or at times (refused alike, InvalidArgumentError, nothing queued) none,
+            # or an element twice.
+            st.tuples(
+                st.just("park"),
+                _lname,
+                _lkey,
+                st.sampled_from([*([w] for w in LIMIT_WAITERS), [], list(LIMIT_WAITERS[:2])]),
+            ),
+        ),
+        min_size=10,
+        max_size=40,
+    ).map(lambda steps: [*LIMIT_PRELUDE, *steps]),
+)

@@ -13,6 +13,9 @@ read is compared as its place among those the program has seen (a new one, or th
 k-th seen), so a store must change the revision exactly where the model does and keep it where it
 keeps it.
 
+Limits get programs of their own (:func:`same_limit_answers`): steps of a few limit keys, each
+answer compared likewise (times as offsets from ``now``, wakes in FIFO order, the listing's rows).
+
 How many programs: the hypothesis profile (``HYPOTHESIS_PROFILE``, see ``tests/conftest.py``).
 """
 
@@ -26,11 +29,20 @@ import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from rehydrate._core._limits import LimitAnswer, LimitInfo, LimitSpec
 from rehydrate._occurrences import rearm
 from rehydrate.abc import Store
-from rehydrate.stores import MemoryStore
+from rehydrate.stores import MemoryStore, _sqlite
+from rehydrate.stores._postgres import PostgresStore
+from rehydrate.stores._sqlite import SQLiteStore
 from rehydrate.testing import FakeClock
-from tests.strategies import REVISION_IDS, program_ids, revision_programs, store_programs
+from tests.strategies import (
+    REVISION_IDS,
+    limit_programs,
+    program_ids,
+    revision_programs,
+    store_programs,
+)
 
 from .harnesses import Harness
 
@@ -248,3 +260,148 @@ async def test_revisions_mean_what_the_models_mean(harness: Harness, program: li
     element's revision where the model does (each write), keeps it where it keeps it (a
     renewal, a read, a write fenced out), and its conditional writes hit and miss alike."""
     await same_answers(harness.store, harness.advance, program, observe=REVISION_IDS)
+
+
+# -- limits --------------------------------------------------------------------------------------------
+
+
+def _answer(a: LimitAnswer) -> Any:
+    """A step's answer (its times are durations already, from the step's ``now``); ``wake`` in
+    its order (the FIFO's, which the contract defines: one woken per slot freed, head first)."""
+    return (
+        a.granted,
+        _offset(a.retry_in, 0),
+        _offset(a.parked_in, 0),
+        [(w.name, w.id, w.attempt, _offset(w.ttl, 0)) for w in a.wake],
+        [_offset(p, 0) for p in a.parked],
+    )
+
+
+def _row(info: LimitInfo, label: str, now: float, waiting: int) -> Any:
+    holders = sorted((h, _offset(until, now)) for h, until in info.holders.items())
+    return (label, info.key, holders, info.starts, waiting)
+
+
+def _leaves_out_stale_waiters(store: Store) -> bool:
+    """Whether ``store``'s listing leaves out the waiters past their horizon (as ``Store.limits``
+    says, a waiter more than a horizon past its time is forgotten: the SQL stores' listing reads
+    only the rows not yet to be forgotten, while the memory store and Redis forget them when a
+    step walks past them, and count them until then). A key left with nothing but such waiters
+    is then not listed at all. Only this field and that row may differ."""
+    return isinstance(store, (SQLiteStore, PostgresStore))
+
+
+def _live_waiters(model: MemoryStore, limit: str, key: str) -> int:
+    """How many of the model's waiters of a key are within a horizon of their time."""
+    entry = model._limits.get((limit, key))
+    if entry is None:
+        return 0
+    state, _, horizon = entry
+    now = model.clock()
+    return sum(1 for w in state.waiters.values() if w.until + horizon > now)
+
+
+def _no_sweep(store: Store) -> None:
+    """Start ``store``'s count of limit steps afresh, so that no sweep falls within a program.
+
+    Every so many steps (1024 in memory, 512 on SQL; Redis has none: a TTL instead) a step also
+    forgets every waiter past its horizon, of every key, where a step of the model forgets only
+    those it walks past: a waiter forgotten so and parked again joins the FIFO's tail, where the
+    model's keeps its place; both are the rule (it was forgotten either way), one the model cannot
+    tell. The harness's store is shared by the examples; a program is far shorter than a sweep's
+    period."""
+    if isinstance(store, MemoryStore):
+        store._limit_steps = 0
+    elif isinstance(store, SQLiteStore):
+        _sqlite._LIMITS._steps = 0  # (one for every SQLite store of the process)
+    elif isinstance(store, PostgresStore):
+        store._limit_sql._steps = 0
+
+
+async def apply_limit(
+    store: Store,
+    advance: Callable[[float], Any],
+    names: list[str],
+    specs: list[LimitSpec],
+    op: Op,
+    *,
+    model: MemoryStore | None = None,
+    live_only: bool = False,
+) -> Any:
+    """Run a limit step; return an answer comparable between stores. ``names[i]`` is the program's
+    limit ``i``, of spec ``specs[i]``. A listing is filtered to the program's limits and labelled
+    by index; on the model (``model``, with ``live_only``: the store under test leaves out the
+    waiters past their horizon) its ``waiting`` counts those within it, and keys with nothing
+    else are left out, as such a store's."""
+    verb, *args = op
+    now = store.clock()
+    try:
+        match verb:
+            case "acquire":
+                i, key, holder, waiter = args
+                answer = await store.limit_acquire(names[i], key, holder, specs[i], waiter=waiter)
+                return _answer(answer)
+            case "park":
+                i, key, waiters = args
+                return _answer(await store.limit_park(names[i], key, specs[i], waiters))
+            case "renew":
+                i, key, holder = args
+                return await store.limit_renew(names[i], key, holder, specs[i])
+            case "release":
+                i, key, holder = args
+                return _answer(await store.limit_release(names[i], key, holder, specs[i]))
+            case "limits":
+                listed = await store.limits(None if args[0] is None else names[args[0]])
+                labels = {name: str(i) for i, name in enumerate(names)}
+                rows = []
+                for info in listed:
+                    if info.limit not in labels:
+                        continue  # (an earlier program's, on the shared store)
+                    waiting = info.waiting
+                    if model is not None and live_only:
+                        waiting = _live_waiters(model, info.limit, info.key)
+                        if not info.holders and not info.starts and not waiting:
+                            continue
+                    rows.append(_row(info, labels[info.limit], now, waiting))
+                return rows
+            case "advance":
+                advance(args[0])
+                return None
+    except Exception as exc:
+        return type(exc).__name__
+    raise AssertionError(f"no such verb in a limit program: {verb!r}")
+
+
+async def same_limit_answers(
+    store: Store, advance: Callable[[float], Any], specs: list[LimitSpec], program: list[Op]
+) -> None:
+    """Run the limit ``program`` on ``store`` and on the model side by side, on limit names of its
+    own; assert every answer is the model's, and so is the listing of every limit after each step
+    (what every step did to each key: its holders and their leases, its starts, its waiters)."""
+    run = uuid.uuid4().hex[:12]
+    names = [f"lim-{run}-{i}" for i in range(len(specs))]
+    live_only = _leaves_out_stale_waiters(store)
+    _no_sweep(store)
+    clock = FakeClock(1000.0)
+    async with MemoryStore(clock=clock) as model:
+        observe = [("limits", i) for i in range(len(specs))]
+        for n, op in enumerate(program):
+            for step in (op, *observe):
+                expected = await apply_limit(
+                    model, clock.advance, names, specs, step, model=model, live_only=live_only
+                )
+                got = await apply_limit(store, advance, names, specs, step)
+                assert got == expected, (n, op, step)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(program=limit_programs)
+async def test_limits_answer_as_the_model(harness: Harness, program: tuple[Any, list[Op]]) -> None:
+    """Random programs of limit steps (acquires with and without a waiter, parks, renewals,
+    releases, listings, time passing) on two limits of two keys each give the model's answers
+    on every store: grants and refusals, the earliest chances, where waiters are parked, whom
+    each step wakes, in order, and what the listing shows."""
+    spec_args, steps = program
+    specs = [LimitSpec(**args) for args in spec_args]
+    await same_limit_answers(harness.store, harness.advance, specs, steps)
