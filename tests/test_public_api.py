@@ -74,7 +74,13 @@ SUBMODULES = {
         "UnknownIdError",
         "UnsupportedStoreError",
     },
-    "rehydrate.serializers": {"JSONSerializer", "MsgpackSerializer", "PickleSerializer", "get_serializer"},
+    "rehydrate.serializers": {
+        "Encoded",
+        "JSONSerializer",
+        "MsgpackSerializer",
+        "PickleSerializer",
+        "get_serializer",
+    },
     "rehydrate.stores": {"MemoryStore", "PostgresStore", "RedisStore", "SQLiteStore", "open_store"},
     "rehydrate.testing": {"FakeClock"},
     "rehydrate.testing.contract": {
