@@ -1195,11 +1195,19 @@ async def _sleep_until_due(
     once, if the claim took anything; or, after a claim that took nothing, a running lease (a
     claim ahead of time leaves those), waited for in full rather than asked for in a loop.
     """
+    clock = store.clock
+    asked = clock()
     try:
         ttn = await store.ttn_after_claim(name)
     except RehydrateError as exc:
         await _store_trouble(name, exc, _ERROR_BACKOFF[0])
         return
+    if ttn is not None:
+        # Counted from the call, not from its answer: a TTN read in a thread or across the
+        # network may be older than the moment it comes back, and the wait below counts from
+        # now (a slow call would otherwise oversleep by its own length; waking early only
+        # costs one more turn).
+        ttn = max(0.0, ttn - (clock() - asked))
     if ttn is not None and ahead:
         if ttn > ahead:
             ttn -= ahead
