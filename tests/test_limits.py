@@ -1,6 +1,7 @@
 """Global limits at the scheduler level: on a memory store with a FakeClock (the stores' own
-steps are the contract suite's ``LimitsContract``; ``tests/stores/test_limits_stores.py`` runs
-these rules on every store). Every async test runs on asyncio and trio."""
+steps are the contract suite's ``LimitsContract``; ``tests/stores/test_limits_schedulers.py``
+runs the main rules on every store, ``tests/stores/test_limits_stores.py`` the rate and the
+not-an-attempt ones on memory, SQLite and PostgreSQL). Every async test runs on asyncio and trio."""
 
 from __future__ import annotations
 
