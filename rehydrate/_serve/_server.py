@@ -167,10 +167,29 @@ class Server:
         finally:
             self._clients.discard(client)
 
+    async def _answer(self, parser: Parser, data: bytes, conn: Connection) -> tuple[bytes, bool]:
+        """The replies to what one read completed, joined for one send, and whether the client
+        is to be dropped after them (its input could not be parsed: the rest of it is no
+        command). Both client loops answer through here."""
+        parser.feed(data)
+        replies: list[bytes] = []
+        failed = False
+        try:
+            requests = parser.requests()
+        except ProtocolError as exc:
+            requests = []
+            replies.append(error(f"ERR {exc}"))
+            failed = True
+        execute = self.commands.execute
+        for request in requests:
+            replies.append(await execute(conn, request))
+            if conn.closing:
+                break
+        return b"".join(replies), failed
+
     async def _converse_raw(self, sock: socket.socket, client: _Client) -> None:
         conn = client.conn
         parser = Parser(max_bulk=self.max_bulk)
-        execute = self.commands.execute
         recv = sock.recv
         more = False  # the last read filled its buffer: more may be waiting, read before waiting
         while not self._stopping:
@@ -189,20 +208,8 @@ class Server:
                 return  # the client closed its end
             more = len(data) == _READ
             client.busy = True
-            parser.feed(data)
-            replies: list[bytes] = []
-            failed = False
-            try:
-                requests = parser.requests()
-            except ProtocolError as exc:
-                requests = []
-                replies.append(error(f"ERR {exc}"))
-                failed = True
-            for request in requests:
-                replies.append(await execute(conn, request))
-                if conn.closing:
-                    break
-            if replies and not await self._send_raw(sock, b"".join(replies), conn):
+            replies, failed = await self._answer(parser, data, conn)
+            if replies and not await self._send_raw(sock, replies, conn):
                 return
             client.busy = False
             if failed or conn.closing:
@@ -246,7 +253,6 @@ class Server:
     async def _converse(self, stream: ByteStream, client: _Client) -> None:
         conn = client.conn
         parser = Parser(max_bulk=self.max_bulk)
-        execute = self.commands.execute
         while not self._stopping:
             with anyio.CancelScope() as idle:
                 client.idle = idle
@@ -254,20 +260,8 @@ class Server:
             client.idle = None
             if idle.cancelled_caught:  # stopping, and this client had nothing in flight
                 return
-            parser.feed(data)
-            replies: list[bytes] = []
-            failed = False
-            try:
-                requests = parser.requests()
-            except ProtocolError as exc:
-                requests = []
-                replies.append(error(f"ERR {exc}"))
-                failed = True
-            for request in requests:
-                replies.append(await execute(conn, request))
-                if conn.closing:
-                    break
-            if replies and not await self._send(stream, b"".join(replies), conn):
+            replies, failed = await self._answer(parser, data, conn)
+            if replies and not await self._send(stream, replies, conn):
                 return
             if failed or conn.closing:
                 return
