@@ -9,6 +9,8 @@ that must own a server (to stop it, kill its clients or flush its scripts) are s
 from __future__ import annotations
 
 import gc
+import hashlib
+import json
 import http.server
 import multiprocessing
 import os
@@ -141,6 +143,32 @@ async def server_time(client: coredis.Redis[bytes]) -> float:
     return int(reply[0]) + int(reply[1]) / 1e6
 
 
+def decode_header(value: bytes) -> tuple[bool, int, int, int, int, int, int, bytes]:
+    """An element's binary header (``_redis_scripts/_lib.lua``'s ``enc``), decoded from outside:
+    claimed, seq, due, span, attempt, claim, revision, and the payload."""
+    flags = value[0]
+    assert flags < 16, f"unknown flags {flags:#x}"
+    seq, due, span = (int.from_bytes(value[a:b], "big") for a, b in ((1, 7), (7, 14), (14, 21)))
+    at, attempt, claim, rev = 21, 0, 0, seq
+    if flags & 2:
+        attempt, at = int.from_bytes(value[at : at + 4], "big"), at + 4
+        assert attempt, "a zero attempt is left out"
+    if flags & 4:
+        claim, at = int.from_bytes(value[at : at + 6], "big"), at + 6
+        assert claim, "a zero claim is left out"
+    if flags & 8:
+        rev, at = int.from_bytes(value[at : at + 6], "big"), at + 6
+        assert rev != seq, "a revision equal to the seq is left out"
+    return bool(flags & 1), seq, due, span, attempt, claim, rev, value[at:]
+
+
+def map_bucket(id: bytes, level: int, pointer: int) -> int:
+    """The id map's bucket of an id: linear hashing on 28 bits of its SHA-1 (``maddr``)."""
+    h = int(hashlib.sha1(id).hexdigest()[:7], 16)
+    k = h % 2**level
+    return h % 2 ** (level + 1) if k < pointer else k
+
+
 async def check_invariants(
     client: coredis.Redis[bytes] | coredis.RedisCluster[bytes],
     prefix: str,
@@ -148,34 +176,62 @@ async def check_invariants(
     *,
     cluster: bool = False,
 ) -> None:
-    """The sorted set's invariants (see ``_redis_scripts/_lib.lua``), checked from outside."""
+    """The layout's invariants (see ``_redis_scripts/_lib.lua``), checked from outside: every
+    element has one map entry, in the bucket its id hashes to, and one member in the time bucket
+    its (due, seq) falls in; the buckets partition the (due, seq) order; the counters count."""
     base = f"{prefix}:{{{name}}}"
-    values = {k.decode(): v for k, v in (await client.hgetall(f"{base}:e")).items()}
-    headers = {id: v[:75].decode() for id, v in values.items()}  # (then rev16, then the payload)
-    members = [(_redis._text(m), s) for m, s in await client.zrange(f"{base}:z", 0, -1, withscores=True)]
-    expected = {h[:16] + id: float(int(h[16:32])) for id, h in headers.items()}
-    assert dict(members) == expected, "one member per element, seq16 .. id, scored by its due time"
-    assert len(members) == len(expected)
-    assert [m for m, _ in members] == sorted(expected, key=lambda m: (expected[m], m)), "(due, seq) order"
-    for h in headers.values():
-        assert h[32] in "tl", h
-        assert (h[:32] + h[33:]).isascii(), h
-        assert (h[:32] + h[33:]).isdigit(), h
     state = {k.decode(): v.decode() for k, v in (await client.hgetall(f"{base}:s")).items()}
-    assert all(int(h[:16]) <= int(state["seq"]) for h in headers.values()), "seqs come from the counter"
-    revisions = [v[75:91].decode() for v in values.values()]
-    assert all(len(r) == 16 and r.isascii() and r.isdigit() for r in revisions), revisions
+    keys = {key async for key in client.scan_iter(match=f"{base}:*")}
+    map_keys = {k for k in keys if k.startswith(f"{base}:m:".encode())}
+    bucket_keys = {k for k in keys if k.startswith(f"{base}:b:".encode())}
+    assert keys - map_keys - bucket_keys <= {f"{base}:{k}".encode() for k in "is"}, "nothing else is kept"
+    level, pointer = int(state.get("ml", "0")), int(state.get("mp", "0"))
+    headers: dict[bytes, tuple[bool, int, int, int, int, int, int, bytes]] = {}
+    for key in map_keys:
+        k = int(key.rsplit(b":", 1)[1])
+        assert k < 2**level + pointer, "no map bucket past the last"
+        fields = await client.hgetall(key)
+        assert fields, "an emptied bucket is deleted"
+        for id, value in fields.items():
+            assert map_bucket(id, level, pointer) == k, f"{id!r} is in the bucket its hash names"
+            headers[id] = decode_header(value)
+    index = await client.zrange(f"{base}:i", 0, -1, withscores=True)
+    assert len(index) == len(bucket_keys), "one index entry per time bucket"
+    members: list[tuple[float, int, bytes]] = []
+    starts: list[tuple[float, int]] = []
+    placed: list[tuple[float, int, bytes, int]] = []
+    for start, score in index:
+        assert isinstance(start, bytes) and len(start) == 6, start
+        bucket = await client.zrange(f"{base}:b:".encode() + start, 0, -1, withscores=True)
+        assert bucket, "an emptied time bucket is deleted"
+        assert len(bucket) <= 120, "a bucket is cut before Redis would make it a skip list"
+        starts.append((score, int.from_bytes(start, "big")))
+        for member, due in bucket:
+            assert isinstance(member, bytes)
+            members.append((due, int.from_bytes(member[:6], "big"), member[6:]))
+            placed.append((due, int.from_bytes(member[:6], "big"), member[6:], len(starts) - 1))
+    order = [(due, seq) for due, seq, _ in members]
+    assert order == sorted(order), "the buckets in index order hold the members in (due, seq) order"
+    bounds = [(s, q) for s, q in starts]
+    assert bounds == sorted(bounds), "the index is in (due, seq) order"
+    for due, seq, _, j in placed:
+        assert bounds[j] <= (due, seq), "a member is at or after its bucket's start"
+        assert j + 1 == len(bounds) or (due, seq) < bounds[j + 1], "and before the next bucket's"
+    expected = {(float(h[2]), h[1], id) for id, h in headers.items()}
+    assert set(members) == expected, "one member per element, seq6 .. id, scored by its due time"
+    assert len(members) == len(expected)
+    seq_now = int(state.get("seq", "0"))
+    assert all(h[1] <= seq_now and h[6] <= seq_now for h in headers.values()), "seqs come from the counter"
+    revisions = [h[6] for h in headers.values()]
     assert len(set(revisions)) == len(revisions), "no two elements share a revision"
-    assert all(int(r) <= int(state["seq"]) for r in revisions), "revisions come from the counter"
-    assert state.get("fmt") == ("2" if values else None), "the format is recorded with the elements"
+    assert int(state.get("n", "0")) == len(headers), "n counts the elements"
+    assert state.get("fmt") == ("3" if headers else None), "the format is recorded with the elements"
     assert "mig" not in state, "no conversion left half done"
-    claimed = sum(h[32] == "l" for h in headers.values())
+    claimed = sum(h[0] for h in headers.values())
     assert int(state.get("claimed", "0")) == claimed, "the claimed counter counts the claimed headers"
     assert state.get("claimed") != "0", "a zero counter is deleted"
-    keys = {key.decode() async for key in client.scan_iter(match=f"{base}:*")}
-    assert keys <= {f"{base}:{k}" for k in "ezs"}, "nothing else is kept"
     registered = name.encode() in await client.smembers(f"{prefix}:names")
-    assert registered == bool(values) or (cluster and registered)  # a cluster's registry only grows
+    assert registered == bool(headers) or (cluster and registered)  # a cluster's registry only grows
 
 
 # -- scripts -----------------------------------------------------------------------------------------
@@ -560,7 +616,7 @@ async def test_keys_of_one_dehydrator_share_a_slot(
     await store.pull(name, "b")
     keys = [key async for key in raw.scan_iter(match=f"{prefix}:*")]
     own = [key for key in keys if key != f"{prefix}:names".encode()]
-    assert len(own) == 3  # e, z, s
+    assert len(own) == 4  # the index, the state, a map bucket and a time bucket
     assert len({hash_slot(key) for key in own}) == 1
     assert await store.names() == [name]
     other = "%7B" if name == "{" else "{"
@@ -579,12 +635,16 @@ async def test_memory_stays_bounded(store: RedisStore, raw: coredis.Redis[bytes]
         if i % 3 == 2:  # pull from the middle too
             await store.pull(N, f"e{i - 1}")
         await store.pull(N, f"e{i}")
-    assert await raw.zcard(f"{base}:z") == 1
+    assert await store.size(N) == 1
+    await check_invariants(raw, prefix, N)
     await store.push_many(N, [(i, 3600, f"m{i}") for i in range(1000)])
     for i in random.Random(7).sample(range(1000), 900):
         await store.pull(N, f"m{i}")
-    assert await raw.zcard(f"{base}:z") == 101
+    assert await store.size(N) == 101
     await check_invariants(raw, prefix, N)
+    # The id map merged its buckets back as it emptied (below MAP_LOW elements per bucket).
+    map_keys = [key async for key in raw.scan_iter(match=f"{base}:m:*")]
+    assert 1 <= len(map_keys) <= 101 // 10 + 1
     kept = [f"m{i}" for i in range(1000) if await store.look(N, f"m{i}") is not None]
     assert await store.ids(N) == ["head", *kept]
     advance(store, 3600)
@@ -734,6 +794,87 @@ async def test_a_dehydrator_in_the_old_format_is_converted_on_first_use(
         await check_invariants(raw, prefix, "other")
 
 
+#: The previous release's own scripts (format "2": one hash of id to a 91-character decimal header
+#: and the payload, one sorted set of seq16 .. id), copied from it unchanged, to write the data a
+#: store of this release must move.
+FORMAT2 = Path(__file__).parent / "redis_format2"
+
+
+async def _run_format2(
+    client: coredis.Redis[bytes], prefix: str, name: str, now_us: int, script: str, *args: str | int
+) -> Any:
+    text = (FORMAT2 / "_lib.lua").read_text() + "\n" + (FORMAT2 / f"{script}.lua").read_text()
+    base = f"{prefix}:{{{name}}}"
+    keys = [f"{base}:e", f"{base}:z", f"{base}:s", f"{prefix}:names"]
+    return await client.eval(text, keys=keys, args=[0, now_us, "json", name, *args])
+
+
+def _format2_elements(values: dict[bytes, bytes]) -> dict[str, tuple[int, str, int, int, int, bytes]]:
+    """id -> (due, how, attempt, claim, revision, payload) from format 2's headers."""
+    out = {}
+    for id, v in values.items():
+        h = v[:91].decode()
+        out[id.decode()] = (int(h[16:32]), h[32], int(h[49:59]), int(h[59:75]), int(h[75:91]), v[91:])
+    return out
+
+
+async def test_data_the_previous_release_wrote_is_moved_on_first_use(
+    url: str, prefix: str, raw: coredis.Redis[bytes]
+) -> None:
+    """The previous release's scripts fill a dehydrator as its workers would: pushes with four
+    TTLs and a batch due at one time, claims (one held, one whose lease ran out), a failure's
+    reschedule and an update. This release moves it to its layout on first use, ``batch_size``
+    elements per script, and every element reads back as it was filed: due time, TTL or lease,
+    attempt, revision and payload; a claim handed out before still holds under its token."""
+    async with RedisStore.from_url(url, prefix=prefix, batch_size=500) as s:
+        now = round(await freeze(s) * 1e6)
+        spans = [3600, 7200, 86400, 604800]
+        flat: list[str | int] = []
+        for i in range(1200):
+            flat += [f"e{i}", spans[i % 4] * 1_000_000, f'"e{i}"']
+        assert (await _run_format2(raw, prefix, N, now, "push", "0", "", *flat))[0] == 1
+        flat = []
+        for i in range(300):  # one batch, one due time: ties broken by seq
+            flat += [f"t{i}", 60_000_000, str(i)]
+        flat += ["held", 0, '"held"', "lapsed", 0, '"lapsed"', "failed", 0, '"failed"']
+        await _run_format2(raw, prefix, N, now, "push", "0", "", *flat)
+        claim = await _run_format2(raw, prefix, N, now, "take", "claim", 2, 30_000_000, "", "0", "")
+        held = {_redis._text(claim[6 + 5 * k]): int(claim[6 + 5 * k + 3]) for k in range(2)}
+        assert set(held) == {"held", "lapsed"}
+        await _run_format2(raw, prefix, N, now, "take", "claim", 1, 1_000_000, "", "0", "")  # "failed"
+        base = f"{prefix}:{{{N}}}"
+        failed = _format2_elements(await raw.hgetall(f"{base}:e"))["failed"]
+        token = f"{failed[2]:010d}{failed[3]:016d}"
+        assert await _run_format2(raw, prefix, N, now, "move", "reschedule", "failed", 5_000_000, "", token)
+        await _run_format2(raw, prefix, N, now, "update", "e5", '"e5 again"', "", "")
+        # "lapsed" is claimed again by nobody: its lease runs out while the old data waits.
+        old = _format2_elements(await raw.hgetall(f"{base}:e"))
+        assert len(old) == 1503
+        assert (await raw.hget(f"{base}:s", "fmt")) == b"2"
+
+        for id, (due, how, attempt, _, rev, payload) in old.items():
+            found = await s.read(N, id)
+            assert found is not None, id
+            element, info = found
+            assert element == json.loads(payload), id
+            assert (info.due, info.claimed, info.attempt, info.revision) == (due / 1e6, how == "l", attempt, rev)
+        assert await s.size(N) == 1503
+        await check_invariants(raw, prefix, N)
+        assert not [key async for key in raw.scan_iter(match=f"{base}:[ez]")], "the old keys are gone"
+        # The claims handed out by the previous release: their tokens still fence.
+        lapsed_token = held["lapsed"] * STAMP + 1
+        assert await s.extend(N, "held", lease=60, token=held["held"] * STAMP + 1) is not None
+        advance(s, 31)
+        assert await s.ack(N, [("lapsed", lapsed_token)]) == [True]  # ran out, nobody took it
+        assert await s.ack(N, [("held", held["held"] * STAMP + 1)]) == [True]
+        # Due order, ties included, is the old one: "failed" at 5 s, then the batch at 60 s.
+        advance(s, 30)
+        claims = await s.claim(N, lease=10, limit=400)
+        assert [c.id for c in claims] == ["failed", *(f"t{i}" for i in range(300))]
+        assert claims[0].attempt == 2
+        await check_invariants(raw, prefix, N)
+
+
 async def test_clients_converting_one_dehydrator_at_once_share_the_work(
     url: str, prefix: str, raw: coredis.Redis[bytes]
 ) -> None:
@@ -875,7 +1016,7 @@ async def test_the_conditional_writes_touch_one_slot(
     assert await store.pull_if(name, "b", info.revision)
     keys = [key async for key in raw.scan_iter(match=f"{prefix}:*")]
     own = [key for key in keys if key != f"{prefix}:names".encode()]
-    assert len(own) == 3
+    assert len(own) == 4  # the index, the state, a map bucket and a time bucket
     assert len({hash_slot(key) for key in own}) == 1
     if name == "jobs":  # (check_invariants spells the keys of plain names)
         await check_invariants(raw, prefix, name)
@@ -1100,7 +1241,7 @@ def test_tls_to_a_plain_text_port_is_one_line_from_the_command(
 async def test_server_errors_are_rehydrate_errors(
     store: RedisStore, raw: coredis.Redis[bytes], prefix: str
 ) -> None:
-    await raw.set(f"{prefix}:{{{N}}}:e", "not a hash")
+    await raw.set(f"{prefix}:{{{N}}}:i", "not a sorted set")
     with pytest.raises(RehydrateError, match="wrong kind of value"):
         await store.push(N, "x", ttl=0)
 

@@ -1,63 +1,84 @@
 -- rehydrate's Redis store: the shared part, prepended to every script (see _redis.py).
 --
 -- One dehydrator lives under a base "<prefix>:{<name>}" (the braces are a Cluster hash tag, so all
--- its keys share one slot and every script touches one slot):
+-- its keys share one slot and every script touches one slot). The layout is the core's queue-map
+-- made of small keys that Redis keeps as listpacks, a few bytes per entry beyond the data:
 --
---   KEYS[1] <base>:e          HASH  id -> a 91-character header, then the payload (the element
---                                   serialized); the header is seq16 .. due16 .. how17 .. attempt10
---                                   .. claim16 .. rev16
---   KEYS[2] <base>:z          ZSET  one member per element, seq16 .. id, scored by its due time.
---                                   Equal scores sort by member, so by seq: filing order.
---   KEYS[3] <base>:s          HASH  seq (last sequence number), now (latest time used), ser (serializer),
---                                   claimed (how many elements are claimed; absent when none),
---                                   fmt (the elements' format, FORMAT; with ser: absent when none),
---                                   mig (migrate.lua's progress, only while it converts them)
---   KEYS[4] <prefix>:names    SET   names of the non-empty dehydrators (not passed on Redis Cluster)
+--   KEYS[1] <base>:i          ZSET  the index of the time buckets: member the 6-byte seq of the
+--                                   member a bucket starts at, scored by that member's due time
+--   KEYS[2] <base>:s          HASH  seq (last sequence number), now (latest time used), ser
+--                                   (serializer), fmt (FORMAT), n (elements), ml and mp (the map's
+--                                   level and split pointer), claimed (how many elements are
+--                                   claimed; absent when none); with ser, fmt and n: absent when
+--                                   the dehydrator is empty
+--   KEYS[3] <prefix>:names    SET   names of the non-empty dehydrators (not passed on Redis Cluster)
+--   <base>:m:<k>              HASH  the id map, bucket k: id -> header .. payload (see enc)
+--   <base>:b:<seq6>           ZSET  a time bucket: member seq6 .. id per element, scored by its
+--                                   due time (µs); equal scores sort by member, so by seq: filing
+--                                   order
 --   <base>:wake               pub/sub channel: published when something becomes due sooner
 --
--- seq16, due16, attempt10 and claim16 are zero-padded decimals; how17 is "t" and the TTL the
--- element was filed with, or "l" and the lease it is claimed for, in 16 digits (µs). claim16 is
--- the seq its last claim drew (0 if never claimed): never reused, so attempt10 .. claim16 is the
--- claim's fencing token (a stale claimer's token matches no later claim, nor a new element pushed
--- under the same id, whose attempts start again from 0). A claimed element stays
--- in the zset, scored by the end of its lease: once that passes it is due again, like any other
+-- The time buckets partition the elements' (due, seq) order into ranges: a bucket holds the
+-- members from its start (its index entry: score and seq) up to the next bucket's start. A
+-- member is filed into the bucket with the greatest start at or before it (bucket_of), or, before
+-- them all, into the first bucket, renamed to start at it; a bucket that grows past TB_MAX members is cut
+-- into buckets of TB_FILL (cut), before Redis would turn its listpack into a skip list (it never
+-- turns it back); an emptied bucket is deleted (its range joins the one before). So poll, claim
+-- and TTN read the first bucket, and each element costs one listpack entry, not a skip-list node.
+--
+-- The id map is linear hashing over HASH keys: an id's bucket is h % 2^ml, or h % 2^(ml + 1)
+-- when that is below mp (h: 28 bits of the id's SHA-1). When the elements average more than
+-- MAP_LOAD per bucket, bucket mp splits into mp and mp + 2^ml (one bucket, bounded work); below
+-- MAP_LOW they merge back. Buckets stay listpacks while they hold at most the server's
+-- hash-max-listpack-entries (128 by default) and each value (header and payload) fits
+-- hash-max-listpack-value (64 bytes by default; docs/stores.md says why to raise it).
+--
+-- The header (enc, dec) is binary: a flags byte, seq (6 bytes), due (7, µs), span (7: the TTL the
+-- element was filed with, or the lease it is claimed for), then only when not zero (or, for rev,
+-- not its seq) attempt (4), claim (6) and rev (6); the payload follows. Flags: LEASE (claimed),
+-- ATTEMPT, CLAIM, REV (which of the optional fields are there).
+--
+-- claim is the seq its last claim drew (0 if never claimed): never reused, so attempt .. claim is
+-- the claim's fencing token (a stale claimer's token matches no later claim, nor a new element
+-- pushed under the same id, whose attempts start again from 0). A claimed element stays in its
+-- bucket order, filed at the end of its lease: once that passes it is due again, like any other
 -- element. Every filing (push, claim, reschedule, extend) draws a new seq, so ties come out in
--- filing order. The element's member is found from its id through the header's seq16.
+-- filing order. rev is the element's revision (ElementInfo.revision): every write of the element
+-- draws a new seq for it (a filing's own seq, an update's a seq of its own) but an extend, which
+-- keeps it. The conditional writes (replace_if.lua, update.lua and pull.lua given a revision)
+-- compare it with the one given and write in the same script: that is compare-and-set.
 --
--- rev16 is the element's revision (ElementInfo.revision): every write of the element draws a new
--- seq for it (a filing's own seq, an update's a seq of its own) but an extend, which keeps it. Seqs
--- are never reused, so neither are revisions, even under a reused id. The conditional writes
--- (replace_if.lua, update.lua and pull.lua given a revision) compare it with the one given and
--- write in the same script: that is what makes them compare-and-set.
+-- Formats: fmt "3" is this one; "2" (and "1", ser but no fmt) were one HASH <base>:e of id ->
+-- decimal header .. payload and one ZSET <base>:z of seq16 .. id. Every script refuses an older
+-- format (RHFORMAT, before any write) until migrate.lua has moved its elements, which the client
+-- then does and calls again.
 --
--- Formats: a dehydrator written by a version whose header ended at claim16 (75 characters) has
--- ser but no fmt in <base>:s; every script refuses it (RHFORMAT, before any write) until
--- migrate.lua has converted its elements, which the client then does and calls again.
+-- Invariants: each element has one map entry and one member, seq6 .. id with its header's seq,
+-- scored by its header's due, in the bucket bucket_of names; n counts them. Nothing else is kept
+-- (<base>:s is a few fields a name), so removed elements leave nothing.
 --
--- Invariants: the ids of <base>:e and of the zset's members are the same set, and each element
--- has one member, seq16 .. id with its header's seq16, scored by its header's due16. Nothing else
--- of the dehydrator is kept (<base>:s is a few fields a name), so removed elements leave nothing.
---
--- Times are integer microseconds (16 digits last until the year 2286; below 2^53, so exact in a
--- Lua double and in a zset score). ARGV[1] skew (µs added to the time, for tests), ARGV[2] pinned
--- time (µs, tests) or "", ARGV[3] serializer name, ARGV[4] dehydrator name; each verb's own
--- arguments start at ARGV[5].
+-- Times are integer microseconds (below 2^53, so exact in a Lua double and in a zset score); they
+-- go to Redis as int() strings, never as Lua numbers (which Redis would print with 14 digits).
+-- ARGV[1] skew (µs added to the time, for tests), ARGV[2] pinned time (µs, tests) or "", ARGV[3]
+-- serializer name, ARGV[4] dehydrator name; each verb's own arguments start at ARGV[5].
 
-local E, Z, S, REG = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local I, S, REG = KEYS[1], KEYS[2], KEYS[3]
 -- Scripts may not create globals: this is where the values they ignore go.
 local _
-local BASE = E and string.sub(E, 1, -3)
+local BASE = I and string.sub(I, 1, -3)
 local NAME = ARGV[4]
 -- Never unpack more values than this into one command (the Lua stack is small).
 local CHUNK = 1000
 local sub = string.sub
 local byte, find = string.byte, string.find
--- The header's length; the payload starts after it.
-local HEADER = 91
--- The elements' format, kept in <base>:s's fmt: "2" since the header has rev16.
-local FORMAT = '2'
--- attempt10 .. claim16 of an element never claimed.
-local UNCLAIMED = '00000000000000000000000000'
+local pack, unpack_s = struct.pack, struct.unpack
+local band = bit.band
+-- The elements' format, kept in <base>:s's fmt.
+local FORMAT = '3'
+-- A time bucket is cut when it holds more than TB_MAX members, into buckets of TB_FILL.
+local TB_MAX, TB_FILL = 120, 64
+-- The id map splits a bucket above MAP_LOAD elements per bucket on average, merges below MAP_LOW.
+local MAP_LOAD, MAP_LOW = 40, 10
 
 local function int(n)
   return string.format('%d', n)
@@ -67,50 +88,82 @@ local function int16(n)
   return string.format('%016d', n)
 end
 
--- The parts of an element's value (strings): seq16, due16, how17, attempt10, claim16, rev16.
-local function parse(v)
-  return sub(v, 1, 16), sub(v, 17, 32), sub(v, 33, 49), sub(v, 50, 59), sub(v, 60, 75), sub(v, 76, 91)
+-- -- the header ------------------------------------------------------------------------------------
+
+-- The header's fields: claimed, seq, due, span, attempt, claim, rev, and where the payload starts.
+local function dec(v)
+  local f = byte(v, 1)
+  local seq, due, span, at = unpack_s('>I6I7I7', v, 2)
+  local attempt, claim, rev = 0, 0, seq
+  if band(f, 2) ~= 0 then
+    attempt, at = unpack_s('>I4', v, at)
+  end
+  if band(f, 4) ~= 0 then
+    claim, at = unpack_s('>I6', v, at)
+  end
+  if band(f, 8) ~= 0 then
+    rev, at = unpack_s('>I6', v, at)
+  end
+  return band(f, 1) ~= 0, seq, due, span, attempt, claim, rev, at
 end
 
--- The element's revision, rev16 (compared as a string: the client sends 16 digits).
-local function rev_of(v)
-  return sub(v, 76, 91)
-end
-
--- The fencing token of the element's last claim: attempt10 .. claim16.
-local function token_of(v)
-  return sub(v, 50, 75)
+-- A header (see dec); the payload is appended by the caller.
+local function enc(lease, seq, due, span, attempt, claim, rev)
+  local f, fmt, args, n = 0, '>BI6I7I7', {0, seq, due, span}, 4
+  if lease then
+    f = 1
+  end
+  if attempt ~= 0 then
+    f, fmt, n = f + 2, fmt .. 'I4', n + 1
+    args[n] = attempt
+  end
+  if claim ~= 0 then
+    f, fmt, n = f + 4, fmt .. 'I6', n + 1
+    args[n] = claim
+  end
+  if rev ~= seq then
+    f, fmt, n = f + 8, fmt .. 'I6', n + 1
+    args[n] = rev
+  end
+  args[1] = f
+  return pack(fmt, unpack(args, 1, n))
 end
 
 local function payload_of(v)
-  return sub(v, HEADER + 1)
+  local _, _, _, _, _, _, _, at = dec(v)
+  return sub(v, at)
 end
 
--- Whether the element whose value is v is claimed (filed for a lease, not a TTL).
 local function claimed(v)
-  return sub(v, 33, 33) == 'l'
+  return band(byte(v, 1), 1) ~= 0
 end
 
--- Whether a worker holds the element whose value is v at ``now``: claimed, its lease running.
-local function held(v, now)
-  return claimed(v) and tonumber(sub(v, 17, 32)) > now
+-- The (attempt, claim) of a fencing token as the client sends it: attempt10 .. claim16.
+local function token_parts(token)
+  return tonumber(sub(token, 1, 10)), tonumber(sub(token, 11))
 end
 
--- The zset member of the element whose value is v.
-local function member(id, v)
-  return sub(v, 1, 16) .. id
+-- The time-bucket member of the element with that seq.
+local function tmember(seq, id)
+  return pack('>I6', seq) .. id
 end
 
-local SEQ, LAST_NOW = 0, 0
+local function mseq(m)
+  return (unpack_s('>I6', m))
+end
+
+-- -- state -----------------------------------------------------------------------------------------
+
+local SEQ, LAST_NOW, COUNT, ML, MP, MSIZE = 0, 0, 0, 0, 0, 1
 -- How many elements this script claimed (+) or released or removed while claimed (-): finish()
 -- adds it to <base>:s's "claimed", which rehydrate stats reads instead of scanning the headers.
 local CLAIMED = 0
 
--- Read seq and the latest time used; fail (before any write) if the elements are in an older
--- format (migrate.lua converts them) or were serialized differently from what this client uses.
-local function load_state(check_serializer)
-  local state = redis.call('HMGET', S, 'seq', 'now', 'ser', 'fmt')
-  if state[3] and state[4] ~= FORMAT then
+-- Read the state; fail (before any write) if the elements are in an older format (migrate.lua,
+-- which passes any_format, converts them) or were serialized differently from what this client uses.
+local function load_state(check_serializer, any_format)
+  local state = redis.call('HMGET', S, 'seq', 'now', 'ser', 'fmt', 'n', 'ml', 'mp')
+  if state[3] and state[4] ~= FORMAT and not any_format then
     error({err = 'RHFORMAT ' .. (state[4] or '1')})
   end
   if check_serializer and state[3] and state[3] ~= ARGV[3] then
@@ -118,6 +171,10 @@ local function load_state(check_serializer)
   end
   SEQ = tonumber(state[1] or '0')
   LAST_NOW = tonumber(state[2] or '0')
+  COUNT = tonumber(state[5] or '0')
+  ML = tonumber(state[6] or '0')
+  MP = tonumber(state[7] or '0')
+  MSIZE = 2 ^ ML
 end
 
 -- The server's time (or the pinned one), plus the skew; never earlier than a time already used.
@@ -152,30 +209,288 @@ local function start_of(arg, now)
   return now
 end
 
--- Save seq and time (kept when the dehydrator empties, so seqs are never reused); when it is
--- empty (only scripts that removed elements ask), forget its serializer and its name.
+-- Run a command on values[1..n], CHUNK at a time: cmd key value... Returns nothing.
+local function each_chunk(cmd, key, values, n)
+  for i = 1, n, CHUNK do
+    redis.call(cmd, key, unpack(values, i, math.min(i + CHUNK - 1, n)))
+  end
+end
+
+-- -- the id map ------------------------------------------------------------------------------------
+
+local function hash(id)
+  return tonumber(sub(redis.sha1hex(id), 1, 7), 16)
+end
+
+local function mkey(k)
+  return BASE .. ':m:' .. int(k)
+end
+
+-- The map bucket (its key) of an id.
+local function maddr(id)
+  local h = hash(id)
+  local k = h % MSIZE
+  if k < MP then
+    k = h % (2 * MSIZE)
+  end
+  return mkey(k)
+end
+
+-- The values of n ids (false for a missing one), and their map keys.
+local function mget(ids, n)
+  local values, keys = {}, {}
+  for i = 1, n do
+    local key = maddr(ids[i])
+    keys[i] = key
+    values[i] = redis.call('HGET', key, ids[i])
+  end
+  return values, keys
+end
+
+-- Split bucket MP into MP and MP + MSIZE: the ids whose hash says so move.
+local function msplit()
+  local src = mkey(MP)
+  local all = redis.call('HGETALL', src)
+  local moved, gone, n = {}, {}, 0
+  for i = 1, #all, 2 do
+    if hash(all[i]) % (2 * MSIZE) ~= MP then
+      n = n + 1
+      gone[n] = all[i]
+      moved[2 * n - 1], moved[2 * n] = all[i], all[i + 1]
+    end
+  end
+  if n > 0 then
+    each_chunk('HSET', mkey(MP + MSIZE), moved, 2 * n)
+    each_chunk('HDEL', src, gone, n)
+  end
+  MP = MP + 1
+  if MP == MSIZE then
+    ML, MSIZE, MP = ML + 1, MSIZE * 2, 0
+  end
+end
+
+-- Merge the last bucket back into its split partner.
+local function mmerge()
+  if MP == 0 then
+    ML, MSIZE = ML - 1, MSIZE / 2
+    MP = MSIZE
+  end
+  MP = MP - 1
+  local src = mkey(MP + MSIZE)
+  local all = redis.call('HGETALL', src)
+  if #all > 0 then
+    each_chunk('HSET', mkey(MP), all, #all)
+    redis.call('DEL', src)
+  end
+end
+
+-- Make room for ``extra`` more elements before their addresses are taken: split until the
+-- elements would average at most MAP_LOAD per bucket. Splitting after they were filed would be
+-- too late: a bucket that once held more than hash-max-listpack-entries stays a hash table. The
+-- level and pointer are saved at once (a script may still refuse its verb after this).
+local function grow(extra)
+  local split = false
+  while COUNT + extra > MAP_LOAD * (MSIZE + MP) do
+    msplit()
+    split = true
+  end
+  if split then
+    redis.call('HSET', S, 'ml', int(ML), 'mp', int(MP))
+  end
+end
+
+-- -- the time buckets ------------------------------------------------------------------------------
+
+local function tkey(start)
+  return BASE .. ':b:' .. start
+end
+
+-- The index entry (its member: the bucket's start seq, 6 bytes) of the bucket that (due, seq)
+-- belongs in, or nil when it is before every bucket's start (or there is none). The greatest start at or before (due, seq); among
+-- starts at the same due time (a batch filed at one time and cut), by bisection on their seqs.
+local function bucket_of(due, seq)
+  local due_s = int(due)
+  local r = redis.call('ZRANGE', I, due_s, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
+  if r[1] == nil then
+    return nil
+  end
+  if tonumber(r[2]) < due or mseq(r[1]) <= seq then
+    return r[1]
+  end
+  local lo = redis.call('ZCOUNT', I, '-inf', '(' .. due_s)
+  local hi = redis.call('ZCOUNT', I, '-inf', due_s) - 1 -- r's rank, too late
+  -- The answer is the last rank in [lo, hi) whose seq <= seq, else rank lo - 1 (or none).
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if mseq(redis.call('ZRANGE', I, mid, mid)[1]) <= seq then
+      lo = mid + 1
+    else
+      hi = mid
+    end
+  end
+  if lo == 0 then
+    return nil
+  end
+  return redis.call('ZRANGE', I, lo - 1, lo - 1)[1]
+end
+
+-- Buckets filed into by this script (start -> true), cut in tb_done() when grown too big.
+local GROWN = {}
+
+-- File members: scored[] is score, member, score, member... (2n values; scores int() strings);
+-- dues[i] and seqs[i] are the numbers. Consecutive members at the same due time with rising seqs
+-- (a batch) share a bucket lookup: the seqs drawn here are above every bucket's start.
+local function tb_add(scored, dues, seqs, n)
+  local i = 1
+  while i <= n do
+    local j = i
+    while j < n and dues[j + 1] == dues[i] and seqs[j + 1] > seqs[j] do
+      j = j + 1
+    end
+    local start = bucket_of(dues[i], seqs[i])
+    if not start then
+      -- Before every bucket's start: the first bucket (if any) now starts here, renamed so.
+      start = sub(scored[2 * i], 1, 6)
+      local first = redis.call('ZRANGE', I, 0, 0)[1]
+      if first then
+        redis.call('RENAME', tkey(first), tkey(start))
+        redis.call('ZREM', I, first)
+        GROWN[first] = nil
+      end
+      redis.call('ZADD', I, scored[2 * i - 1], start)
+    end
+    local key = tkey(start)
+    for from = 2 * i - 1, 2 * j, CHUNK do
+      redis.call('ZADD', key, unpack(scored, from, math.min(from + CHUNK - 1, 2 * j)))
+    end
+    GROWN[start] = true
+    i = j + 1
+  end
+end
+
+-- Remove the member of each element (dues[i], seqs[i], ids[i]); drop emptied buckets.
+local function tb_rem(dues, seqs, ids, n)
+  local by, order = {}, {}
+  for i = 1, n do
+    local start = bucket_of(dues[i], seqs[i])
+    local group = by[start]
+    if not group then
+      group = {}
+      by[start] = group
+      order[#order + 1] = start
+    end
+    group[#group + 1] = tmember(seqs[i], ids[i])
+  end
+  for _, start in ipairs(order) do
+    local key = tkey(start)
+    each_chunk('ZREM', key, by[start], #by[start])
+    if redis.call('EXISTS', key) == 0 then
+      redis.call('ZREM', I, start)
+      GROWN[start] = nil
+    end
+  end
+end
+
+-- Cut the grown buckets that hold more than TB_MAX members into buckets of TB_FILL, rewritten
+-- from scratch (a listpack that grew into a skip list stays one otherwise).
+local function tb_done()
+  for start in pairs(GROWN) do
+    local key = tkey(start)
+    if redis.call('ZCARD', key) > TB_MAX then
+      local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+      redis.call('DEL', key)
+      local total = #all / 2
+      for first = 1, total, TB_FILL do
+        local last = math.min(first + TB_FILL - 1, total)
+        local scored, k = {}, 0
+        for r = first, last do
+          scored[k + 1], scored[k + 2] = all[2 * r], all[2 * r - 1]
+          k = k + 2
+        end
+        local piece = start
+        if first > 1 then
+          piece = sub(all[2 * first - 1], 1, 6)
+          redis.call('ZADD', I, all[2 * first], piece)
+        end
+        redis.call('ZADD', tkey(piece), unpack(scored, 1, k))
+      end
+    end
+  end
+  GROWN = {}
+end
+
+-- Members in (due, seq) order, due by ``bound`` (nil: any), from a cursor {rank, offset} (the
+-- bucket's rank in the index, the member's rank in it), ``want`` at most: a list of {member,
+-- score (string), bucket start} triples as three arrays; the cursor moves past them.
+local function tb_page(cursor, bound, want)
+  local members, scores, starts, n = {}, {}, {}, 0
+  local hi = '+inf'
+  if bound then
+    hi = int(bound)
+  end
+  while n < want do
+    local start = redis.call('ZRANGE', I, cursor[1], cursor[1])[1]
+    if not start then
+      break
+    end
+    local key = tkey(start)
+    local got = redis.call('ZRANGE', key, '-inf', hi, 'BYSCORE', 'LIMIT', cursor[2], want - n, 'WITHSCORES')
+    local m = #got / 2
+    for r = 1, m do
+      n = n + 1
+      members[n], scores[n], starts[n] = got[2 * r - 1], got[2 * r], start
+    end
+    cursor[2] = cursor[2] + m
+    if n >= want then
+      break
+    end
+    -- Fewer than asked: this bucket is done, or what is left of it is due after bound.
+    if redis.call('ZCARD', key) > cursor[2] then
+      break
+    end
+    cursor[1], cursor[2] = cursor[1] + 1, 0
+  end
+  return members, scores, starts, n
+end
+
+-- -- the dehydrator --------------------------------------------------------------------------------
+
+-- Save the state (seq and time are kept when the dehydrator empties, so seqs are never reused);
+-- when it is empty (only scripts that removed elements ask), forget its serializer and its name.
+-- Grown time buckets are cut and the id map merged here, after every element access (a merge
+-- moves ids between map buckets).
 local function finish(removed)
+  tb_done()
   if CLAIMED ~= 0 and redis.call('HINCRBY', S, 'claimed', CLAIMED) == 0 then
     redis.call('HDEL', S, 'claimed')
   end
-  if removed and redis.call('EXISTS', E) == 0 then
+  if removed and COUNT == 0 then
     redis.call('HSET', S, 'seq', int(SEQ), 'now', int(LAST_NOW))
-    redis.call('HDEL', S, 'ser', 'fmt')
+    redis.call('HDEL', S, 'ser', 'fmt', 'n', 'ml', 'mp')
     if REG then
       redis.call('SREM', REG, NAME)
     end
     return
   end
-  redis.call('HSET', S, 'seq', int(SEQ), 'now', int(LAST_NOW), 'ser', ARGV[3], 'fmt', FORMAT)
+  local merges = 0
+  while MSIZE + MP > 1 and COUNT < MAP_LOW * (MSIZE + MP) and merges < 8 do
+    mmerge()
+    merges = merges + 1
+  end
+  redis.call(
+    'HSET', S, 'seq', int(SEQ), 'now', int(LAST_NOW), 'ser', ARGV[3], 'fmt', FORMAT,
+    'n', int(COUNT), 'ml', int(ML), 'mp', int(MP)
+  )
 end
 
 -- Due time of the first element, or nil.
 local function earliest()
-  local top = redis.call('ZRANGE', Z, 0, 0, 'WITHSCORES')
-  if top[2] then
-    return tonumber(top[2])
+  local start = redis.call('ZRANGE', I, 0, 0)[1]
+  if not start then
+    return nil
   end
-  return nil
+  local top = redis.call('ZRANGE', tkey(start), 0, 0, 'WITHSCORES')
+  return tonumber(top[2])
 end
 
 -- TTN at ``now``: microseconds until the first element is due (0 if one is), -1 if there is none.
@@ -196,53 +511,21 @@ local function wake_if_sooner(before, due)
   end
 end
 
--- Run a command on values[1..n], CHUNK at a time: cmd key value... Returns nothing.
-local function each_chunk(cmd, key, values, n)
-  for i = 1, n, CHUNK do
-    redis.call(cmd, key, unpack(values, i, math.min(i + CHUNK - 1, n)))
-  end
-end
-
--- HMGET of n ids, CHUNK at a time: the values in order (false for a missing field).
-local function hmget(key, ids, n)
-  if n <= CHUNK then
-    return redis.call('HMGET', key, unpack(ids, 1, n))
-  end
-  local out = {}
-  for i = 1, n, CHUNK do
-    local got = redis.call('HMGET', key, unpack(ids, i, math.min(i + CHUNK - 1, n)))
-    for k = 1, #got do
-      out[i + k - 1] = got[k]
-    end
-  end
-  return out
-end
-
--- File n elements anew, in order: ids[i], due at due16s[i] (a string), with the header's
--- how17 .. attempt10 .. claim16 tails[i] and payloads[i] after the header. Each draws a seq; its
--- value is written and its member added. With claimed, tails[i] stops at attempt10 and the seq
--- the element draws is its claim16 (formatted once for both). The seq drawn is the element's
--- new revision too (rev16), unless revs gives the one it keeps (an extend). The caller has
--- removed an element's old member first.
-local function file(n, ids, due16s, tails, payloads, claimed, revs)
-  local values, scored = {}, {}
+-- File n elements anew, in order: ids[i] due at dues[i] (numbers), each with a new seq, its
+-- header made by head(i, seq) (the payloads[i] after it). keys[i] is the id's map key when the
+-- caller has it. The caller has removed an element's old member first; COUNT is the caller's.
+local function file(n, ids, dues, head, payloads, keys)
+  local scored, seqs = {}, {}
   local seq = SEQ
   for i = 1, n do
-    local id, due16 = ids[i], due16s[i]
+    local id, due = ids[i], dues[i]
     seq = seq + 1
-    local seq16 = int16(seq)
-    values[2 * i - 1] = id
-    if claimed then
-      values[2 * i] = seq16 .. due16 .. tails[i] .. seq16 .. seq16 .. payloads[i]
-    elseif revs then
-      values[2 * i] = seq16 .. due16 .. tails[i] .. revs[i] .. payloads[i]
-    else
-      values[2 * i] = seq16 .. due16 .. tails[i] .. seq16 .. payloads[i]
-    end
-    scored[2 * i - 1] = due16 -- a string: Redis parses it, Lua need not format a number
-    scored[2 * i] = seq16 .. id
+    seqs[i] = seq
+    local key = keys and keys[i] or maddr(id)
+    redis.call('HSET', key, id, head(i, seq) .. payloads[i])
+    scored[2 * i - 1] = int(due)
+    scored[2 * i] = tmember(seq, id)
   end
   SEQ = seq
-  each_chunk('HSET', E, values, 2 * n)
-  each_chunk('ZADD', Z, scored, 2 * n)
+  tb_add(scored, dues, seqs, n)
 end

@@ -1,38 +1,82 @@
--- MIGRATE: convert a dehydrator's elements from the first format (the header ending at claim16,
--- 75 characters; <base>:s has ser but no fmt) to this one (rev16 appended), ARGV[5] elements at
--- most per call. Each element's revision becomes its seq16: the seqs of the elements present are
--- distinct, and every revision drawn later is a seq above them all. Every other script refuses
--- the dehydrator (RHFORMAT) until it is converted, so nothing moves its zset meanwhile and the
--- zset's ranks are a cursor: <base>:s's mig counts the members converted, so several clients
--- converting at once share the work and convert no element twice. Returns 1 when the dehydrator
--- is in this format (or empty), 0 when there is more to convert.
-local OLD_HEADER = 75
+-- MIGRATE: move a dehydrator's elements from an earlier layout to this one, ARGV[5] elements at
+-- most per call. Earlier layouts: one HASH <base>:e of id -> decimal header .. payload and one
+-- ZSET <base>:z of seq16 .. id scored by due time; the header is seq16 .. due16 .. how17 ("t" or
+-- "l" and 16 digits) .. attempt10 .. claim16, then (format "2") rev16; format "1" (ser but no
+-- fmt in <base>:s) had no rev16, and an element's revision becomes its seq. Elements are moved
+-- in the old sorted set's order, from its head, each keeping its seq, due time, span, attempt,
+-- claim and revision; what is moved is removed from the old keys, so the old set's head is the
+-- cursor and several clients converting at once share the work and move no element twice. A
+-- format "1" dehydrator that the version before this one had begun converting in place has mig
+-- in <base>:s: its first mig members already have rev16. Every other script refuses the
+-- dehydrator (RHFORMAT) until it is converted. Returns 1 when the dehydrator is in this format
+-- (or empty), 0 when there is more to move.
 local state = redis.call('HMGET', S, 'ser', 'fmt', 'mig')
 if not state[1] or state[2] == FORMAT then
   return 1
 end
-local from = tonumber(state[3] or '0')
-local n = tonumber(ARGV[5])
-local members = redis.call('ZRANGE', Z, from, from + n - 1)
-local m = #members
-if m > 0 then
-  local ids = {}
-  for i = 1, m do
-    ids[i] = sub(members[i], 17)
-  end
-  local values = hmget(E, ids, m)
-  local pairs_ = {}
-  for i = 1, m do
-    local v = values[i]
-    pairs_[2 * i - 1] = ids[i]
-    pairs_[2 * i] = sub(v, 1, OLD_HEADER) .. sub(v, 1, 16) .. sub(v, OLD_HEADER + 1)
-  end
-  each_chunk('HSET', E, pairs_, 2 * m)
+load_state(false, true)
+local OLD_E, OLD_Z = BASE .. ':e', BASE .. ':z'
+local with_rev = tonumber(state[3] or '0') -- how many of the next members have rev16
+if state[2] == '2' then
+  with_rev = math.huge
 end
-if m < n then
-  redis.call('HSET', S, 'fmt', FORMAT)
+local want = tonumber(ARGV[5])
+local members = redis.call('ZRANGE', OLD_Z, 0, want - 1, 'WITHSCORES')
+local m = #members / 2
+if m > 0 then
+  local ids, dues, seqs = {}, {}, {}
+  for i = 1, m do
+    ids[i] = sub(members[2 * i - 1], 17)
+    dues[i] = tonumber(members[2 * i])
+  end
+  grow(m)
+  local values = {}
+  for from = 1, m, CHUNK do
+    local got = redis.call('HMGET', OLD_E, unpack(ids, from, math.min(from + CHUNK - 1, m)))
+    for k = 1, #got do
+      values[from + k - 1] = got[k]
+    end
+  end
+  local scored = {}
+  for i = 1, m do
+    local v, id = values[i], ids[i]
+    local seq = tonumber(sub(v, 1, 16))
+    local lease = sub(v, 33, 33) == 'l'
+    local rev, header = seq, 75
+    if i <= with_rev then
+      rev, header = tonumber(sub(v, 76, 91)), 91
+    end
+    local value = enc(lease, seq, dues[i], tonumber(sub(v, 34, 49)), tonumber(sub(v, 50, 59)),
+      tonumber(sub(v, 60, 75)), rev) .. sub(v, header + 1)
+    redis.call('HSET', maddr(id), id, value)
+    seqs[i] = seq
+    scored[2 * i - 1], scored[2 * i] = int(dues[i]), tmember(seq, id)
+  end
+  -- In the old set's order, so each member files after those already moved.
+  for i = 1, m do
+    tb_add({scored[2 * i - 1], scored[2 * i]}, {dues[i]}, {seqs[i]}, 1)
+  end
+  COUNT = COUNT + m
+  redis.call('ZREMRANGEBYRANK', OLD_Z, 0, m - 1)
+  each_chunk('HDEL', OLD_E, ids, m)
+end
+local done = m < want
+if state[2] ~= '2' and state[3] then
+  local left = with_rev - m
+  if left > 0 then
+    redis.call('HSET', S, 'mig', int(left))
+  else
+    redis.call('HDEL', S, 'mig')
+  end
+end
+tb_done()
+redis.call('HSET', S, 'n', int(COUNT), 'ml', int(ML), 'mp', int(MP))
+if done then
   redis.call('HDEL', S, 'mig')
+  redis.call('HSET', S, 'fmt', FORMAT)
+  if COUNT == 0 then
+    redis.call('HDEL', S, 'ser', 'fmt', 'n', 'ml', 'mp')
+  end
   return 1
 end
-redis.call('HSET', S, 'mig', int(from + m))
 return 0

@@ -5,35 +5,36 @@
 -- was done.
 load_state(true)
 local extend = ARGV[5] == 'extend'
-local id, ttl, want, token = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
-local v = redis.call('HGET', E, id)
+local id, ttl, want, token = ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9]
+local key = maddr(id)
+local v = redis.call('HGET', key, id)
 if not v then
   return false
 end
-local _, _, _, attempt, claim16 = parse(v)
-if
-  (want ~= '' and tonumber(attempt) ~= tonumber(want))
-  or (token ~= '' and token_of(v) ~= token)
-  or (extend and not claimed(v))
-then
+local lease, seq, old_due, _, attempt, claim, rev, at = dec(v)
+if want ~= '' and attempt ~= tonumber(want) then
+  return false
+end
+if token ~= '' then
+  local a, c = token_parts(token)
+  if a ~= attempt or c ~= claim then
+    return false
+  end
+end
+if extend and not lease then
   return false
 end
 local before = earliest()
 local now = clock()
-local due = now + tonumber(ttl)
-local kind = 't'
-if extend then
-  kind = 'l'
-end
-if claimed(v) and not extend then
+local due = now + ttl
+if lease and not extend then
   CLAIMED = -1
 end
-local revs = nil
-if extend then
-  revs = {rev_of(v)} -- a lease's renewal keeps the revision: the claim's holder wrote nothing
-end
-redis.call('ZREM', Z, member(id, v))
-file(1, {id}, {int16(due)}, {kind .. int16(ttl) .. attempt .. claim16}, {payload_of(v)}, false, revs)
+tb_rem({old_due}, {seq}, {id}, 1)
+file(1, {id}, {due}, function(_, new_seq)
+  -- A lease's renewal keeps the revision: the claim's holder wrote nothing.
+  return enc(extend, new_seq, due, ttl, attempt, claim, extend and rev or new_seq)
+end, {sub(v, at)}, {key})
 wake_if_sooner(before, due)
 finish()
 return due

@@ -4,20 +4,23 @@
 -- another. The comparison and the removal are in this one script: pull_if's compare-and-set.
 load_state(true)
 local id = ARGV[5]
-local v = redis.call('HGET', E, id)
+local key = maddr(id)
+local v = redis.call('HGET', key, id)
 if not v then
   return false
 end
-if ARGV[6] == 'r' and rev_of(v) ~= ARGV[7] then
+local lease, seq, due, _, _, _, rev, at = dec(v)
+if ARGV[6] == 'r' and rev ~= tonumber(ARGV[7]) then
   return 0
 end
-redis.call('ZREM', Z, member(id, v))
-redis.call('HDEL', E, id)
-if claimed(v) then
+tb_rem({due}, {seq}, {id}, 1)
+redis.call('HDEL', key, id)
+COUNT = COUNT - 1
+if lease then
   CLAIMED = -1
 end
 finish(true)
 if ARGV[6] == 'r' then
   return 1
 end
-return payload_of(v)
+return sub(v, at)

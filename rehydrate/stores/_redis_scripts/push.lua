@@ -15,15 +15,19 @@ for i = 1, n do
   ids[i] = ARGV[4 + 3 * i]
   payloads[i] = ARGV[6 + 3 * i]
 end
-local found = hmget(E, ids, n)
+grow(n)
+local found, keys = mget(ids, n)
 local seen = 0
 local before = earliest()
+local old_dues, old_seqs, old_ids, k = {}, {}, {}, 0
 for i = 1, n do
   local v = found[i]
   if v and replace then
     -- The new element takes the old one's place: its member goes, its value is overwritten.
-    redis.call('ZREM', Z, member(ids[i], v))
-    if claimed(v) then
+    local lease, seq, due = dec(v)
+    k = k + 1
+    old_dues[k], old_seqs[k], old_ids[k] = due, seq, ids[i]
+    if lease then
       CLAIMED = CLAIMED - 1
     end
   elseif v then
@@ -38,24 +42,23 @@ end
 if seen > 0 then
   return {2}
 end
-local now = start_of(ARGV[6], clock())
-local due16s, tails, soonest = {}, {}, nil
--- Elements of a batch often share a TTL: each TTL's due time and header tail are made once.
-local by_ttl = {}
-for i = 1, n do
-  local ttl = ARGV[5 + 3 * i]
-  local made = by_ttl[ttl]
-  if not made then
-    local due = now + tonumber(ttl)
-    if soonest == nil or due < soonest then
-      soonest = due
-    end
-    made = {int16(due), 't' .. int16(ttl) .. UNCLAIMED}
-    by_ttl[ttl] = made
-  end
-  due16s[i], tails[i] = made[1], made[2]
+if k > 0 then
+  tb_rem(old_dues, old_seqs, old_ids, k)
 end
-file(n, ids, due16s, tails, payloads)
+COUNT = COUNT + n - k
+local now = start_of(ARGV[6], clock())
+local dues, spans, soonest = {}, {}, nil
+for i = 1, n do
+  local ttl = tonumber(ARGV[5 + 3 * i])
+  local due = now + ttl
+  if soonest == nil or due < soonest then
+    soonest = due
+  end
+  dues[i], spans[i] = due, ttl
+end
+file(n, ids, dues, function(i, seq)
+  return enc(false, seq, dues[i], spans[i], 0, 0, seq)
+end, payloads, keys)
 wake_if_sooner(before, soonest)
 finish()
 if before == nil then -- no element before: the dehydrator was created

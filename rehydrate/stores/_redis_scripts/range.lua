@@ -5,7 +5,8 @@
 -- are the last listed member's (or ARGV[7] and ARGV[8] when none is), for the next page.
 --
 -- A page starts after the previous page's last member, whether or not that member is still there:
--- its rank is found by bisection among the members that share its score.
+-- the bucket it belongs in is found as a filing would find it, and its place in that bucket by
+-- bisection among the members that share its score.
 load_state(false)
 local bound
 if ARGV[6] == '' then
@@ -16,32 +17,32 @@ else
   bound = tonumber(ARGV[6])
 end
 local limit = tonumber(ARGV[5])
-local start = 0
+local cursor = {0, 0}
 local last_score, last_seq = ARGV[7], ARGV[8]
 if last_score ~= '' then
-  local seq = tonumber(last_seq)
-  local lo = redis.call('ZCOUNT', Z, '-inf', '(' .. last_score)
-  local hi = redis.call('ZCOUNT', Z, '-inf', last_score)
-  while lo < hi do
-    local mid = math.floor((lo + hi) / 2)
-    local m = redis.call('ZRANGE', Z, mid, mid)[1]
-    if tonumber(sub(m, 1, 16)) <= seq then
-      lo = mid + 1
-    else
-      hi = mid
+  local score, seq = tonumber(last_score), tonumber(last_seq)
+  local start = bucket_of(score, seq)
+  if start then
+    local key = tkey(start)
+    local lo = redis.call('ZCOUNT', key, '-inf', '(' .. last_score)
+    local hi = redis.call('ZCOUNT', key, '-inf', last_score)
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      local m = redis.call('ZRANGE', key, mid, mid)[1]
+      if mseq(m) <= seq then
+        lo = mid + 1
+      else
+        hi = mid
+      end
     end
+    cursor = {redis.call('ZRANK', I, start), lo}
   end
-  start = lo
 end
-local page = redis.call('ZRANGE', Z, start, start + limit - 1, 'WITHSCORES')
+local members, scores, _, m = tb_page(cursor, bound, limit)
 local out = {bound or 0, last_score, last_seq}
-for i = 1, #page, 2 do
-  if bound and tonumber(page[i + 1]) > bound then
-    break
-  end
-  local m = page[i]
-  out[#out + 1] = sub(m, 17)
-  out[2] = page[i + 1]
-  out[3] = sub(m, 1, 16)
+for i = 1, m do
+  out[#out + 1] = sub(members[i], 7)
+  out[2] = scores[i]
+  out[3] = int(mseq(members[i]))
 end
 return out

@@ -31,29 +31,35 @@ local out = {}
 if count == 0 then
   return out
 end
-local values = hmget(E, ids, count)
-local gone, members, n = {}, {}, 0
+local values, keys = mget(ids, count)
+local dues, seqs, gone, n = {}, {}, {}, 0
 local removed = {}
 for i = 1, count do
   local v = values[i]
   local ok = false
+  local at
   if v and not removed[ids[i]] then
+    local lease, seq, due, _, got_attempt, claim
+    lease, seq, due, _, got_attempt, claim, _, at = dec(v)
     local want = tokens[i]
-    ok = (want == nil or token_of(v) == want)
-      and (attempt == nil or tonumber(sub(v, 50, 59)) == attempt)
-      and (claimed(v) or (xack and tonumber(sub(v, 17, 32)) <= now))
+    if want then
+      local a, c = token_parts(want)
+      ok = a == got_attempt and c == claim
+    else
+      ok = true
+    end
+    ok = ok and (attempt == nil or got_attempt == attempt) and (lease or (xack and due <= now))
     if ok then
       n = n + 1
-      if claimed(v) then
+      if lease then
         CLAIMED = CLAIMED - 1
       end
-      gone[n] = ids[i]
-      members[n] = member(ids[i], v)
+      gone[n], dues[n], seqs[n] = i, due, seq
       removed[ids[i]] = true
     end
   end
   if xack then
-    out[i] = ok and payload_of(v)
+    out[i] = ok and sub(v, at)
   else
     out[i] = ok and 1 or 0
   end
@@ -61,7 +67,13 @@ end
 if n == 0 then
   return out
 end
-each_chunk('ZREM', Z, members, n)
-each_chunk('HDEL', E, gone, n)
+local gone_ids = {}
+for k = 1, n do
+  local i = gone[k]
+  gone_ids[k] = ids[i]
+  redis.call('HDEL', keys[i], ids[i])
+end
+tb_rem(dues, seqs, gone_ids, n)
+COUNT = COUNT - n
 finish(true)
 return out

@@ -15,27 +15,32 @@ local ids = {}
 for i = 1, n do
   ids[i] = ARGV[2 + 4 * i]
 end
-local values = hmget(E, ids, n)
+local values, keys = mget(ids, n)
 local before = earliest()
 local now = start_of(ARGV[5], clock())
-local members, kept, dues, tails, payloads, k = {}, {}, {}, {}, {}, 0
+local old_dues, old_seqs, kept, kept_keys, dues, spans, payloads, k = {}, {}, {}, {}, {}, {}, {}, 0
 local soonest = nil
 for i = 1, n do
   local at = 2 + 4 * i
   local v = values[i]
-  if v and rev_of(v) == ARGV[at + 1] then
-    local ttl = ARGV[at + 2]
-    local due = now + tonumber(ttl)
-    if claimed(v) then
-      CLAIMED = CLAIMED - 1
+  if v then
+    local lease, seq, due, _, _, _, rev = dec(v)
+    if rev == tonumber(ARGV[at + 1]) then
+      local ttl = tonumber(ARGV[at + 2])
+      local new_due = now + ttl
+      if lease then
+        CLAIMED = CLAIMED - 1
+      end
+      k = k + 1
+      old_dues[k], old_seqs[k] = due, seq
+      kept[k], kept_keys[k], dues[k], spans[k], payloads[k] = ids[i], keys[i], new_due, ttl, ARGV[at + 3]
+      if soonest == nil or new_due < soonest then
+        soonest = new_due
+      end
+      out[i] = SEQ + k -- file() below draws the k-th kept element seq SEQ + k: its revision
+    else
+      out[i] = -1
     end
-    k = k + 1
-    members[k] = member(ids[i], v)
-    kept[k], dues[k], tails[k], payloads[k] = ids[i], int16(due), 't' .. int16(ttl) .. UNCLAIMED, ARGV[at + 3]
-    if soonest == nil or due < soonest then
-      soonest = due
-    end
-    out[i] = SEQ + k -- file() below draws the k-th kept element seq SEQ + k: its revision
   else
     out[i] = -1
   end
@@ -43,8 +48,10 @@ end
 if k == 0 then
   return out
 end
-each_chunk('ZREM', Z, members, k)
-file(k, kept, dues, tails, payloads)
+tb_rem(old_dues, old_seqs, kept, k)
+file(k, kept, dues, function(i, seq)
+  return enc(false, seq, dues[i], spans[i], 0, 0, seq)
+end, payloads, kept_keys)
 wake_if_sooner(before, soonest)
 finish()
 return out

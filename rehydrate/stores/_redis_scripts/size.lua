@@ -1,2 +1,2 @@
 -- size: how many elements the dehydrator holds.
-return redis.call('HLEN', E)
+return tonumber(redis.call('HGET', S, 'n') or '0')

@@ -7,8 +7,9 @@
 -- as its own claims with a lease of 0): everything filed since is due at that time or later, and
 -- sorts after what it may take (ahead of time, it is skipped wherever it sorts).
 --
--- The due elements are the zset's first members: one ZRANGE BYSCORE finds them, one
--- ZREMRANGEBYRANK removes them (claim adds them back, scored by the end of their lease).
+-- The due elements are the first buckets' first members: read in order (tb_page), removed whole
+-- bucket by whole bucket and ZREMRANGEBYRANK in the last one (claim files them again, at the end
+-- of their lease).
 --
 -- poll returns {seq, full, now, payload...} (or {seq, full, now, joined}); claim returns
 -- {seq, full, now, lease_until, joined or "", left, then id, attempt, due, claim, payload or ""
@@ -28,52 +29,66 @@ local base = tonumber(ARGV[10]) or now
 local early = tonumber(ARGV[11]) or 0
 local bound = base + early
 
-local members, ids, values
+local ids, values, keys, seqs, dues = {}, {}, {}, {}, {}
 local n = 0
+local cursor = {0, 0}
 if early > 0 then
   -- Ahead of time (claim only), the first members up to bound are not all takeable: an element
   -- under a running lease (claimed, its lease not out by base) is left to its worker, and what
   -- was filed since the first page (this claim's own claims with a short lease, due at that
   -- page's time, sort among the others) does not come back. Scan past them, page by page,
   -- until limit are found or none is left; what is taken is removed member by member.
-  members, ids, values = {}, {}, {}
-  local offset = 0
   while n < limit do
     local want = limit - n
-    local chunk = redis.call('ZRANGE', Z, '-inf', bound, 'BYSCORE', 'LIMIT', offset, want)
-    local m = #chunk
+    local members, scores, _, m = tb_page(cursor, bound, want)
     if m == 0 then
       break
     end
-    local chunk_ids = {}
     for i = 1, m do
-      chunk_ids[i] = sub(chunk[i], 17)
-    end
-    local chunk_values = hmget(E, chunk_ids, m)
-    for i = 1, m do
-      local v = chunk_values[i]
-      local since = max_seq and tonumber(sub(chunk[i], 1, 16)) > max_seq
-      if not since and not held(v, base) then
+      local id = sub(members[i], 7)
+      local seq = mseq(members[i])
+      local key = maddr(id)
+      local v = redis.call('HGET', key, id)
+      local lease, _, due = dec(v)
+      local since = max_seq and seq > max_seq
+      if not since and not (lease and due > base) then
         n = n + 1
-        members[n], ids[n], values[n] = chunk[i], chunk_ids[i], v
+        ids[n], values[n], keys[n], seqs[n], dues[n] = id, v, key, seq, tonumber(scores[i])
       end
     end
-    offset = offset + m
     if m < want then
       break
     end
   end
 else
-  members = redis.call('ZRANGE', Z, '-inf', bound, 'BYSCORE', 'LIMIT', 0, limit)
-  n = #members
+  local members, scores, starts, m = tb_page(cursor, bound, limit)
+  n = m
   -- Members filed since the first page are due at its time or later, so they are the last ones
   -- here (due at that very time, after every older member due then): cut them off the end.
-  while max_seq and n > 0 and tonumber(sub(members[n], 1, 16)) > max_seq do
+  while max_seq and n > 0 and mseq(members[n]) > max_seq do
     n = n - 1
   end
-  ids = {}
   for i = 1, n do
-    ids[i] = sub(members[i], 17)
+    ids[i] = sub(members[i], 7)
+    seqs[i], dues[i] = mseq(members[i]), tonumber(scores[i])
+  end
+  values, keys = mget(ids, n)
+  -- The first n members in order: whole buckets, then a prefix of the last one.
+  local i = 1
+  while i <= n do
+    local start = starts[i]
+    local j = i
+    while j < n and starts[j + 1] == start do
+      j = j + 1
+    end
+    local key = tkey(start)
+    if redis.call('ZCARD', key) == j - i + 1 then
+      redis.call('DEL', key)
+      redis.call('ZREM', I, start)
+    else
+      redis.call('ZREMRANGEBYRANK', key, 0, j - i)
+    end
+    i = j + 1
   end
 end
 local full = 0
@@ -98,49 +113,37 @@ if n == 0 then
   return {top_seq, full, now}
 end
 
-if early == 0 then
-  values = hmget(E, ids, n)
+if early > 0 then
+  tb_rem(dues, seqs, ids, n)
 end
-local payloads = {}
+local payloads, heads = {}, {}
 for i = 1, n do
-  payloads[i] = payload_of(values[i])
+  local lease, _, _, _, attempt, _, _, at = dec(values[i])
+  payloads[i] = sub(values[i], at)
+  heads[i] = {lease, attempt}
 end
 local joined = ''
 if join then
   joined = table.concat(payloads, ',', 1, n)
 end
-if early > 0 then
-  each_chunk('ZREM', Z, members, n)
-else
-  redis.call('ZREMRANGEBYRANK', Z, 0, n - 1)
-end
 
 if claim then
-  local until_ = now + tonumber(ARGV[7])
-  local how = 'l' .. int16(tonumber(ARGV[7]))
-  local until16 = int16(until_)
-  local due16s, tails, by_attempt = {}, {}, {}
+  local lease_us = tonumber(ARGV[7])
+  local until_ = now + lease_us
   local out = {top_seq, full, now, until_, joined, ''}
   local k = 6
+  local new_dues = {}
   for i = 1, n do
-    local v = values[i]
-    if not claimed(v) then
+    local h = heads[i]
+    if not h[1] then
       CLAIMED = CLAIMED + 1
     end
-    local attempt = tonumber(sub(v, 50, 59)) + 1
-    local tail = by_attempt[attempt] -- most elements of a batch share their attempt
-    if not tail then
-      tail = how .. string.format('%010d', attempt)
-      by_attempt[attempt] = tail
-    end
-    -- file() below gives the i-th element seq SEQ + i, and writes it as its claim16: its claim
-    -- number.
-    tails[i] = tail
-    due16s[i] = until16
+    h[2] = h[2] + 1
+    new_dues[i] = until_
     out[k + 1] = ids[i]
-    out[k + 2] = attempt
-    out[k + 3] = sub(v, 17, 32)
-    out[k + 4] = SEQ + i
+    out[k + 2] = h[2]
+    out[k + 3] = int(dues[i])
+    out[k + 4] = SEQ + i -- file() below gives the i-th element seq SEQ + i: its claim number
     if join then
       out[k + 5] = ''
     else
@@ -148,17 +151,21 @@ if claim then
     end
     k = k + 5
   end
-  file(n, ids, due16s, tails, payloads, true)
+  file(n, ids, new_dues, function(i, seq)
+    -- The claim's seq is its claim number and the element's new revision.
+    return enc(true, seq, until_, lease_us, heads[i][2], seq, seq)
+  end, payloads, keys)
   finish()
   out[6] = left()
   return out
 end
-each_chunk('HDEL', E, ids, n)
 for i = 1, n do
-  if claimed(values[i]) then
+  redis.call('HDEL', keys[i], ids[i])
+  if heads[i][1] then
     CLAIMED = CLAIMED - 1
   end
 end
+COUNT = COUNT - n
 finish(true)
 if join then
   return {top_seq, full, now, joined}

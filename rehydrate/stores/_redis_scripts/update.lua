@@ -5,18 +5,24 @@
 -- this one script: update_if's compare-and-set.
 load_state(true)
 local id = ARGV[5]
-local v = redis.call('HGET', E, id)
-if
-  not v
-  or (ARGV[7] ~= '' and not (claimed(v) and token_of(v) == ARGV[7]))
-  or ((ARGV[8] or '') ~= '' and rev_of(v) ~= ARGV[8])
-then
+local key = maddr(id)
+local v = redis.call('HGET', key, id)
+if not v then
   return {0}
 end
-local old = payload_of(v)
-local payload = ARGV[6]
+local lease, seq, due, span, attempt, claim, rev, at = dec(v)
+if ARGV[7] ~= '' then
+  local a, c = token_parts(ARGV[7])
+  if not (lease and a == attempt and c == claim) then
+    return {0}
+  end
+end
+if (ARGV[8] or '') ~= '' and rev ~= tonumber(ARGV[8]) then
+  return {0}
+end
+local old = sub(v, at)
 -- A write of the element: a new revision, a seq of its own (nothing is filed: the member stays).
 SEQ = SEQ + 1
-redis.call('HSET', E, id, sub(v, 1, HEADER - 16) .. int16(SEQ) .. payload)
+redis.call('HSET', key, id, enc(lease, seq, due, span, attempt, claim, SEQ) .. ARGV[6])
 finish()
 return {1, old, SEQ}
