@@ -452,7 +452,7 @@ class RedisStore(StoreBase):
         if keys is None:
             _validate.element_id(name, "name")
             base = f"{self._prefix}:{{{_escape(name)}}}"
-            keys = [f"{base}:i", f"{base}:s"]
+            keys = [f"{base}:h", f"{base}:i", f"{base}:s"]
             if not self._backend.cluster:
                 keys.append(self._registry)
             if len(self._keys_cache) > 4096:

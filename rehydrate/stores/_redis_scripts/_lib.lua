@@ -62,10 +62,10 @@
 -- ARGV[1] skew (µs added to the time, for tests), ARGV[2] pinned time (µs, tests) or "", ARGV[3]
 -- serializer name, ARGV[4] dehydrator name; each verb's own arguments start at ARGV[5].
 
-local I, S, REG = KEYS[1], KEYS[2], KEYS[3]
+local H, I, S, REG = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 -- Scripts may not create globals: this is where the values they ignore go.
 local _
-local BASE = I and string.sub(I, 1, -3)
+local BASE = H and string.sub(H, 1, -3)
 local NAME = ARGV[4]
 -- Never unpack more values than this into one command (the Lua stack is small).
 local CHUNK = 1000
@@ -77,8 +77,6 @@ local band = bit.band
 local FORMAT = '3'
 -- A time bucket is cut when it holds more than TB_MAX members, into buckets of TB_FILL.
 local TB_MAX, TB_FILL = 120, 64
--- The id map splits a bucket above MAP_LOAD elements per bucket on average, merges below MAP_LOW.
-local MAP_LOAD, MAP_LOW = 40, 10
 
 local function int(n)
   return string.format('%d', n)
@@ -154,7 +152,7 @@ end
 
 -- -- state -----------------------------------------------------------------------------------------
 
-local SEQ, LAST_NOW, COUNT, ML, MP, MSIZE = 0, 0, 0, 0, 0, 1
+local SEQ, LAST_NOW, COUNT = 0, 0, 0
 -- How many elements this script claimed (+) or released or removed while claimed (-): finish()
 -- adds it to <base>:s's "claimed", which rehydrate stats reads instead of scanning the headers.
 local CLAIMED = 0
@@ -162,7 +160,7 @@ local CLAIMED = 0
 -- Read the state; fail (before any write) if the elements are in an older format (migrate.lua,
 -- which passes any_format, converts them) or were serialized differently from what this client uses.
 local function load_state(check_serializer, any_format)
-  local state = redis.call('HMGET', S, 'seq', 'now', 'ser', 'fmt', 'n', 'ml', 'mp')
+  local state = redis.call('HMGET', S, 'seq', 'now', 'ser', 'fmt', 'n')
   if state[3] and state[4] ~= FORMAT and not any_format then
     error({err = 'RHFORMAT ' .. (state[4] or '1')})
   end
@@ -172,9 +170,6 @@ local function load_state(check_serializer, any_format)
   SEQ = tonumber(state[1] or '0')
   LAST_NOW = tonumber(state[2] or '0')
   COUNT = tonumber(state[5] or '0')
-  ML = tonumber(state[6] or '0')
-  MP = tonumber(state[7] or '0')
-  MSIZE = 2 ^ ML
 end
 
 -- The server's time (or the pinned one), plus the skew; never earlier than a time already used.
@@ -216,87 +211,21 @@ local function each_chunk(cmd, key, values, n)
   end
 end
 
--- -- the id map ------------------------------------------------------------------------------------
+-- -- the map ------------------------------------------------------------------------------------
 
-local function hash(id)
-  return tonumber(sub(redis.sha1hex(id), 1, 7), 16)
-end
-
-local function mkey(k)
-  return BASE .. ':m:' .. int(k)
-end
-
--- The map bucket (its key) of an id.
-local function maddr(id)
-  local h = hash(id)
-  local k = h % MSIZE
-  if k < MP then
-    k = h % (2 * MSIZE)
-  end
-  return mkey(k)
-end
-
--- The values of n ids (false for a missing one), and their map keys.
+-- The values of n ids (false for a missing one), CHUNK at a time.
 local function mget(ids, n)
-  local values, keys = {}, {}
-  for i = 1, n do
-    local key = maddr(ids[i])
-    keys[i] = key
-    values[i] = redis.call('HGET', key, ids[i])
+  if n <= CHUNK then
+    return redis.call('HMGET', H, unpack(ids, 1, n))
   end
-  return values, keys
-end
-
--- Split bucket MP into MP and MP + MSIZE: the ids whose hash says so move.
-local function msplit()
-  local src = mkey(MP)
-  local all = redis.call('HGETALL', src)
-  local moved, gone, n = {}, {}, 0
-  for i = 1, #all, 2 do
-    if hash(all[i]) % (2 * MSIZE) ~= MP then
-      n = n + 1
-      gone[n] = all[i]
-      moved[2 * n - 1], moved[2 * n] = all[i], all[i + 1]
+  local out = {}
+  for i = 1, n, CHUNK do
+    local got = redis.call('HMGET', H, unpack(ids, i, math.min(i + CHUNK - 1, n)))
+    for k = 1, #got do
+      out[i + k - 1] = got[k]
     end
   end
-  if n > 0 then
-    each_chunk('HSET', mkey(MP + MSIZE), moved, 2 * n)
-    each_chunk('HDEL', src, gone, n)
-  end
-  MP = MP + 1
-  if MP == MSIZE then
-    ML, MSIZE, MP = ML + 1, MSIZE * 2, 0
-  end
-end
-
--- Merge the last bucket back into its split partner.
-local function mmerge()
-  if MP == 0 then
-    ML, MSIZE = ML - 1, MSIZE / 2
-    MP = MSIZE
-  end
-  MP = MP - 1
-  local src = mkey(MP + MSIZE)
-  local all = redis.call('HGETALL', src)
-  if #all > 0 then
-    each_chunk('HSET', mkey(MP), all, #all)
-    redis.call('DEL', src)
-  end
-end
-
--- Make room for ``extra`` more elements before their addresses are taken: split until the
--- elements would average at most MAP_LOAD per bucket. Splitting after they were filed would be
--- too late: a bucket that once held more than hash-max-listpack-entries stays a hash table. The
--- level and pointer are saved at once (a script may still refuse its verb after this).
-local function grow(extra)
-  local split = false
-  while COUNT + extra > MAP_LOAD * (MSIZE + MP) do
-    msplit()
-    split = true
-  end
-  if split then
-    redis.call('HSET', S, 'ml', int(ML), 'mp', int(MP))
-  end
+  return out
 end
 
 -- -- the time buckets ------------------------------------------------------------------------------
@@ -306,50 +235,104 @@ local function tkey(start)
 end
 
 -- The index entry (its member: the bucket's start seq, 6 bytes) of the bucket that (due, seq)
--- belongs in, or nil when it is before every bucket's start (or there is none). The greatest start at or before (due, seq); among
--- starts at the same due time (a batch filed at one time and cut), by bisection on their seqs.
-local function bucket_of(due, seq)
+-- belongs in, or nil when it is before every bucket's start (or there is none). The greatest start
+-- at or before (due, seq); among starts at the same due time (a batch filed at one time and cut),
+-- by bisection on their seqs. With want_upper, also where the bucket's range ends, as a due time
+-- and a seq: every (due', seq') from (due, seq) up to it belongs in the same bucket (nil: unknown).
+local function bucket_of(due, seq, want_upper)
   local due_s = int(due)
   local r = redis.call('ZRANGE', I, due_s, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
   if r[1] == nil then
     return nil
   end
   if tonumber(r[2]) < due or mseq(r[1]) <= seq then
-    return r[1]
+    -- r is the greatest start at or before due: only a start due later can end its range.
+    if not want_upper then
+      return r[1]
+    end
+    local later = redis.call('ZRANGE', I, '(' .. due_s, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+    if later[2] then
+      return r[1], tonumber(later[2]), 0
+    end
+    return r[1], math.huge, 0
   end
   local lo = redis.call('ZCOUNT', I, '-inf', '(' .. due_s)
   local hi = redis.call('ZCOUNT', I, '-inf', due_s) - 1 -- r's rank, too late
-  -- The answer is the last rank in [lo, hi) whose seq <= seq, else rank lo - 1 (or none).
+  -- The answer is the last rank in [lo, hi) whose seq <= seq, else rank lo - 1 (or none); the
+  -- start at rank lo then ends its range.
+  local up_seq = mseq(r[1])
   while lo < hi do
     local mid = math.floor((lo + hi) / 2)
-    if mseq(redis.call('ZRANGE', I, mid, mid)[1]) <= seq then
+    local mid_seq = mseq(redis.call('ZRANGE', I, mid, mid)[1])
+    if mid_seq <= seq then
       lo = mid + 1
     else
-      hi = mid
+      hi, up_seq = mid, mid_seq
     end
   end
   if lo == 0 then
     return nil
   end
-  return redis.call('ZRANGE', I, lo - 1, lo - 1)[1]
+  return redis.call('ZRANGE', I, lo - 1, lo - 1)[1], due, up_seq
 end
 
 -- Buckets filed into by this script (start -> true), cut in tb_done() when grown too big.
 local GROWN = {}
 
--- File members: scored[] is score, member, score, member... (2n values; scores int() strings);
--- dues[i] and seqs[i] are the numbers. Consecutive members at the same due time with rising seqs
--- (a batch) share a bucket lookup: the seqs drawn here are above every bucket's start.
-local function tb_add(scored, dues, seqs, n)
-  local i = 1
-  while i <= n do
-    local j = i
-    while j < n and dues[j + 1] == dues[i] and seqs[j + 1] > seqs[j] do
-      j = j + 1
+-- The indexes 1..n in (dues[i], seqs[i]) order (a batch is most often in order already).
+local function in_order(dues, seqs, n)
+  local order, sorted = {}, true
+  for i = 1, n do
+    order[i] = i
+    if i > 1 and (dues[i] < dues[i - 1] or (dues[i] == dues[i - 1] and seqs[i] < seqs[i - 1])) then
+      sorted = false
     end
-    local start = bucket_of(dues[i], seqs[i])
+  end
+  if not sorted then
+    table.sort(order, function(a, b)
+      if dues[a] ~= dues[b] then
+        return dues[a] < dues[b]
+      end
+      return seqs[a] < seqs[b]
+    end)
+  end
+  return order
+end
+
+-- Walk n elements in (due, seq) order, calling each_group(start, members) once per bucket with
+-- the members (made by member_of(i)) that belong in it: one bucket lookup per bucket met, not
+-- per element. start is nil for the elements before every bucket's start (tb_add's case).
+local function by_bucket(dues, seqs, n, member_of, each_group)
+  local start, up_due, up_seq, group, found = nil, nil, nil, {}, false
+  for _, i in ipairs(in_order(dues, seqs, n)) do
+    local due = dues[i]
+    if not (found and up_due and (due < up_due or (due == up_due and seqs[i] < up_seq))) then
+      if found then
+        start = each_group(start, group)
+        group = {}
+      end
+      start, up_due, up_seq = bucket_of(due, seqs[i], n > 1)
+      found = true
+      if start == nil then
+        up_due = nil
+      end
+    end
+    group[#group + 1] = member_of(i)
+  end
+  if found then
+    each_group(start, group)
+  end
+end
+
+-- File members: scored[] is score, member, score, member... (2n values; scores int() strings);
+-- dues[i] and seqs[i] are the numbers.
+local function tb_add(scored, dues, seqs, n)
+  by_bucket(dues, seqs, n, function(i)
+    return i
+  end, function(start, group)
     if not start then
       -- Before every bucket's start: the first bucket (if any) now starts here, renamed so.
+      local i = group[1]
       start = sub(scored[2 * i], 1, 6)
       local first = redis.call('ZRANGE', I, 0, 0)[1]
       if first then
@@ -359,36 +342,30 @@ local function tb_add(scored, dues, seqs, n)
       end
       redis.call('ZADD', I, scored[2 * i - 1], start)
     end
-    local key = tkey(start)
-    for from = 2 * i - 1, 2 * j, CHUNK do
-      redis.call('ZADD', key, unpack(scored, from, math.min(from + CHUNK - 1, 2 * j)))
+    local key, args = tkey(start), {}
+    for k = 1, #group do
+      local i = group[k]
+      args[2 * k - 1], args[2 * k] = scored[2 * i - 1], scored[2 * i]
     end
+    each_chunk('ZADD', key, args, #args)
     GROWN[start] = true
-    i = j + 1
-  end
+    return start
+  end)
 end
 
 -- Remove the member of each element (dues[i], seqs[i], ids[i]); drop emptied buckets.
 local function tb_rem(dues, seqs, ids, n)
-  local by, order = {}, {}
-  for i = 1, n do
-    local start = bucket_of(dues[i], seqs[i])
-    local group = by[start]
-    if not group then
-      group = {}
-      by[start] = group
-      order[#order + 1] = start
-    end
-    group[#group + 1] = tmember(seqs[i], ids[i])
-  end
-  for _, start in ipairs(order) do
+  by_bucket(dues, seqs, n, function(i)
+    return tmember(seqs[i], ids[i])
+  end, function(start, members)
     local key = tkey(start)
-    each_chunk('ZREM', key, by[start], #by[start])
+    each_chunk('ZREM', key, members, #members)
     if redis.call('EXISTS', key) == 0 then
       redis.call('ZREM', I, start)
       GROWN[start] = nil
     end
-  end
+    return start
+  end)
 end
 
 -- Cut the grown buckets that hold more than TB_MAX members into buckets of TB_FILL, rewritten
@@ -457,8 +434,7 @@ end
 
 -- Save the state (seq and time are kept when the dehydrator empties, so seqs are never reused);
 -- when it is empty (only scripts that removed elements ask), forget its serializer and its name.
--- Grown time buckets are cut and the id map merged here, after every element access (a merge
--- moves ids between map buckets).
+-- Grown time buckets are cut here, after the script's last filing.
 local function finish(removed)
   tb_done()
   if CLAIMED ~= 0 and redis.call('HINCRBY', S, 'claimed', CLAIMED) == 0 then
@@ -466,21 +442,13 @@ local function finish(removed)
   end
   if removed and COUNT == 0 then
     redis.call('HSET', S, 'seq', int(SEQ), 'now', int(LAST_NOW))
-    redis.call('HDEL', S, 'ser', 'fmt', 'n', 'ml', 'mp')
+    redis.call('HDEL', S, 'ser', 'fmt', 'n')
     if REG then
       redis.call('SREM', REG, NAME)
     end
     return
   end
-  local merges = 0
-  while MSIZE + MP > 1 and COUNT < MAP_LOW * (MSIZE + MP) and merges < 8 do
-    mmerge()
-    merges = merges + 1
-  end
-  redis.call(
-    'HSET', S, 'seq', int(SEQ), 'now', int(LAST_NOW), 'ser', ARGV[3], 'fmt', FORMAT,
-    'n', int(COUNT), 'ml', int(ML), 'mp', int(MP)
-  )
+  redis.call('HSET', S, 'seq', int(SEQ), 'now', int(LAST_NOW), 'ser', ARGV[3], 'fmt', FORMAT, 'n', int(COUNT))
 end
 
 -- Due time of the first element, or nil.
@@ -512,20 +480,20 @@ local function wake_if_sooner(before, due)
 end
 
 -- File n elements anew, in order: ids[i] due at dues[i] (numbers), each with a new seq, its
--- header made by head(i, seq) (the payloads[i] after it). keys[i] is the id's map key when the
--- caller has it. The caller has removed an element's old member first; COUNT is the caller's.
-local function file(n, ids, dues, head, payloads, keys)
-  local scored, seqs = {}, {}
+-- header made by head(i, seq) (the payloads[i] after it). The caller has removed an element's old
+-- member first; COUNT is the caller's.
+local function file(n, ids, dues, head, payloads)
+  local scored, seqs, values = {}, {}, {}
   local seq = SEQ
   for i = 1, n do
     local id, due = ids[i], dues[i]
     seq = seq + 1
     seqs[i] = seq
-    local key = keys and keys[i] or maddr(id)
-    redis.call('HSET', key, id, head(i, seq) .. payloads[i])
+    values[2 * i - 1], values[2 * i] = id, head(i, seq) .. payloads[i]
     scored[2 * i - 1] = int(due)
     scored[2 * i] = tmember(seq, id)
   end
   SEQ = seq
+  each_chunk('HSET', H, values, 2 * n)
   tb_add(scored, dues, seqs, n)
 end

@@ -8,15 +8,16 @@ local mode = ARGV[5]
 load_state(mode ~= 'info')
 if mode == 'many' then
   local out = {}
-  for i = 6, #ARGV do
-    local id = ARGV[i]
-    local v = redis.call('HGET', maddr(id), id)
-    out[i - 5] = v and payload_of(v)
+  for i = 6, #ARGV, CHUNK do
+    local values = redis.call('HMGET', H, unpack(ARGV, i, math.min(i + CHUNK - 1, #ARGV)))
+    for j = 1, #values do
+      out[i - 6 + j] = values[j] and payload_of(values[j])
+    end
   end
   return out
 end
 local id = ARGV[6]
-local v = redis.call('HGET', maddr(id), id)
+local v = redis.call('HGET', H, id)
 if not v then
   return false
 end

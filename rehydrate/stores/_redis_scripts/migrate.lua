@@ -29,7 +29,6 @@ if m > 0 then
     ids[i] = sub(members[2 * i - 1], 17)
     dues[i] = tonumber(members[2 * i])
   end
-  grow(m)
   local values = {}
   for from = 1, m, CHUNK do
     local got = redis.call('HMGET', OLD_E, unpack(ids, from, math.min(from + CHUNK - 1, m)))
@@ -37,7 +36,7 @@ if m > 0 then
       values[from + k - 1] = got[k]
     end
   end
-  local scored = {}
+  local scored, pairs_ = {}, {}
   for i = 1, m do
     local v, id = values[i], ids[i]
     local seq = tonumber(sub(v, 1, 16))
@@ -48,10 +47,11 @@ if m > 0 then
     end
     local value = enc(lease, seq, dues[i], tonumber(sub(v, 34, 49)), tonumber(sub(v, 50, 59)),
       tonumber(sub(v, 60, 75)), rev) .. sub(v, header + 1)
-    redis.call('HSET', maddr(id), id, value)
+    pairs_[2 * i - 1], pairs_[2 * i] = id, value
     seqs[i] = seq
     scored[2 * i - 1], scored[2 * i] = int(dues[i]), tmember(seq, id)
   end
+  each_chunk('HSET', H, pairs_, 2 * m)
   -- In the old set's order, so each member files after those already moved.
   for i = 1, m do
     tb_add({scored[2 * i - 1], scored[2 * i]}, {dues[i]}, {seqs[i]}, 1)
@@ -70,12 +70,12 @@ if state[2] ~= '2' and state[3] then
   end
 end
 tb_done()
-redis.call('HSET', S, 'n', int(COUNT), 'ml', int(ML), 'mp', int(MP))
+redis.call('HSET', S, 'n', int(COUNT))
 if done then
   redis.call('HDEL', S, 'mig')
   redis.call('HSET', S, 'fmt', FORMAT)
   if COUNT == 0 then
-    redis.call('HDEL', S, 'ser', 'fmt', 'n', 'ml', 'mp')
+    redis.call('HDEL', S, 'ser', 'fmt', 'n')
   end
   return 1
 end

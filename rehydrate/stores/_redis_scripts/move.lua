@@ -6,8 +6,7 @@
 load_state(true)
 local extend = ARGV[5] == 'extend'
 local id, ttl, want, token = ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9]
-local key = maddr(id)
-local v = redis.call('HGET', key, id)
+local v = redis.call('HGET', H, id)
 if not v then
   return false
 end
@@ -34,7 +33,7 @@ tb_rem({old_due}, {seq}, {id}, 1)
 file(1, {id}, {due}, function(_, new_seq)
   -- A lease's renewal keeps the revision: the claim's holder wrote nothing.
   return enc(extend, new_seq, due, ttl, attempt, claim, extend and rev or new_seq)
-end, {sub(v, at)}, {key})
+end, {sub(v, at)})
 wake_if_sooner(before, due)
 finish()
 return due

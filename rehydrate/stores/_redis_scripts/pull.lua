@@ -4,8 +4,7 @@
 -- another. The comparison and the removal are in this one script: pull_if's compare-and-set.
 load_state(true)
 local id = ARGV[5]
-local key = maddr(id)
-local v = redis.call('HGET', key, id)
+local v = redis.call('HGET', H, id)
 if not v then
   return false
 end
@@ -14,7 +13,7 @@ if ARGV[6] == 'r' and rev ~= tonumber(ARGV[7]) then
   return 0
 end
 tb_rem({due}, {seq}, {id}, 1)
-redis.call('HDEL', key, id)
+redis.call('HDEL', H, id)
 COUNT = COUNT - 1
 if lease then
   CLAIMED = -1

@@ -15,8 +15,7 @@ for i = 1, n do
   ids[i] = ARGV[4 + 3 * i]
   payloads[i] = ARGV[6 + 3 * i]
 end
-grow(n)
-local found, keys = mget(ids, n)
+local found = mget(ids, n)
 local seen = 0
 local before = earliest()
 local old_dues, old_seqs, old_ids, k = {}, {}, {}, 0
@@ -58,7 +57,7 @@ for i = 1, n do
 end
 file(n, ids, dues, function(i, seq)
   return enc(false, seq, dues[i], spans[i], 0, 0, seq)
-end, payloads, keys)
+end, payloads)
 wake_if_sooner(before, soonest)
 finish()
 if before == nil then -- no element before: the dehydrator was created

@@ -3,15 +3,13 @@
 -- {2} when a retry finds the element already pushed (the same payload).
 load_state(true)
 local id, ttl, payload = ARGV[6], tonumber(ARGV[7]), ARGV[8]
-grow(1)
-local key = maddr(id)
 local before = earliest()
 local due = clock() + ttl
 local seq = SEQ + 1
 -- HSETNX writes only a new id: the common case costs no separate lookup. (The seq drawn is its
 -- revision too.)
-if redis.call('HSETNX', key, id, enc(false, seq, due, ttl, 0, 0, seq) .. payload) == 0 then
-  if ARGV[5] == '1' and payload_of(redis.call('HGET', key, id)) == payload then
+if redis.call('HSETNX', H, id, enc(false, seq, due, ttl, 0, 0, seq) .. payload) == 0 then
+  if ARGV[5] == '1' and payload_of(redis.call('HGET', H, id)) == payload then
     return {2}
   end
   return {0, id}

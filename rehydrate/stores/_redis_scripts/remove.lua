@@ -31,7 +31,7 @@ local out = {}
 if count == 0 then
   return out
 end
-local values, keys = mget(ids, count)
+local values = mget(ids, count)
 local dues, seqs, gone, n = {}, {}, {}, 0
 local removed = {}
 for i = 1, count do
@@ -71,8 +71,8 @@ local gone_ids = {}
 for k = 1, n do
   local i = gone[k]
   gone_ids[k] = ids[i]
-  redis.call('HDEL', keys[i], ids[i])
 end
+each_chunk('HDEL', H, gone_ids, n)
 tb_rem(dues, seqs, gone_ids, n)
 COUNT = COUNT - n
 finish(true)

@@ -15,10 +15,10 @@ local ids = {}
 for i = 1, n do
   ids[i] = ARGV[2 + 4 * i]
 end
-local values, keys = mget(ids, n)
+local values = mget(ids, n)
 local before = earliest()
 local now = start_of(ARGV[5], clock())
-local old_dues, old_seqs, kept, kept_keys, dues, spans, payloads, k = {}, {}, {}, {}, {}, {}, {}, 0
+local old_dues, old_seqs, kept, dues, spans, payloads, k = {}, {}, {}, {}, {}, {}, 0
 local soonest = nil
 for i = 1, n do
   local at = 2 + 4 * i
@@ -33,7 +33,7 @@ for i = 1, n do
       end
       k = k + 1
       old_dues[k], old_seqs[k] = due, seq
-      kept[k], kept_keys[k], dues[k], spans[k], payloads[k] = ids[i], keys[i], new_due, ttl, ARGV[at + 3]
+      kept[k], dues[k], spans[k], payloads[k] = ids[i], new_due, ttl, ARGV[at + 3]
       if soonest == nil or new_due < soonest then
         soonest = new_due
       end
@@ -51,7 +51,7 @@ end
 tb_rem(old_dues, old_seqs, kept, k)
 file(k, kept, dues, function(i, seq)
   return enc(false, seq, dues[i], spans[i], 0, 0, seq)
-end, payloads, kept_keys)
+end, payloads)
 wake_if_sooner(before, soonest)
 finish()
 return out

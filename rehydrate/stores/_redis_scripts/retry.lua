@@ -15,8 +15,7 @@ local out, soonest = {}, nil
 for i = 1, n do
   local at = 3 + 3 * i
   local id, ttl, token = ARGV[at], tonumber(ARGV[at + 1]), ARGV[at + 2]
-  local key = maddr(id)
-  local v = redis.call('HGET', key, id)
+  local v = redis.call('HGET', H, id)
   out[i] = 0
   if v then
     local lease, seq, old_due, _, attempt, claim, _, start = dec(v)
@@ -32,7 +31,7 @@ for i = 1, n do
       tb_rem({old_due}, {seq}, {id}, 1)
       file(1, {id}, {due}, function(_, new_seq)
         return enc(false, new_seq, due, ttl, attempt, claim, new_seq)
-      end, {sub(v, start)}, {key})
+      end, {sub(v, start)})
       if soonest == nil or due < soonest then
         soonest = due
       end

@@ -29,7 +29,7 @@ local base = tonumber(ARGV[10]) or now
 local early = tonumber(ARGV[11]) or 0
 local bound = base + early
 
-local ids, values, keys, seqs, dues = {}, {}, {}, {}, {}
+local ids, values, seqs, dues = {}, {}, {}, {}
 local n = 0
 local cursor = {0, 0}
 if early > 0 then
@@ -47,13 +47,12 @@ if early > 0 then
     for i = 1, m do
       local id = sub(members[i], 7)
       local seq = mseq(members[i])
-      local key = maddr(id)
-      local v = redis.call('HGET', key, id)
+      local v = redis.call('HGET', H, id)
       local lease, _, due = dec(v)
       local since = max_seq and seq > max_seq
       if not since and not (lease and due > base) then
         n = n + 1
-        ids[n], values[n], keys[n], seqs[n], dues[n] = id, v, key, seq, tonumber(scores[i])
+        ids[n], values[n], seqs[n], dues[n] = id, v, seq, tonumber(scores[i])
       end
     end
     if m < want then
@@ -72,7 +71,7 @@ else
     ids[i] = sub(members[i], 7)
     seqs[i], dues[i] = mseq(members[i]), tonumber(scores[i])
   end
-  values, keys = mget(ids, n)
+  values = mget(ids, n)
   -- The first n members in order: whole buckets, then a prefix of the last one.
   local i = 1
   while i <= n do
@@ -154,13 +153,13 @@ if claim then
   file(n, ids, new_dues, function(i, seq)
     -- The claim's seq is its claim number and the element's new revision.
     return enc(true, seq, until_, lease_us, heads[i][2], seq, seq)
-  end, payloads, keys)
+  end, payloads)
   finish()
   out[6] = left()
   return out
 end
+each_chunk('HDEL', H, ids, n)
 for i = 1, n do
-  redis.call('HDEL', keys[i], ids[i])
   if heads[i][1] then
     CLAIMED = CLAIMED - 1
   end

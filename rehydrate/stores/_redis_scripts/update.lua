@@ -5,8 +5,7 @@
 -- this one script: update_if's compare-and-set.
 load_state(true)
 local id = ARGV[5]
-local key = maddr(id)
-local v = redis.call('HGET', key, id)
+local v = redis.call('HGET', H, id)
 if not v then
   return {0}
 end
@@ -23,6 +22,6 @@ end
 local old = sub(v, at)
 -- A write of the element: a new revision, a seq of its own (nothing is filed: the member stays).
 SEQ = SEQ + 1
-redis.call('HSET', key, id, enc(lease, seq, due, span, attempt, claim, SEQ) .. ARGV[6])
+redis.call('HSET', H, id, enc(lease, seq, due, span, attempt, claim, SEQ) .. ARGV[6])
 finish()
 return {1, old, SEQ}
