@@ -9,9 +9,8 @@ that must own a server (to stop it, kill its clients or flush its scripts) are s
 from __future__ import annotations
 
 import gc
-import hashlib
-import json
 import http.server
+import json
 import multiprocessing
 import os
 import random
@@ -162,13 +161,6 @@ def decode_header(value: bytes) -> tuple[bool, int, int, int, int, int, int, byt
     return bool(flags & 1), seq, due, span, attempt, claim, rev, value[at:]
 
 
-def map_bucket(id: bytes, level: int, pointer: int) -> int:
-    """The id map's bucket of an id: linear hashing on 28 bits of its SHA-1 (``maddr``)."""
-    h = int(hashlib.sha1(id).hexdigest()[:7], 16)
-    k = h % 2**level
-    return h % 2 ** (level + 1) if k < pointer else k
-
-
 async def check_invariants(
     client: coredis.Redis[bytes] | coredis.RedisCluster[bytes],
     prefix: str,
@@ -177,31 +169,22 @@ async def check_invariants(
     cluster: bool = False,
 ) -> None:
     """The layout's invariants (see ``_redis_scripts/_lib.lua``), checked from outside: every
-    element has one map entry, in the bucket its id hashes to, and one member in the time bucket
+    element has one entry in the map and one member in the time bucket
     its (due, seq) falls in; the buckets partition the (due, seq) order; the counters count."""
     base = f"{prefix}:{{{name}}}"
     state = {k.decode(): v.decode() for k, v in (await client.hgetall(f"{base}:s")).items()}
     keys = {key async for key in client.scan_iter(match=f"{base}:*")}
-    map_keys = {k for k in keys if k.startswith(f"{base}:m:".encode())}
     bucket_keys = {k for k in keys if k.startswith(f"{base}:b:".encode())}
-    assert keys - map_keys - bucket_keys <= {f"{base}:{k}".encode() for k in "is"}, "nothing else is kept"
-    level, pointer = int(state.get("ml", "0")), int(state.get("mp", "0"))
-    headers: dict[bytes, tuple[bool, int, int, int, int, int, int, bytes]] = {}
-    for key in map_keys:
-        k = int(key.rsplit(b":", 1)[1])
-        assert k < 2**level + pointer, "no map bucket past the last"
-        fields = await client.hgetall(key)
-        assert fields, "an emptied bucket is deleted"
-        for id, value in fields.items():
-            assert map_bucket(id, level, pointer) == k, f"{id!r} is in the bucket its hash names"
-            headers[id] = decode_header(value)
+    assert keys - bucket_keys <= {f"{base}:{k}".encode() for k in "his"}, "nothing else is kept"
+    headers = {id: decode_header(value) for id, value in (await client.hgetall(f"{base}:h")).items()}
     index = await client.zrange(f"{base}:i", 0, -1, withscores=True)
     assert len(index) == len(bucket_keys), "one index entry per time bucket"
     members: list[tuple[float, int, bytes]] = []
     starts: list[tuple[float, int]] = []
     placed: list[tuple[float, int, bytes, int]] = []
     for start, score in index:
-        assert isinstance(start, bytes) and len(start) == 6, start
+        assert isinstance(start, bytes), start
+        assert len(start) == 6, start
         bucket = await client.zrange(f"{base}:b:".encode() + start, 0, -1, withscores=True)
         assert bucket, "an emptied time bucket is deleted"
         assert len(bucket) <= 120, "a bucket is cut before Redis would make it a skip list"
@@ -616,7 +599,7 @@ async def test_keys_of_one_dehydrator_share_a_slot(
     await store.pull(name, "b")
     keys = [key async for key in raw.scan_iter(match=f"{prefix}:*")]
     own = [key for key in keys if key != f"{prefix}:names".encode()]
-    assert len(own) == 4  # the index, the state, a map bucket and a time bucket
+    assert len(own) == 4  # the map, the index, the state and a time bucket
     assert len({hash_slot(key) for key in own}) == 1
     assert await store.names() == [name]
     other = "%7B" if name == "{" else "{"
@@ -642,9 +625,6 @@ async def test_memory_stays_bounded(store: RedisStore, raw: coredis.Redis[bytes]
         await store.pull(N, f"m{i}")
     assert await store.size(N) == 101
     await check_invariants(raw, prefix, N)
-    # The id map merged its buckets back as it emptied (below MAP_LOW elements per bucket).
-    map_keys = [key async for key in raw.scan_iter(match=f"{base}:m:*")]
-    assert 1 <= len(map_keys) <= 101 // 10 + 1
     kept = [f"m{i}" for i in range(1000) if await store.look(N, f"m{i}") is not None]
     assert await store.ids(N) == ["head", *kept]
     advance(store, 3600)
@@ -857,7 +837,12 @@ async def test_data_the_previous_release_wrote_is_moved_on_first_use(
             assert found is not None, id
             element, info = found
             assert element == json.loads(payload), id
-            assert (info.due, info.claimed, info.attempt, info.revision) == (due / 1e6, how == "l", attempt, rev)
+            assert (info.due, info.claimed, info.attempt, info.revision) == (
+                due / 1e6,
+                how == "l",
+                attempt,
+                rev,
+            )
         assert await s.size(N) == 1503
         await check_invariants(raw, prefix, N)
         assert not [key async for key in raw.scan_iter(match=f"{base}:[ez]")], "the old keys are gone"
@@ -1016,7 +1001,7 @@ async def test_the_conditional_writes_touch_one_slot(
     assert await store.pull_if(name, "b", info.revision)
     keys = [key async for key in raw.scan_iter(match=f"{prefix}:*")]
     own = [key for key in keys if key != f"{prefix}:names".encode()]
-    assert len(own) == 4  # the index, the state, a map bucket and a time bucket
+    assert len(own) == 4  # the map, the index, the state and a time bucket
     assert len({hash_slot(key) for key in own}) == 1
     if name == "jobs":  # (check_invariants spells the keys of plain names)
         await check_invariants(raw, prefix, name)

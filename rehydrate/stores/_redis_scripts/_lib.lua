@@ -105,26 +105,27 @@ local function dec(v)
   return band(f, 1) ~= 0, seq, due, span, attempt, claim, rev, at
 end
 
--- A header (see dec); the payload is appended by the caller.
+-- A header (see dec); the payload is appended by the caller. (No table per call: a claim or a
+-- push makes one per element.)
 local function enc(lease, seq, due, span, attempt, claim, rev)
-  local f, fmt, args, n = 0, '>BI6I7I7', {0, seq, due, span}, 4
+  local f = 0
   if lease then
     f = 1
   end
+  local tail = ''
   if attempt ~= 0 then
-    f, fmt, n = f + 2, fmt .. 'I4', n + 1
-    args[n] = attempt
+    f = f + 2
+    tail = pack('>I4', attempt)
   end
   if claim ~= 0 then
-    f, fmt, n = f + 4, fmt .. 'I6', n + 1
-    args[n] = claim
+    f = f + 4
+    tail = tail .. pack('>I6', claim)
   end
   if rev ~= seq then
-    f, fmt, n = f + 8, fmt .. 'I6', n + 1
-    args[n] = rev
+    f = f + 8
+    tail = tail .. pack('>I6', rev)
   end
-  args[1] = f
-  return pack(fmt, unpack(args, 1, n))
+  return pack('>BI6I7I7', f, seq, due, span) .. tail
 end
 
 local function payload_of(v)
@@ -215,6 +216,9 @@ end
 
 -- The values of n ids (false for a missing one), CHUNK at a time.
 local function mget(ids, n)
+  if n == 0 then
+    return {}
+  end
   if n <= CHUNK then
     return redis.call('HMGET', H, unpack(ids, 1, n))
   end
@@ -325,7 +329,8 @@ local function by_bucket(dues, seqs, n, member_of, each_group)
 end
 
 -- File members: scored[] is score, member, score, member... (2n values; scores int() strings);
--- dues[i] and seqs[i] are the numbers.
+-- dues[i] and seqs[i] are the numbers. Either one member (migrate.lua) or members with seqs just
+-- drawn, above every member's: nothing filed at the same due time sorts after them.
 local function tb_add(scored, dues, seqs, n)
   by_bucket(dues, seqs, n, function(i)
     return i
@@ -342,13 +347,29 @@ local function tb_add(scored, dues, seqs, n)
       end
       redis.call('ZADD', I, scored[2 * i - 1], start)
     end
-    local key, args = tkey(start), {}
-    for k = 1, #group do
-      local i = group[k]
-      args[2 * k - 1], args[2 * k] = scored[2 * i - 1], scored[2 * i]
+    local key, count = tkey(start), #group
+    -- A big batch filed after everything in its bucket (a claim's, at the end of its lease) is
+    -- written as new buckets of TB_FILL straight away, not grown into a skip list and cut.
+    local first = group[1]
+    local piece = count
+    if count > TB_MAX and redis.call('ZCOUNT', key, '(' .. scored[2 * first - 1], '+inf') == 0 then
+      piece = TB_FILL
     end
-    each_chunk('ZADD', key, args, #args)
-    GROWN[start] = true
+    for from = 1, count, piece do
+      local args, k = {}, 0
+      for g = from, math.min(from + piece - 1, count) do
+        local i = group[g]
+        args[k + 1], args[k + 2] = scored[2 * i - 1], scored[2 * i]
+        k = k + 2
+      end
+      local name = start
+      if from > 1 then
+        name = sub(args[2], 1, 6)
+        redis.call('ZADD', I, args[1], name)
+      end
+      each_chunk('ZADD', tkey(name), args, k)
+      GROWN[name] = true
+    end
     return start
   end)
 end

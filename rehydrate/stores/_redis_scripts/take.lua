@@ -115,11 +115,10 @@ end
 if early > 0 then
   tb_rem(dues, seqs, ids, n)
 end
-local payloads, heads = {}, {}
+local payloads, leased, attempts = {}, {}, {}
 for i = 1, n do
   local lease, _, _, _, attempt, _, _, at = dec(values[i])
-  payloads[i] = sub(values[i], at)
-  heads[i] = {lease, attempt}
+  payloads[i], leased[i], attempts[i] = sub(values[i], at), lease, attempt
 end
 local joined = ''
 if join then
@@ -133,14 +132,14 @@ if claim then
   local k = 6
   local new_dues = {}
   for i = 1, n do
-    local h = heads[i]
-    if not h[1] then
+    if not leased[i] then
       CLAIMED = CLAIMED + 1
     end
-    h[2] = h[2] + 1
+    local attempt = attempts[i] + 1
+    attempts[i] = attempt
     new_dues[i] = until_
     out[k + 1] = ids[i]
-    out[k + 2] = h[2]
+    out[k + 2] = attempt
     out[k + 3] = int(dues[i])
     out[k + 4] = SEQ + i -- file() below gives the i-th element seq SEQ + i: its claim number
     if join then
@@ -152,7 +151,7 @@ if claim then
   end
   file(n, ids, new_dues, function(i, seq)
     -- The claim's seq is its claim number and the element's new revision.
-    return enc(true, seq, until_, lease_us, heads[i][2], seq, seq)
+    return enc(true, seq, until_, lease_us, attempts[i], seq, seq)
   end, payloads)
   finish()
   out[6] = left()
@@ -160,7 +159,7 @@ if claim then
 end
 each_chunk('HDEL', H, ids, n)
 for i = 1, n do
-  if heads[i][1] then
+  if leased[i] then
     CLAIMED = CLAIMED - 1
   end
 end
