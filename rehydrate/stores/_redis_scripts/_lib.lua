@@ -105,27 +105,42 @@ local function dec(v)
   return band(f, 1) ~= 0, seq, due, span, attempt, claim, rev, at
 end
 
--- A header (see dec); the payload is appended by the caller. (No table per call: a claim or a
--- push makes one per element.)
+-- A header (see dec); the payload is appended by the caller. One pack per header, its format
+-- chosen by the flags (no table per call: a claim or a push makes one per element).
+local ENC_FMT = {}
+for f = 0, 15 do
+  local fmt = '>BI6I7I7'
+  if band(f, 2) ~= 0 then
+    fmt = fmt .. 'I4'
+  end
+  if band(f, 4) ~= 0 then
+    fmt = fmt .. 'I6'
+  end
+  if band(f, 8) ~= 0 then
+    fmt = fmt .. 'I6'
+  end
+  ENC_FMT[f] = fmt
+end
+
 local function enc(lease, seq, due, span, attempt, claim, rev)
   local f = 0
   if lease then
     f = 1
   end
-  local tail = ''
-  if attempt ~= 0 then
-    f = f + 2
-    tail = pack('>I4', attempt)
+  -- The optional fields present, in order, as x, y, z (pack ignores the values past its format).
+  local x, y, z = rev, rev, rev
+  if rev ~= seq then
+    f = f + 8
   end
   if claim ~= 0 then
     f = f + 4
-    tail = tail .. pack('>I6', claim)
+    x, y = claim, rev
   end
-  if rev ~= seq then
-    f = f + 8
-    tail = tail .. pack('>I6', rev)
+  if attempt ~= 0 then
+    f = f + 2
+    x, y, z = attempt, x, y
   end
-  return pack('>BI6I7I7', f, seq, due, span) .. tail
+  return pack(ENC_FMT[f], f, seq, due, span, x, y, z)
 end
 
 local function payload_of(v)
@@ -238,52 +253,12 @@ local function tkey(start)
   return BASE .. ':b:' .. start
 end
 
--- The index entry (its member: the bucket's start seq, 6 bytes) of the bucket that (due, seq)
--- belongs in, or nil when it is before every bucket's start (or there is none). The greatest start
--- at or before (due, seq); among starts at the same due time (a batch filed at one time and cut),
--- by bisection on their seqs. With want_upper, also where the bucket's range ends, as a due time
--- and a seq: every (due', seq') from (due, seq) up to it belongs in the same bucket (nil: unknown).
-local function bucket_of(due, seq, want_upper)
-  local due_s = int(due)
-  local r = redis.call('ZRANGE', I, due_s, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
-  if r[1] == nil then
-    return nil
-  end
-  if tonumber(r[2]) < due or mseq(r[1]) <= seq then
-    -- r is the greatest start at or before due: only a start due later can end its range.
-    if not want_upper then
-      return r[1]
-    end
-    local later = redis.call('ZRANGE', I, '(' .. due_s, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
-    if later[2] then
-      return r[1], tonumber(later[2]), 0
-    end
-    return r[1], math.huge, 0
-  end
-  local lo = redis.call('ZCOUNT', I, '-inf', '(' .. due_s)
-  local hi = redis.call('ZCOUNT', I, '-inf', due_s) - 1 -- r's rank, too late
-  -- The answer is the last rank in [lo, hi) whose seq <= seq, else rank lo - 1 (or none); the
-  -- start at rank lo then ends its range.
-  local up_seq = mseq(r[1])
-  while lo < hi do
-    local mid = math.floor((lo + hi) / 2)
-    local mid_seq = mseq(redis.call('ZRANGE', I, mid, mid)[1])
-    if mid_seq <= seq then
-      lo = mid + 1
-    else
-      hi, up_seq = mid, mid_seq
-    end
-  end
-  if lo == 0 then
-    return nil
-  end
-  return redis.call('ZRANGE', I, lo - 1, lo - 1)[1], due, up_seq
-end
-
 -- Buckets filed into by this script (start -> true), cut in tb_done() when grown too big.
 local GROWN = {}
 
--- The indexes 1..n in (dues[i], seqs[i]) order (a batch is most often in order already).
+-- The indexes 1..n in (dues[i], seqs[i]) order. A batch is most often in order already, or has
+-- few distinct due times (its TTLs) or none shared (due times of their own): indexes are grouped
+-- by due time, the due times sorted as numbers, and a group sorted by seq only when it must be.
 local function in_order(dues, seqs, n)
   local order, sorted = {}, true
   for i = 1, n do
@@ -292,33 +267,127 @@ local function in_order(dues, seqs, n)
       sorted = false
     end
   end
-  if not sorted then
-    table.sort(order, function(a, b)
-      if dues[a] ~= dues[b] then
-        return dues[a] < dues[b]
+  if sorted then
+    return order
+  end
+  local groups, distinct, nd = {}, {}, 0
+  for i = 1, n do
+    local d = dues[i]
+    local g = groups[d]
+    if not g then
+      g = {}
+      groups[d] = g
+      nd = nd + 1
+      distinct[nd] = d
+    end
+    g[#g + 1] = i
+  end
+  table.sort(distinct)
+  local k = 0
+  for j = 1, nd do
+    local g = groups[distinct[j]]
+    for m = 2, #g do
+      if seqs[g[m]] < seqs[g[m - 1]] then
+        table.sort(g, function(a, b)
+          return seqs[a] < seqs[b]
+        end)
+        break
       end
-      return seqs[a] < seqs[b]
-    end)
+    end
+    for m = 1, #g do
+      k = k + 1
+      order[k] = g[m]
+    end
   end
   return order
 end
 
+-- The index entries from the one that (due, seq) belongs in on, WINDOW more at most: {names,
+-- dues, seqs, more} (more: the index goes on past them), or nil when (due, seq) is before every
+-- bucket's start. One or two commands read the buckets a sorted batch will meet next.
+local WINDOW = 16
+local function window_of(due, seq)
+  local due_s = int(due)
+  local r = redis.call('ZRANGE', I, due_s, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
+  if r[1] == nil then
+    return nil
+  end
+  local got, skip
+  if tonumber(r[2]) < due or mseq(r[1]) <= seq then
+    -- r is the greatest start at or before due: the next ones are due later.
+    got = redis.call('ZRANGE', I, '(' .. due_s, '+inf', 'BYSCORE', 'LIMIT', 0, WINDOW, 'WITHSCORES')
+    table.insert(got, 1, r[2])
+    table.insert(got, 1, r[1])
+  else
+    -- Among starts at the same due time: bisection on their seqs (as bucket_of).
+    local lo = redis.call('ZCOUNT', I, '-inf', '(' .. due_s)
+    local hi = redis.call('ZCOUNT', I, '-inf', due_s) - 1
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if mseq(redis.call('ZRANGE', I, mid, mid)[1]) <= seq then
+        lo = mid + 1
+      else
+        hi = mid
+      end
+    end
+    if lo == 0 then
+      return nil
+    end
+    got = redis.call('ZRANGE', I, lo - 1, lo - 1 + WINDOW, 'WITHSCORES')
+  end
+  local names, wdues, wseqs = {}, {}, {}
+  for k = 1, #got / 2 do
+    names[k], wdues[k], wseqs[k] = got[2 * k - 1], tonumber(got[2 * k]), mseq(got[2 * k - 1])
+  end
+  return {names, wdues, wseqs, #names == WINDOW + 1}
+end
+
+-- The index entry (its member: the bucket's start seq, 6 bytes) of the bucket that (due, seq)
+-- belongs in, or nil when it is before every bucket's start (or there is none): the greatest
+-- start at or before (due, seq); among starts at the same due time (a batch filed at one time and
+-- cut), by bisection on their seqs.
+local function bucket_of(due, seq)
+  local win = window_of(due, seq)
+  return win and win[1][1]
+end
+
 -- Walk n elements in (due, seq) order, calling each_group(start, members) once per bucket with
--- the members (made by member_of(i)) that belong in it: one bucket lookup per bucket met, not
--- per element. start is nil for the elements before every bucket's start (tb_add's case).
+-- the members (made by member_of(i)) that belong in it: a window of the index read once per
+-- WINDOW buckets met, not a lookup per element. start is nil for the elements before every
+-- bucket's start (tb_add's case; it renames the first bucket, so the window is read again).
 local function by_bucket(dues, seqs, n, member_of, each_group)
-  local start, up_due, up_seq, group, found = nil, nil, nil, {}, false
+  local win, j, start, group, found = nil, 0, nil, {}, false
   for _, i in ipairs(in_order(dues, seqs, n)) do
-    local due = dues[i]
-    if not (found and up_due and (due < up_due or (due == up_due and seqs[i] < up_seq))) then
+    local due, seq = dues[i], seqs[i]
+    local here, known = nil, false
+    if win then
+      local names, wdues, wseqs = win[1], win[2], win[3]
+      local last = #names
+      while j < last and (due > wdues[j + 1] or (due == wdues[j + 1] and seq >= wseqs[j + 1])) do
+        j = j + 1
+      end
+      if j < last or not win[4] then
+        here, known = names[j], true
+      end
+    end
+    if not known then
+      -- Filed first: a group before every start renames the first bucket, which the window read
+      -- next must see.
       if found then
-        start = each_group(start, group)
+        each_group(start, group)
+        group, found = {}, false
+      end
+      win, j = window_of(due, seq), 1
+      here = win and win[1][1]
+    end
+    if not found or here ~= start then
+      if found then
+        each_group(start, group)
         group = {}
       end
-      start, up_due, up_seq = bucket_of(due, seqs[i], n > 1)
-      found = true
-      if start == nil then
-        up_due = nil
+      start, found = here, true
+      if here == nil then
+        win = nil
       end
     end
     group[#group + 1] = member_of(i)
@@ -506,12 +575,16 @@ end
 local function file(n, ids, dues, head, payloads)
   local scored, seqs, values = {}, {}, {}
   local seq = SEQ
+  local last_due, last_text = nil, nil -- (a batch's elements often share a due time)
   for i = 1, n do
     local id, due = ids[i], dues[i]
     seq = seq + 1
     seqs[i] = seq
     values[2 * i - 1], values[2 * i] = id, head(i, seq) .. payloads[i]
-    scored[2 * i - 1] = int(due)
+    if due ~= last_due then
+      last_due, last_text = due, int(due)
+    end
+    scored[2 * i - 1] = last_text
     scored[2 * i] = tmember(seq, id)
   end
   SEQ = seq

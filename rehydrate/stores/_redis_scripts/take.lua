@@ -29,7 +29,7 @@ local base = tonumber(ARGV[10]) or now
 local early = tonumber(ARGV[11]) or 0
 local bound = base + early
 
-local ids, values, seqs, dues = {}, {}, {}, {}
+local ids, values, seqs, dues, due_texts = {}, {}, {}, {}, {}
 local n = 0
 local cursor = {0, 0}
 if early > 0 then
@@ -53,6 +53,7 @@ if early > 0 then
       if not since and not (lease and due > base) then
         n = n + 1
         ids[n], values[n], seqs[n], dues[n] = id, v, seq, tonumber(scores[i])
+        due_texts[n] = scores[i]
       end
     end
     if m < want then
@@ -69,8 +70,8 @@ else
   end
   for i = 1, n do
     ids[i] = sub(members[i], 7)
-    seqs[i], dues[i] = mseq(members[i]), tonumber(scores[i])
   end
+  dues = scores -- (strings here: only the reply reads them)
   values = mget(ids, n)
   -- The first n members in order: whole buckets, then a prefix of the last one.
   local i = 1
@@ -114,6 +115,7 @@ end
 
 if early > 0 then
   tb_rem(dues, seqs, ids, n)
+  dues = due_texts
 end
 local payloads, leased, attempts = {}, {}, {}
 for i = 1, n do
@@ -140,7 +142,7 @@ if claim then
     new_dues[i] = until_
     out[k + 1] = ids[i]
     out[k + 2] = attempt
-    out[k + 3] = int(dues[i])
+    out[k + 3] = dues[i]
     out[k + 4] = SEQ + i -- file() below gives the i-th element seq SEQ + i: its claim number
     if join then
       out[k + 5] = ''
