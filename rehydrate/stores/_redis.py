@@ -1,18 +1,16 @@
 """The Redis store: dehydrators shared by every process that reaches one Redis (or Valkey) server.
 
-Each verb is one Lua script (``_redis_scripts/``), so it is atomic on the server. A dehydrator is
-one SORTED SET of its elements scored by due time (integer microseconds, exact in a double), whose
-members are ``seq .. id`` with a zero-padded filing sequence number, so that elements due at the
-same microsecond sort in filing order; beside it, one HASH from id to a fixed-size header (seq,
-due time, TTL or lease, attempt, claim number) followed by the payload. A claim files the element
-anew in the same set, scored by the end of its lease, so an expired lease is simply "due again".
-Push, pull and ack cost O(log n) each; a poll or a claim is one range read and one range removal,
-O(log n + k) for k elements. ``_redis_scripts/_lib.lua`` documents the keys and their invariants.
-
-This is the design other Redis job queues use (arq, SAQ, rq's scheduled registry): a skip list in
-C orders the elements, where the core's queue-map would need a k-way merge in Lua, and one hash
-per element (header and payload together) is less bookkeeping. The measurements that chose it
-are in ``docs/stores-design-history.md`` and ``benchmarks/bench_redis.py``.
+Each verb is one Lua script (``_redis_scripts/``), so it is atomic on the server. A dehydrator's
+elements are one HASH from id to a binary header (seq, due time, TTL or lease, and the attempt,
+claim number and revision when not zero) followed by the payload; their order is a run of small
+sorted sets, *time buckets* of at most 120 members (seq and id, scored by due time in integer
+microseconds), indexed by one sorted set of where each starts. Redis keeps the buckets as
+listpacks, a few bytes per member, where one sorted set of every element costs a skip-list node
+each: this is the core's queue-map, sized for memory (issue 44). A claim files the element anew
+at the end of its lease, so an expired lease is simply "due again". Push, pull and ack cost
+O(log b) for b buckets; a poll or a claim reads the first buckets. ``_redis_scripts/_lib.lua``
+documents the keys and their invariants, ``docs/stores-design-history.md`` the measurements that
+chose them.
 
 Time is the server's ``TIME``, read inside the scripts: workers with wrong clocks still agree.
 The client is coredis (it runs on asyncio and trio), reached only through

@@ -1,18 +1,17 @@
 -- rehydrate's Redis store: the shared part, prepended to every script (see _redis.py).
 --
 -- One dehydrator lives under a base "<prefix>:{<name>}" (the braces are a Cluster hash tag, so all
--- its keys share one slot and every script touches one slot). The layout is the core's queue-map
--- made of small keys that Redis keeps as listpacks, a few bytes per entry beyond the data:
+-- its keys share one slot and every script touches one slot). The order of its elements is the
+-- core's queue-map made of small sorted sets that Redis keeps as listpacks, a few bytes per entry:
 --
---   KEYS[1] <base>:i          ZSET  the index of the time buckets: member the 6-byte seq of the
+--   KEYS[1] <base>:h          HASH  id -> header .. payload (see enc): the elements
+--   KEYS[2] <base>:i          ZSET  the index of the time buckets: member the 6-byte seq of the
 --                                   member a bucket starts at, scored by that member's due time
---   KEYS[2] <base>:s          HASH  seq (last sequence number), now (latest time used), ser
---                                   (serializer), fmt (FORMAT), n (elements), ml and mp (the map's
---                                   level and split pointer), claimed (how many elements are
---                                   claimed; absent when none); with ser, fmt and n: absent when
---                                   the dehydrator is empty
---   KEYS[3] <prefix>:names    SET   names of the non-empty dehydrators (not passed on Redis Cluster)
---   <base>:m:<k>              HASH  the id map, bucket k: id -> header .. payload (see enc)
+--   KEYS[3] <base>:s          HASH  seq (last sequence number), now (latest time used), ser
+--                                   (serializer), fmt (FORMAT), n (elements), claimed (how many
+--                                   elements are claimed; absent when none); ser, fmt and n are
+--                                   absent when the dehydrator is empty
+--   KEYS[4] <prefix>:names    SET   names of the non-empty dehydrators (not passed on Redis Cluster)
 --   <base>:b:<seq6>           ZSET  a time bucket: member seq6 .. id per element, scored by its
 --                                   due time (µs); equal scores sort by member, so by seq: filing
 --                                   order
@@ -21,17 +20,13 @@
 -- The time buckets partition the elements' (due, seq) order into ranges: a bucket holds the
 -- members from its start (its index entry: score and seq) up to the next bucket's start. A
 -- member is filed into the bucket with the greatest start at or before it (bucket_of), or, before
--- them all, into the first bucket, renamed to start at it; a bucket that grows past TB_MAX members is cut
--- into buckets of TB_FILL (cut), before Redis would turn its listpack into a skip list (it never
--- turns it back); an emptied bucket is deleted (its range joins the one before). So poll, claim
--- and TTN read the first bucket, and each element costs one listpack entry, not a skip-list node.
---
--- The id map is linear hashing over HASH keys: an id's bucket is h % 2^ml, or h % 2^(ml + 1)
--- when that is below mp (h: 28 bits of the id's SHA-1). When the elements average more than
--- MAP_LOAD per bucket, bucket mp splits into mp and mp + 2^ml (one bucket, bounded work); below
--- MAP_LOW they merge back. Buckets stay listpacks while they hold at most the server's
--- hash-max-listpack-entries (128 by default) and each value (header and payload) fits
--- hash-max-listpack-value (64 bytes by default; docs/stores.md says why to raise it).
+-- them all, into the first bucket, renamed to start at it; a bucket that grows past TB_MAX
+-- members is cut into buckets of TB_FILL (tb_done), before Redis would turn its listpack into a
+-- skip list (it never turns it back); an emptied bucket is deleted (its range joins the one
+-- before). So poll, claim and TTN read the first bucket, and each element costs one listpack
+-- entry, not a skip-list node. The elements' hash is one key, not buckets of its own: a batch
+-- reads or writes it in one command, where buckets would cost a command per element
+-- (docs/stores-design-history.md has the measurements).
 --
 -- The header (enc, dec) is binary: a flags byte, seq (6 bytes), due (7, µs), span (7: the TTL the
 -- element was filed with, or the lease it is claimed for), then only when not zero (or, for rev,
