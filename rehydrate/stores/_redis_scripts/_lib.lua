@@ -143,10 +143,6 @@ local function payload_of(v)
   return sub(v, at)
 end
 
-local function claimed(v)
-  return band(byte(v, 1), 1) ~= 0
-end
-
 -- The (attempt, claim) of a fencing token as the client sends it: attempt10 .. claim16.
 local function token_parts(token)
   return tonumber(sub(token, 1, 10)), tonumber(sub(token, 11))
