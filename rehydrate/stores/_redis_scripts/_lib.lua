@@ -220,17 +220,18 @@ end
 
 -- -- the map ------------------------------------------------------------------------------------
 
--- The values of n ids (false for a missing one), CHUNK at a time.
-local function mget(ids, n)
+-- HMGET of n ids in the hash ``key`` (H, or migrate.lua's old one), CHUNK at a time: the values
+-- in order (false for a missing id).
+local function hmget(key, ids, n)
   if n == 0 then
     return {}
   end
   if n <= CHUNK then
-    return redis.call('HMGET', H, unpack(ids, 1, n))
+    return redis.call('HMGET', key, unpack(ids, 1, n))
   end
   local out = {}
   for i = 1, n, CHUNK do
-    local got = redis.call('HMGET', H, unpack(ids, i, math.min(i + CHUNK - 1, n)))
+    local got = redis.call('HMGET', key, unpack(ids, i, math.min(i + CHUNK - 1, n)))
     for k = 1, #got do
       out[i + k - 1] = got[k]
     end

@@ -29,13 +29,7 @@ if m > 0 then
     ids[i] = sub(members[2 * i - 1], 17)
     dues[i] = tonumber(members[2 * i])
   end
-  local values = {}
-  for from = 1, m, CHUNK do
-    local got = redis.call('HMGET', OLD_E, unpack(ids, from, math.min(from + CHUNK - 1, m)))
-    for k = 1, #got do
-      values[from + k - 1] = got[k]
-    end
-  end
+  local values = hmget(OLD_E, ids, m)
   local scored, pairs_ = {}, {}
   for i = 1, m do
     local v, id = values[i], ids[i]

@@ -15,7 +15,7 @@ for i = 1, n do
   ids[i] = ARGV[4 + 3 * i]
   payloads[i] = ARGV[6 + 3 * i]
 end
-local found = mget(ids, n)
+local found = hmget(H, ids, n)
 local seen = 0
 local before = earliest()
 local old_dues, old_seqs, old_ids, k = {}, {}, {}, 0

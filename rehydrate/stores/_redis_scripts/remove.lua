@@ -31,7 +31,7 @@ local out = {}
 if count == 0 then
   return out
 end
-local values = mget(ids, count)
+local values = hmget(H, ids, count)
 local dues, seqs, gone, n = {}, {}, {}, 0
 local removed = {}
 for i = 1, count do

@@ -15,7 +15,7 @@ local ids = {}
 for i = 1, n do
   ids[i] = ARGV[2 + 4 * i]
 end
-local values = mget(ids, n)
+local values = hmget(H, ids, n)
 local before = earliest()
 local now = start_of(ARGV[5], clock())
 local old_dues, old_seqs, kept, dues, spans, payloads, k = {}, {}, {}, {}, {}, {}, 0

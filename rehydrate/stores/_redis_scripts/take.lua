@@ -72,7 +72,7 @@ else
     ids[i] = sub(members[i], 7)
   end
   dues = scores -- (strings here: only the reply reads them)
-  values = mget(ids, n)
+  values = hmget(H, ids, n)
   -- The first n members in order: whole buckets, then a prefix of the last one.
   local i = 1
   while i <= n do
