@@ -57,7 +57,7 @@ def _read_reply(f: BinaryIO) -> object:
         if n < 0:
             return None
         data = f.read(n + 2)
-        return data[:-2].decode()
+        return data[:-2].decode("utf-8", "surrogateescape")
     if kind == b"*":
         n = int(rest)
         return None if n < 0 else [_read_reply(f) for _ in range(n)]
@@ -66,8 +66,9 @@ def _read_reply(f: BinaryIO) -> object:
 
 def admin(port: int, *args: str | int, timeout: float = 5.0) -> object:
     """Send one command to the node on ``port``; its reply (an error comes back as a RuntimeError
-    instance, not raised)."""
-    words = [str(a).encode() for a in args]
+    instance, not raised). Bulk strings that are not UTF-8 (the Redis store's time-bucket keys end
+    in a binary seq) come back with surrogate escapes, which this function sends back unchanged."""
+    words = [str(a).encode("utf-8", "surrogateescape") for a in args]
     payload = f"*{len(words)}\r\n".encode() + b"".join(f"${len(w)}\r\n".encode() + w + b"\r\n" for w in words)
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.sendall(payload)

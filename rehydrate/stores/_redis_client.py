@@ -102,8 +102,18 @@ class RedisRefusedError(RehydrateError):
     our scripts and becomes a :class:`~rehydrate.errors.SerializerMismatchError`."""
 
 
-#: Replies that mean "not now" rather than "never": retried like a lost connection.
-_BUSY_REPLIES: Final = ("BUSY", "MASTERDOWN", "NOREPLICAS", "OOM", "LOADING", "TRYAGAIN", "CLUSTERDOWN")
+#: Replies that mean "not now" rather than "never": retried like a lost connection. RHMOVING is
+#: our scripts' own: the dehydrator's Cluster slot is being migrated (see ``settled`` in _lib.lua).
+_BUSY_REPLIES: Final = (
+    "BUSY",
+    "MASTERDOWN",
+    "NOREPLICAS",
+    "OOM",
+    "LOADING",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "RHMOVING",
+)
 
 #: Scripts that only read: they never wait for replicas (``min_replicas``).
 _READ_ONLY: Final = frozenset({"look", "range", "size", "summary", "time", "ttn", "workers"})

@@ -26,9 +26,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
+import coredis
 import pytest
+from coredis.connection import TCPLocation
 
-from rehydrate.errors import DuplicateIdError, RehydrateError
+from rehydrate.errors import DuplicateIdError, RehydrateError, StoreUnavailableError
 from rehydrate.stores._redis import RedisStore
 from tests.logfiles import complete_lines
 from tests.redis_cluster import (
@@ -40,7 +42,8 @@ from tests.redis_cluster import (
     shared_cluster,
     shared_sentinel,
 )
-from tests.redis_server import drop_prefix
+from tests.redis_server import RedisServer, drop_prefix
+from tests.stores.test_redis import check_invariants
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -376,3 +379,82 @@ def test_cluster_slot_migrated_during_delivery(cluster: Cluster, tmp_path: Path)
         codes = load.stop()
         anyio.run(drop_prefix_everywhere, cluster, prefix)
     assert codes == [0, 0], load.stderr()
+
+
+def _raw(node: RedisServer) -> coredis.RedisCluster[bytes]:
+    """A plain cluster client, bytes in and out, seeded with ``node``."""
+    seed = [TCPLocation("127.0.0.1", node.port)]
+    client: coredis.RedisCluster[bytes] = coredis.RedisCluster(startup_nodes=seed, decode_responses=False)
+    return client
+
+
+def _move(source: RedisServer, target: RedisServer, keys: list[str]) -> None:
+    if not keys:
+        return
+    reply = admin(source.port, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+    assert reply == "OK", reply
+
+
+@pytest.mark.parametrize("moved", ["the first bucket", "all but the first bucket"])
+def test_a_dehydrator_split_between_nodes_is_left_alone(cluster: Cluster, moved: str) -> None:
+    """Halfway through a slot's move, some of a dehydrator's keys are on each node. Its time
+    buckets are not in a script's KEYS, so Redis's own TRYAGAIN and ASK cannot see the split: a
+    script that went on would meet a bucket missing after it had written (an error on the source,
+    an empty key on the target). Every script refuses before writing until the slot has its new
+    owner (retried, then a transient error), and then everything is where it was."""
+    prefix = f"rhsplit-{uuid.uuid4().hex[:8]}"
+    name = "d"
+    base = f"{prefix}:{{{name}}}"
+    slot = key_slot(f"{base}:h")
+    source = cluster.master_of(slot)
+    target = next(m for m in cluster.masters() if m is not source)
+    url = f"{cluster.seed_url}&prefix={prefix}&retries=1&retry_backoff=0.01"
+
+    async def main() -> None:
+        async with RedisStore.from_url(url) as store:
+            # Due times of their own, spread: several buckets, none of them due.
+            pushed = await store.push_many(name, [(i, 3600 + i, f"e{i:03}") for i in range(300)])
+            keys = admin(source.port, "CLUSTER", "GETKEYSINSLOT", slot, 1000)
+            assert isinstance(keys, list)
+            starts = admin(source.port, "ZRANGE", f"{base}:i", 0, -1)
+            assert isinstance(starts, list)
+            assert len(starts) >= 3
+            first = f"{base}:b:{starts[0]}"
+            assert first in keys
+            rest = [k for k in keys if k != first]
+            source_id, target_id = _node_id(source.port), _node_id(target.port)
+            assert admin(target.port, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id) == "OK"
+            assert admin(source.port, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id) == "OK"
+            _move(source, target, [first] if moved == "the first bucket" else rest)
+
+            # Each files into, renames or reads the first bucket.
+            with pytest.raises(StoreUnavailableError, match="moving between cluster nodes"):
+                await store.push(name, "early", ttl=0, id="early")
+            with pytest.raises(StoreUnavailableError, match="moving between cluster nodes"):
+                await store.push_many(name, [("late", 7200, "late"), ("mid", 3600.5, "mid")])
+            with pytest.raises(StoreUnavailableError, match="moving between cluster nodes"):
+                await store.claim(name, lease=10, ahead=3601)
+
+            _move(source, target, rest if moved == "the first bucket" else [first])
+            for node in cluster.masters():
+                assert admin(node.port, "CLUSTER", "SETSLOT", slot, "NODE", target_id) == "OK"
+            assert admin(source.port, "CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+
+            assert await store.size(name) == 300
+            assert await store.ids(name) == pushed
+            async with _raw(target) as raw:
+                await check_invariants(raw, prefix, name, cluster=True)
+            await store.push(name, "early", ttl=0, id="early")
+            claims = await store.claim(name, lease=10, ahead=3601, limit=3)
+            assert [c.id for c in claims] == ["early", "e000", "e001"]
+            async with _raw(target) as raw:
+                await check_invariants(raw, prefix, name, cluster=True)
+
+    try:
+        anyio.run(main)
+    finally:
+        # Whatever happened, the slot ends on the target, whole, for the tests after this one.
+        _move(source, target, admin(source.port, "CLUSTER", "GETKEYSINSLOT", slot, 1000))  # type: ignore[arg-type]
+        for node in cluster.masters():
+            admin(node.port, "CLUSTER", "SETSLOT", slot, "NODE", _node_id(target.port))
+        anyio.run(drop_prefix_everywhere, cluster, prefix)

@@ -164,9 +164,28 @@ local SEQ, LAST_NOW, COUNT = 0, 0, 0
 -- adds it to <base>:s's "claimed", which rehydrate stats reads instead of scanning the headers.
 local CLAIMED = 0
 
+-- On Redis Cluster, a slot being moved (MIGRATE, key by key) may have some of a dehydrator's keys
+-- on each node. The time buckets are not in KEYS, so Redis's own checks (TRYAGAIN, ASK), which
+-- see only KEYS, miss the split: a script would meet a missing bucket after it had written (an
+-- error on the source node, an empty key on the target). Two keys that never exist make Redis
+-- check the slot itself: a command on them is refused on either node while the slot moves
+-- (missing keys in a migrating slot; several keys, some missing, in an importing one, which every
+-- script there runs as, having been sent by ASK) and answered anywhere else. So no script of a
+-- dehydrator runs while its slot moves: each refuses before any write, with RHMOVING, which the
+-- client retries like a lost connection (_redis_client.py) until the slot has its new owner.
+local function settled()
+  local probe = redis.pcall('EXISTS', BASE .. ':probe1', BASE .. ':probe2')
+  if type(probe) == 'table' and probe.err then
+    error({err = 'RHMOVING the dehydrator ' .. NAME .. ' is moving between cluster nodes (its slot is being migrated)'})
+  end
+end
+
 -- Read the state; fail (before any write) if the elements are in an older format (migrate.lua,
 -- which passes any_format, converts them) or were serialized differently from what this client uses.
 local function load_state(check_serializer, any_format)
+  if not REG then
+    settled()
+  end
   local state = redis.call('HMGET', S, 'seq', 'now', 'ser', 'fmt', 'n')
   if state[3] and state[4] ~= FORMAT and not any_format then
     error({err = 'RHFORMAT ' .. (state[4] or '1')})
