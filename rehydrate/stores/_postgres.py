@@ -1099,6 +1099,13 @@ class PostgresStore(StoreBase):
                     id, element, attempt_of(token), until / 1e6, token, due / 1e6, now / 1e6, token // STAMP
                 )
             )
+        if claims:
+            # The statement reads the next due time in its snapshot, taken when it began, but
+            # locks rows later: a write committed in between that made an element due sooner
+            # than a row this claim then took did not notify (that row, due, was the head it
+            # compared with), and the snapshot does not show it. Only a fresh read (ttn) sees
+            # it; a claim that took nothing left every head in place, so its reading stands.
+            self._ttn_after.pop(name, None)
         return claims
 
     def _check_open(self) -> None:
