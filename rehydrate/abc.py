@@ -350,10 +350,10 @@ class Store(ABC):
         fewer elements than its limit, by a caller subscribed to ``name`` (:meth:`subscribe`).
 
         A store whose claim already learned the answer may give it without asking the server
-        again (Redis: the claim's script returns it; SQLite and PostgreSQL: the claim's
-        transaction or statement reads it), as a due time counted down on :attr:`clock`; what
-        became due sooner in between notified the subscription, so a loop that sleeps this long
-        or until notified misses nothing. By default, :meth:`ttn`.
+        again (Redis: the claim's script returns it; SQLite: the claim's transaction reads it;
+        PostgreSQL: the claim's statement, when it took nothing), as a due time counted down on
+        :attr:`clock`; what became due sooner in between notified the subscription, so a loop
+        that sleeps this long or until notified misses nothing. By default, :meth:`ttn`.
         """
         return await self.ttn(name)
 
