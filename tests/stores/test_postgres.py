@@ -617,12 +617,14 @@ async def test_claim_and_ack_read_only_the_rows_they_take(store: PostgresStore) 
     assert await explain(store._sql.ack, ack) <= 1_000
 
 
-async def test_a_claim_loop_asks_no_ttn_of_the_server(
+async def test_a_claim_loop_asks_no_ttn_after_a_claim_that_took_nothing(
     store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A claim that takes fewer than it asks for brings the TTN with it, in its own statement (the
-    rows it did not take, and its leases' end): the claim loop's ``ttn_after_claim`` makes no
-    round trip; once used, the next one asks the server. A full claim brings none."""
+    """A claim that takes nothing brings the TTN with it, in its own statement (the rows it did not
+    take, and its leases' end): the claim loop's ``ttn_after_claim`` makes no round trip; once
+    used, the next one asks the server. A claim that took elements brings none: its statement
+    reads in a snapshot older than the rows it locks, so a wake that committed in between, having
+    compared itself with a row this claim took, notified nobody and must be read afresh."""
     trips = 0
     run = store._run
 
@@ -638,10 +640,15 @@ async def test_a_claim_loop_asks_no_ttn_of_the_server(
     ttn = await store.ttn_after_claim(N)
     assert ttn is not None
     assert 29 < ttn <= 30
+    assert trips == before + 1  # took a: ttn's statement
+    # Nothing taken: the claim's own reading, once; then the server again.
+    assert await store.claim(N, lease=60, limit=5) == []
+    before = trips
+    assert await store.ttn_after_claim(N) == pytest.approx(ttn, abs=0.5)
     assert trips == before
     assert await store.ttn_after_claim(N) == pytest.approx(ttn, abs=0.5)
-    assert trips == before + 1  # asked again: ttn's statement
-    # The claim's own lease, when it ends first; nothing due at all; a full claim says nothing.
+    assert trips == before + 1
+    # The claim's own lease, when it ends first.
     await store.pull(N, "b")
     assert await store.claim(N, lease=60, limit=5) == []  # a is claimed until its lease ends
     before = trips
@@ -652,7 +659,8 @@ async def test_a_claim_loop_asks_no_ttn_of_the_server(
     before = trips
     assert await store.ttn_after_claim(N) == 0.0  # d is due: ttn's statement says so
     assert trips == before + 1
-    await store.claim(N, lease=5, limit=5)
+    assert [c.id for c in await store.claim(N, lease=5, limit=5)] == ["d"]
+    assert await store.claim(N, lease=5, limit=5) == []
     before = trips
     assert 4 < (await store.ttn_after_claim(N) or 0) <= 5  # c and d's leases end first
     assert trips == before
