@@ -58,7 +58,6 @@ from rehydrate.errors import (
     InvalidArgumentError,
     InvalidTypeError,
     RehydrateError,
-    UnknownIdError,
 )
 
 __all__ = [
@@ -514,22 +513,23 @@ class Admin:
         _validate.element_id(name, "name")
         _validate.element_id(id)
         store = self.store
-        info = await store.info(name, id)
-        if info is None:
+        found = await store.read(name, id)
+        if found is None:
             return "unknown"
+        element, info = found
         if is_held(info, store.clock()):
             return "held"
-        element = await store.look(name, id)
         if is_removed(element):  # unscheduled during a run whose worker died: it goes
             return "unknown"
         schedule = is_schedule(element)
         if schedule:
             if element.get("paused"):
                 return "paused"
-            try:
-                await store.update(name, id, with_extra(element, extra_time(element, wall(store.clock))))
-            except UnknownIdError:
-                return "unknown"
+            # Compare-and-set on the revision read: a schedule replaced, paused or claimed since
+            # is not overwritten with this older copy.
+            extra = with_extra(element, extra_time(element, wall(store.clock)))
+            if await store.update_if(name, id, info.revision, extra) is None:
+                return "changed"
         # Fenced by the attempt: a worker that claimed it meanwhile keeps it (and a request left
         # in a schedule's element is dropped when that occurrence ends, see ``with_extra``).
         if not await store.reschedule(name, id, ttl=0, attempt=info.attempt):

@@ -18,6 +18,7 @@ from anyio import wait_all_tasks_blocked
 from structlog.testing import capture_logs
 
 from rehydrate import (
+    Admin,
     Cron,
     DuplicateIdError,
     Every,
@@ -1559,6 +1560,38 @@ async def test_run_now_runs_an_extra_occurrence_and_keeps_the_next(
         scheduler.stop()
     assert recorder.runs == [T0 + timedelta(minutes=30), T0 + timedelta(hours=2)]
     assert info.next_run == T0 + timedelta(days=1, hours=2)
+
+
+class _WriteAfterRead(MemoryStore):
+    """A store on which ``then`` (another process's write) lands right after the next ``read``."""
+
+    then: Any = None
+
+    async def read(self, name: str, id: str) -> tuple[Any, ElementInfo] | None:
+        found = await super().read(name, id)
+        then, self.then = self.then, None
+        if then is not None:
+            await then()
+        return found
+
+
+async def test_run_now_of_a_schedule_changed_meanwhile_writes_nothing(clock: FakeClock) -> None:
+    """Run now writes the schedule it read only if it is still that revision: one paused between
+    the read and the write stays paused, with no extra run asked."""
+    async with _WriteAfterRead(clock=clock) as store:
+        scheduler = Scheduler(store, grace=0)
+        scheduler.handler("digest")(Recorder())
+        await scheduler.schedule("digest", Cron("0 14 * * *"), id="d", element="e")
+
+        async def pause() -> None:
+            assert await scheduler.pause("digest", "d") is True
+
+        store.then = pause
+        assert await Admin(store).run_now("digest", "d") == "changed"
+        element = await store.look("digest", "d")
+        assert element["paused"]
+        assert "extra" not in element
+        assert await Admin(store).run_now("digest", "d") == "paused"
 
 
 async def test_every_run_now_has_a_key_of_its_own(store: MemoryStore, clock: FakeClock) -> None:
