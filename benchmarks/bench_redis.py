@@ -1,4 +1,4 @@
-"""Benchmark the Redis store (one sorted set per dehydrator) against the queue-map it replaced.
+"""Benchmark the Redis store (time buckets, format 3) against the first queue-map it ever had.
 
 Run from the repository root::
 
@@ -12,9 +12,10 @@ stopped at the end). Measured, in one process, against that server:
 
 * ``redis-benchmark -t set -n 100000 -q`` and the same with ``-P 16`` (pipelined), when the binary
   is on PATH: the floor a trivial command sets on this machine.
-* ``RedisStore``: the design other Redis job queues use (arq, SAQ, rq's scheduled registry), one
-  sorted set of the elements scored by due time (members ``seq .. id``, so ties keep filing order)
-  beside a hash of metadata and one of payloads; every verb one Lua script.
+* ``RedisStore``: the store as it is (``rehydrate/stores/_redis_scripts/_lib.lua``): one hash of
+  binary headers and payloads, and the elements' order in small sorted sets (time buckets) that
+  Redis keeps as listpacks, indexed by one more; every verb one Lua script. (Before format 3 it
+  was one sorted set of all the elements, the design arq, SAQ and rq's scheduled registry use.)
 * ``QueueMapStore`` (``benchmarks/redis_queuemap/``): the store's former design, the core's
   queue-map on Redis types (a list per TTL, hashes of metadata and payloads, a zset of the lists'
   heads, merged k ways in Lua), its scripts unchanged, behind a minimal client written to the
@@ -35,7 +36,7 @@ without the client's work, which both designs share and which dominates the batc
 
 Workloads: ``M=1`` (every element has the same TTL) and ``M=100`` (TTL ``1 s + (i % 100) ms``, so
 due order interleaves the TTLs finely: the queue-map's k-way merge has to switch queue at almost
-every element, its worst case; the sorted set does not care).
+every element, its worst case; time buckets do not care).
 
 Targets from the issue: 30,000 pushes/s batched and 300,000 polled elements/s against a local
 server (ReDe's C module: 22,000 and 305,000).
@@ -233,7 +234,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         else:
             print("redis-benchmark: not on PATH, no floor")
 
-        def sorted_set(prefix: str) -> Any:
+        def store(prefix: str) -> Any:
             return RedisStore.from_url(server.url, prefix=prefix)
 
         def queue_map(prefix: str) -> Any:
@@ -259,19 +260,19 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 rows = {}
                 for verb in VERBS:
                     (a, a_us), (b, b_us) = await run_pair(
-                        [sorted_set, queue_map], verb, args.n, args.single, m, args.repeat, server_time
+                        [store, queue_map], verb, args.n, args.single, m, args.repeat, server_time
                     )
                     rows[verb] = {
-                        "sorted set": a,
+                        "RedisStore": a,
                         "queue-map": b,
-                        "sorted set server µs": a_us,
+                        "RedisStore server µs": a_us,
                         "queue-map server µs": b_us,
                     }
                     print(f"{verb:<12}{a:>14,.0f}{b:>14,.0f}{a / b:>8.2f}x{a_us:>14.2f}{b_us:>14.2f}")
                 results[f"M={m}"] = rows
         print()
         print(
-            "RedisStore is the single sorted set; ratio > 1: it is faster than the queue-map. Server µs:"
+            "RedisStore: time buckets; ratio > 1: it is faster than the queue-map. Server µs:"
             " the time the server spent in the verb's scripts (INFO commandstats), per element."
             " Targets: push_many >= 30,000/s, poll >= 300,000/s."
         )

@@ -66,6 +66,13 @@ class QueueMapStore(RedisStore):
         *,
         retry: Sequence[str | bytes | int] = (),
     ) -> Any:
+        # The former push.lua takes the retry flag and the triples: no start time (its ttls count
+        # from when it runs), and no push1 (the store's lean single push came later).
+        if script == "push1":
+            script = "push"
+        elif script == "push":
+            args = [args[0], *args[2:]]
+            retry = [retry[0], *retry[2:]] if retry else ()
         head = self._head(name)
         return await self._backend.eval(
             self._queue_map[script],
