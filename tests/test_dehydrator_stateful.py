@@ -448,7 +448,16 @@ def assert_nodes_counted(d: Dehydrator) -> None:
     assert drawn - d._left == nodes_held(d) + sunk
 
 
-DehydratorMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=60, deadline=None)
+#: Runs of the machine per test: a few times the profile's examples (tests/conftest.py), as a run is
+#: a program of many steps; HYPOTHESIS_PROFILE=thorough searches harder, like every property test.
+RUNS = settings().max_examples * 4
+
+
+def _machine_settings(runs: int = RUNS) -> settings:
+    return settings(max_examples=runs, stateful_step_count=60, deadline=None)
+
+
+DehydratorMachine.TestCase.settings = _machine_settings(RUNS * 3 // 2)
 test_dehydrator_matches_model = DehydratorMachine.TestCase
 
 
@@ -458,7 +467,7 @@ def test_with_eager_housekeeping(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_dehydrator, "_SWEEP_SLACK", 0)
     run_state_machine_as_test(
         DehydratorMachine,
-        settings=settings(max_examples=200, stateful_step_count=60, deadline=None),
+        settings=_machine_settings(),
     )
 
 
@@ -469,7 +478,7 @@ def test_with_loose_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_dehydrator, "_SKIP", 2)
     run_state_machine_as_test(
         DehydratorMachine,
-        settings=settings(max_examples=300, stateful_step_count=60, deadline=None),
+        settings=_machine_settings(RUNS * 3 // 2),
     )
 
 
@@ -481,7 +490,7 @@ def test_with_loose_nodes_and_eager_housekeeping(skip: int, monkeypatch: pytest.
     monkeypatch.setattr(_dehydrator, "_SWEEP_SLACK", 0)
     run_state_machine_as_test(
         DehydratorMachine,
-        settings=settings(max_examples=200, stateful_step_count=60, deadline=None),
+        settings=_machine_settings(),
     )
 
 
@@ -502,5 +511,5 @@ def test_with_time_slots(
     monkeypatch.setattr(_dehydrator, "_SWEEP_SLACK", sweep_slack)
     run_state_machine_as_test(
         DehydratorMachine,
-        settings=settings(max_examples=200, stateful_step_count=60, deadline=None),
+        settings=_machine_settings(),
     )
