@@ -166,13 +166,13 @@ local CLAIMED = 0
 
 -- On Redis Cluster, a slot being moved (MIGRATE, key by key) may have some of a dehydrator's keys
 -- on each node. The time buckets are not in KEYS, so Redis's own checks (TRYAGAIN, ASK), which
--- see only KEYS, miss the split: a script would meet a missing bucket after it had written (an
--- error on the source node, an empty key on the target). Two keys that never exist make Redis
--- check the slot itself: a command on them is refused on either node while the slot moves
--- (missing keys in a migrating slot; several keys, some missing, in an importing one, which every
--- script there runs as, having been sent by ASK) and answered anywhere else. So no script of a
--- dehydrator runs while its slot moves: each refuses before any write, with RHMOVING, which the
--- client retries like a lost connection (_redis_client.py) until the slot has its new owner.
+-- see only KEYS, miss the split: a script would meet a missing bucket after it had written, and
+-- Redis would stop it there, half done. Two keys that never exist make Redis check the slot
+-- itself: a command on missing keys is refused on either node while the slot moves (missing
+-- keys in a migrating slot are redirected; several keys, some missing, in an importing one too)
+-- and answered anywhere else. So no script of a dehydrator runs while its slot moves: each
+-- refuses before any write, with RHMOVING, which the client retries like a lost connection
+-- (_redis_client.py) until the slot has its new owner.
 local function settled()
   local probe = redis.pcall('EXISTS', BASE .. ':probe1', BASE .. ':probe2')
   if type(probe) == 'table' and probe.err then
