@@ -399,9 +399,9 @@ def _move(source: RedisServer, target: RedisServer, keys: list[str]) -> None:
 def test_a_dehydrator_split_between_nodes_is_left_alone(cluster: Cluster, moved: str) -> None:
     """Halfway through a slot's move, some of a dehydrator's keys are on each node. Its time
     buckets are not in a script's KEYS, so Redis's own TRYAGAIN and ASK cannot see the split: a
-    script that went on would meet a bucket missing after it had written (an error on the source,
-    an empty key on the target). Every script refuses before writing until the slot has its new
-    owner (retried, then a transient error), and then everything is where it was."""
+    script that went on would meet a bucket missing after it had written, and Redis would stop it
+    there, half done (on either node). Every script refuses before writing until the slot has its
+    new owner (retried, then a transient error), and then everything is where it was."""
     prefix = f"rhsplit-{uuid.uuid4().hex[:8]}"
     name = "d"
     base = f"{prefix}:{{{name}}}"
