@@ -364,14 +364,19 @@ end
 
 -- Walk n elements in (due, seq) order, calling each_group(start, members) once per bucket with
 -- the members (made by member_of(i)) that belong in it: a window of the index read once per
--- WINDOW buckets met, not a lookup per element. start is nil for the elements before every
--- bucket's start (tb_add's case; it renames the first bucket, so the window is read again).
+-- WINDOW buckets met, not a lookup per element. start is nil for the run of elements before every
+-- bucket's start (tb_add's case: it files them in front, so the window is read again after).
 local function by_bucket(dues, seqs, n, member_of, each_group)
   local win, j, start, group, found = nil, 0, nil, {}, false
+  -- In the run before every bucket's start: lead; the first start (lead_due, lead_seq), or no
+  -- lead_due when there is no bucket at all.
+  local lead, lead_due, lead_seq = false, nil, nil
   for _, i in ipairs(in_order(dues, seqs, n)) do
     local due, seq = dues[i], seqs[i]
     local here, known = nil, false
-    if win then
+    if lead then
+      known = lead_due == nil or due < lead_due or (due == lead_due and seq < lead_seq)
+    elseif win then
       local names, wdues, wseqs = win[1], win[2], win[3]
       local last = #names
       while j < last and (due > wdues[j + 1] or (due == wdues[j + 1] and seq >= wseqs[j + 1])) do
@@ -382,14 +387,23 @@ local function by_bucket(dues, seqs, n, member_of, each_group)
       end
     end
     if not known then
-      -- Filed first: a group before every start renames the first bucket, which the window read
-      -- next must see.
+      -- Past the window or the run in front: the index is read again (after a run in front is
+      -- filed, which changes it).
       if found then
         each_group(start, group)
         group, found = {}, false
       end
+      lead = false
       win, j = window_of(due, seq), 1
       here = win and win[1][1]
+      if not win then
+        lead = true
+        local top = redis.call('ZRANGE', I, 0, 0, 'WITHSCORES')
+        lead_due, lead_seq = nil, nil
+        if top[1] then
+          lead_due, lead_seq = tonumber(top[2]), mseq(top[1])
+        end
+      end
     end
     if not found or here ~= start then
       if found then
@@ -397,14 +411,39 @@ local function by_bucket(dues, seqs, n, member_of, each_group)
         group = {}
       end
       start, found = here, true
-      if here == nil then
-        win = nil
-      end
     end
     group[#group + 1] = member_of(i)
   end
   if found then
     each_group(start, group)
+  end
+end
+
+-- Write a group of members (indexes into scored, in order) in pieces of ``piece``: the first
+-- into the bucket ``start``, or, with no start, into a new bucket; every later piece into a new
+-- bucket, indexed at its first member. Only a piece filed into a bucket that was there may have
+-- grown past TB_MAX (tb_done cuts it); a new one holds at most TB_FILL.
+local function tb_write(scored, group, start, piece)
+  local count = #group
+  for from = 1, count, piece do
+    -- Last member first: ZADD into a listpack walks it from its head to the place of each member,
+    -- so members given in descending order are each placed at the head at once, where ascending
+    -- ones would each walk the whole listpack.
+    local args, k = {}, 0
+    for g = math.min(from + piece - 1, count), from, -1 do
+      local i = group[g]
+      args[k + 1], args[k + 2] = scored[2 * i - 1], scored[2 * i]
+      k = k + 2
+    end
+    if from == 1 and start then
+      each_chunk('ZADD', tkey(start), args, k)
+      GROWN[start] = true
+    else
+      local i = group[from]
+      local name = sub(scored[2 * i], 1, 6)
+      redis.call('ZADD', I, scored[2 * i - 1], name)
+      each_chunk('ZADD', tkey(name), args, k)
+    end
   end
 end
 
@@ -415,8 +454,15 @@ local function tb_add(scored, dues, seqs, n)
   by_bucket(dues, seqs, n, function(i)
     return i
   end, function(start, group)
+    local count = #group
     if not start then
-      -- Before every bucket's start: the first bucket (if any) now starts here, renamed so.
+      -- A big batch before every bucket's start (a claim's, its lease ending before the rest is
+      -- due) is new buckets of TB_FILL in front, not grown into the first bucket and cut.
+      if count > TB_MAX then
+        tb_write(scored, group, nil, TB_FILL)
+        return
+      end
+      -- A few: the first bucket (if any) now starts at them, renamed so.
       local i = group[1]
       start = sub(scored[2 * i], 1, 6)
       local first = redis.call('ZRANGE', I, 0, 0)[1]
@@ -427,30 +473,14 @@ local function tb_add(scored, dues, seqs, n)
       end
       redis.call('ZADD', I, scored[2 * i - 1], start)
     end
-    local key, count = tkey(start), #group
     -- A big batch filed after everything in its bucket (a claim's, at the end of its lease) is
     -- written as new buckets of TB_FILL straight away, not grown into a skip list and cut.
-    local first = group[1]
     local piece = count
-    if count > TB_MAX and redis.call('ZCOUNT', key, '(' .. scored[2 * first - 1], '+inf') == 0 then
+    local first = group[1]
+    if count > TB_MAX and redis.call('ZCOUNT', tkey(start), '(' .. scored[2 * first - 1], '+inf') == 0 then
       piece = TB_FILL
     end
-    for from = 1, count, piece do
-      local args, k = {}, 0
-      for g = from, math.min(from + piece - 1, count) do
-        local i = group[g]
-        args[k + 1], args[k + 2] = scored[2 * i - 1], scored[2 * i]
-        k = k + 2
-      end
-      local name = start
-      if from > 1 then
-        name = sub(args[2], 1, 6)
-        redis.call('ZADD', I, args[1], name)
-      end
-      each_chunk('ZADD', tkey(name), args, k)
-      GROWN[name] = true
-    end
-    return start
+    tb_write(scored, group, start, piece)
   end)
 end
 
@@ -481,7 +511,7 @@ local function tb_done()
       for first = 1, total, TB_FILL do
         local last = math.min(first + TB_FILL - 1, total)
         local scored, k = {}, 0
-        for r = first, last do
+        for r = last, first, -1 do -- (last first: see tb_write)
           scored[k + 1], scored[k + 2] = all[2 * r], all[2 * r - 1]
           k = k + 2
         end
