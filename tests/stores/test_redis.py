@@ -608,6 +608,43 @@ async def test_keys_of_one_dehydrator_share_a_slot(
     assert await store.look(other, "a") == "z"
 
 
+async def test_big_batches_in_front_and_behind_are_written_as_buckets(
+    store: RedisStore, raw: coredis.Redis[bytes], prefix: str
+) -> None:
+    """A big push into an empty dehydrator, a claim's batch whose lease ends before the rest is
+    due (in front of every bucket) and one whose lease ends after it (behind): each is written as
+    buckets of 64, last member first, never grown into a skip list, and comes back in order."""
+    base = f"{prefix}:{{{N}}}"
+
+    async def encodings() -> set[str]:
+        keys = [key async for key in raw.scan_iter(match=f"{base}:b:*")]
+        return {bytes(await raw.object_encoding(key) or b"").decode() for key in keys}
+
+    await freeze(store)
+    a = [f"a{i:03}" for i in range(300)]
+    z = [f"z{i:03}" for i in range(300)]
+    await store.push_many(N, [(i, 0.5, id) for i, id in enumerate(a)])
+    await check_invariants(raw, prefix, N)
+    sizes = [await raw.zcard(f"{base}:b:".encode() + s) for s in await raw.zrange(f"{base}:i", 0, -1)]
+    assert sizes == [64, 64, 64, 64, 44]
+    await store.push_many(N, [(i, 3600, id) for i, id in enumerate(z)])
+    advance(store, 1)
+    first = await store.claim(N, lease=60, limit=300)  # every a: its lease ends before the z's
+    assert [c.id for c in first] == a
+    await check_invariants(raw, prefix, N)
+    assert await encodings() == {"listpack"}
+    assert await store.ids(N) == a + z
+    advance(store, 61)
+    again = await store.claim(N, lease=7200, limit=300)  # the a's again, behind the z's now
+    assert [(c.id, c.attempt) for c in again] == [(id, 2) for id in a]
+    await check_invariants(raw, prefix, N)
+    assert await encodings() == {"listpack"}
+    assert await store.ids(N) == z + a
+    assert await store.ack(N, [(c.id, c.token) for c in again]) == [True] * 300
+    await check_invariants(raw, prefix, N)
+    assert await store.ids(N) == z
+
+
 async def test_memory_stays_bounded(store: RedisStore, raw: coredis.Redis[bytes], prefix: str) -> None:
     """Pulled, polled, claimed-and-acked and xacked elements leave nothing behind (no member, no
     field), and an emptied dehydrator keeps only its counter and its time."""
