@@ -22,8 +22,9 @@
 -- member is filed into the bucket with the greatest start at or before it (bucket_of), or, before
 -- them all, into the first bucket, renamed to start at it; a bucket that grows past TB_MAX
 -- members is cut into buckets of TB_FILL (tb_done), before Redis would turn its listpack into a
--- skip list (it never turns it back); an emptied bucket is deleted (its range joins the one
--- before). So poll, claim and TTN read the first bucket, and each element costs one listpack
+-- skip list (it never turns it back); a batch of more than TB_MAX filed before every bucket or
+-- after everything in its bucket is written as new buckets of TB_FILL at once (tb_write); an
+-- emptied bucket is deleted (its range joins the one before). So poll, claim and TTN read the first bucket, and each element costs one listpack
 -- entry, not a skip-list node. The elements' hash is one key, not buckets of its own: a batch
 -- reads or writes it in one command, where buckets would cost a command per element
 -- (docs/stores-design-history.md has the measurements).
