@@ -24,8 +24,8 @@
 -- members is cut into buckets of TB_FILL (tb_done), before Redis would turn its listpack into a
 -- skip list (it never turns it back); a batch of more than TB_MAX filed before every bucket or
 -- after everything in its bucket is written as new buckets of TB_FILL at once (tb_write); an
--- emptied bucket is deleted (its range joins the one before). So poll, claim and TTN read the first bucket, and each element costs one listpack
--- entry, not a skip-list node. The elements' hash is one key, not buckets of its own: a batch
+-- emptied bucket is deleted (its range joins the one before). So poll, claim and TTN read the
+-- first bucket, and each element costs one listpack entry, not a skip-list node. The elements' hash is one key, not buckets of its own: a batch
 -- reads or writes it in one command, where buckets would cost a command per element
 -- (docs/stores-design-history.md has the measurements).
 --
@@ -508,21 +508,11 @@ local function tb_done()
     if redis.call('ZCARD', key) > TB_MAX then
       local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
       redis.call('DEL', key)
-      local total = #all / 2
-      for first = 1, total, TB_FILL do
-        local last = math.min(first + TB_FILL - 1, total)
-        local scored, k = {}, 0
-        for r = last, first, -1 do -- (last first: see tb_write)
-          scored[k + 1], scored[k + 2] = all[2 * r], all[2 * r - 1]
-          k = k + 2
-        end
-        local piece = start
-        if first > 1 then
-          piece = sub(all[2 * first - 1], 1, 6)
-          redis.call('ZADD', I, all[2 * first], piece)
-        end
-        redis.call('ZADD', tkey(piece), unpack(scored, 1, k))
+      local scored, group = {}, {}
+      for r = 1, #all / 2 do
+        scored[2 * r - 1], scored[2 * r], group[r] = all[2 * r], all[2 * r - 1], r
       end
+      tb_write(scored, group, start, TB_FILL)
     end
   end
   GROWN = {}
