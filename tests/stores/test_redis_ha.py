@@ -455,6 +455,7 @@ def test_a_dehydrator_split_between_nodes_is_left_alone(cluster: Cluster, moved:
     finally:
         # Whatever happened, the slot ends on the target, whole, for the tests after this one.
         _move(source, target, admin(source.port, "CLUSTER", "GETKEYSINSLOT", slot, 1000))  # type: ignore[arg-type]
+        target_id = _node_id(target.port)
         for node in cluster.masters():
-            admin(node.port, "CLUSTER", "SETSLOT", slot, "NODE", _node_id(target.port))
+            admin(node.port, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
         anyio.run(drop_prefix_everywhere, cluster, prefix)
